@@ -1,0 +1,192 @@
+//! The backend trait: the minimum a lock server must do atomically, and its optional abilities.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::error::Result;
+use crate::name::LockName;
+use crate::owner::OwnerToken;
+
+/// What a backend does atomically: acquire once, extend, release — each bound to the caller's own
+/// [`OwnerToken`].
+///
+/// Everything else — blocking waits, deadlines, backoff, reentrancy, lease renewal, guards — is
+/// written once in this crate ([`LockClient`](crate::LockClient)), never per backend.
+///
+/// # Contract
+/// - **Exclusivity.** While a [`Lease`](Self::Lease) returned by
+///   [`try_acquire`](Self::try_acquire) is valid, no other call to `try_acquire` for the same name
+///   — from this process or any other, through any client of the same servers — returns a lease.
+/// - **Token binding.** `extend` and `release` act only if the lock is still held under the
+///   owner token it was acquired with; otherwise they change nothing and return `Ok(false)`. Check
+///   and act happen in one atomic step on the server (a script, a statement, a transaction).
+/// - **Leases.** For [`HoldKind::Lease`] backends, a lock acquired or extended with `ttl` is
+///   released by the server on its own `ttl` after the request, unless extended again; the expiry
+///   is set by the same atomic step that acquires, so a crash can never leave an immortal lock.
+///   For [`HoldKind::Session`] backends the hold lives exactly as long as a server-side session or
+///   connection; `ttl` may shape the session timeout and `extend` checks that the session is alive.
+/// - **Contention is not an error.** A lock held by someone else is `Ok(None)`.
+/// - **No hangs.** Every call returns within the backend's configured connect and I/O timeouts.
+///
+/// # Errors
+/// All methods return [`Error::Connection`](crate::Error::Connection) or
+/// [`Error::Timeout`](crate::Error::Timeout) when the server cannot be reached in time, and
+/// [`Error::Backend`](crate::Error::Backend) for anything else the server reports.
+pub trait DistributedLock: Send + Sync + 'static {
+    /// What the backend keeps for one successful acquisition: the token and key, or (for holds
+    /// bound to a transaction or session) the connection that holds it.
+    type Lease: Send + 'static;
+
+    /// A short label for logs and errors (`"memory"`, `"redis"`, …).
+    fn backend_name(&self) -> &'static str;
+
+    /// How this backend's holds end without a release.
+    fn hold_kind(&self) -> HoldKind {
+        HoldKind::Lease
+    }
+
+    /// Tries once to acquire `name` for `owner` with a lease of `ttl`.
+    ///
+    /// Returns `Ok(None)` when another owner holds the lock.
+    fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<Self::Lease>>;
+
+    /// Extends the lease to `ttl` from now if `lease` still holds the lock.
+    ///
+    /// Returns `Ok(false)`, changing nothing, when the lock is no longer held under this lease.
+    fn extend(&self, lease: &mut Self::Lease, ttl: Duration) -> Result<bool>;
+
+    /// Extends many leases at once; the renewal thread calls this with every lease due.
+    ///
+    /// The default calls [`extend`](Self::extend) for each. Backends that can batch (one pipeline
+    /// per connection instead of one round trip per lease) should override it; the result has one
+    /// entry per item of `batch`, in order.
+    fn extend_many(&self, batch: &mut [Extension<'_, Self::Lease>]) -> Vec<Result<bool>> {
+        batch.iter_mut().map(|item| self.extend(item.lease, item.ttl)).collect()
+    }
+
+    /// Releases the lock if `lease` still holds it.
+    ///
+    /// Returns `Ok(false)`, changing nothing, when the lock was no longer held under this lease.
+    fn release(&self, lease: Self::Lease) -> Result<bool>;
+
+    /// This backend's [`NativeWait`] ability, if it has one: waiters are then woken by the server
+    /// (pub/sub, watches, database lock waits) instead of backing off.
+    ///
+    /// Defaults to `None`. A backend that implements [`NativeWait`] returns `Some(self)`.
+    fn native_wait(&self) -> Option<&dyn NativeWait<Lease = Self::Lease>> {
+        None
+    }
+
+    /// This backend's [`Fencing`] ability, if it has one.
+    ///
+    /// Defaults to `None`. A backend that implements [`Fencing`] returns `Some(self)`.
+    fn fencing(&self) -> Option<&dyn Fencing<Lease = Self::Lease>> {
+        None
+    }
+}
+
+/// One lease to extend, with the lease duration to extend it to.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Extension<'a, L> {
+    /// The lease.
+    pub lease: &'a mut L,
+    /// The new lease duration, counted from the server's receipt of the request.
+    pub ttl: Duration,
+}
+
+impl<'a, L> Extension<'a, L> {
+    /// One item of an [`extend_many`](DistributedLock::extend_many) batch.
+    pub fn new(lease: &'a mut L, ttl: Duration) -> Self {
+        Self { lease, ttl }
+    }
+}
+
+/// How a backend's holds end when the holder stops extending them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HoldKind {
+    /// The server drops the lock when its lease runs out (Redis key TTL, lock-table expiry).
+    Lease,
+    /// The lock lives as long as a server session or connection (row locks, advisory locks,
+    /// ZooKeeper ephemeral nodes); it never expires while the session lives.
+    Session,
+}
+
+/// Optional ability: block until the lock is acquired, woken by the server.
+///
+/// Blocking [`Lock::lock`](crate::Lock::lock) and the timed `try_lock_*` methods use this when
+/// the backend offers it, and capped exponential backoff over
+/// [`DistributedLock::try_acquire`] otherwise.
+pub trait NativeWait: DistributedLock {
+    /// Acquires `name` for `owner`, waiting until `deadline` (forever if `None`).
+    ///
+    /// Returns `Ok(None)` if the deadline passed first. Implementations must re-check the lock on
+    /// their own now and then, so that a lost wake-up message delays a waiter but never strands it.
+    ///
+    /// # Errors
+    /// As [`DistributedLock::try_acquire`].
+    fn acquire_until(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<Self::Lease>>>;
+}
+
+/// A lease won by a waiting acquisition, with the moment its winning request was sent.
+///
+/// The lease's expiry is counted from that moment, not from the (later) moment the caller learns
+/// of it: a holder must never believe its lease lasts longer than the server does.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Acquired<L> {
+    /// The lease.
+    pub lease: L,
+    /// When the request that acquired it was sent.
+    pub sent_at: Instant,
+}
+
+impl<L> Acquired<L> {
+    /// A lease acquired by a request sent at `sent_at`.
+    pub fn new(lease: L, sent_at: Instant) -> Self {
+        Self { lease, sent_at }
+    }
+}
+
+/// Optional ability: every acquisition carries a [`FencingToken`].
+///
+/// # Contract
+/// Tokens for one name strictly increase across holders, lease expiries and client restarts; the
+/// token is produced by the same atomic step that acquires.
+pub trait Fencing: DistributedLock {
+    /// The token issued with `lease`.
+    fn fencing_token(&self, lease: &Self::Lease) -> FencingToken;
+}
+
+/// A number that strictly increases with every acquisition of one lock name.
+///
+/// Pass it with every write to the resource the lock protects; the resource remembers the highest
+/// token it has seen and rejects writes carrying a lower one. That is what keeps a holder that was
+/// paused past its lease from overwriting the next holder's work (the docs' GC-pause story).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(u64);
+
+impl FencingToken {
+    /// A token with this value.
+    pub const fn new(value: u64) -> Self {
+        Self(value)
+    }
+
+    /// The token's value.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}

@@ -1,0 +1,127 @@
+//! The one error type of every distlock operation.
+
+use std::time::Duration;
+
+use crate::name::LockName;
+
+/// A boxed error from a backend's driver, kept as the [`std::error::Error::source`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `Result` with distlock's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, grouped by meaning rather than by backend.
+///
+/// Contention is not an error: a lock held by someone else is `Ok(None)` from the `try_` methods.
+/// Backends keep their own error detail as the `source`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The server could not be reached, or the connection broke.
+    #[error("{backend}: connection failed")]
+    Connection {
+        /// The backend that failed (`"redis"`, `"postgres"`, …).
+        backend: &'static str,
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
+    /// The server rejected the credentials.
+    #[error("{backend}: authentication failed")]
+    Authentication {
+        /// The backend that failed.
+        backend: &'static str,
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
+    /// An operation did not complete within its configured time limit.
+    #[error("{backend}: {operation} timed out")]
+    Timeout {
+        /// The backend that failed.
+        backend: &'static str,
+        /// What was being done (`"connect"`, `"acquire"`, …).
+        operation: &'static str,
+        /// The driver's error, where there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// The lock is not (or no longer) held by this owner: its lease expired, someone else took it
+    /// over, or it was deleted underneath the holder.
+    #[error("lock {name} is not held by this owner (expired, taken over or deleted)")]
+    NotHeld {
+        /// The lock concerned.
+        name: LockName,
+    },
+    /// The name breaks the rules of [`LockName`].
+    #[error("invalid lock name: {reason}")]
+    InvalidName {
+        /// Which rule it breaks.
+        reason: String,
+    },
+    /// A configuration value is out of range or inconsistent.
+    #[error("invalid configuration: {reason}")]
+    InvalidConfig {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The backend cannot do what was asked, by design.
+    #[error("{backend} does not support {feature}")]
+    Unsupported {
+        /// The backend concerned.
+        backend: &'static str,
+        /// The missing ability.
+        feature: &'static str,
+    },
+    /// A non-reentrant lock was asked to block for a lock its own thread already holds: waiting
+    /// could never end.
+    #[error("lock {name} is already held by this thread and is not reentrant")]
+    WouldDeadlock {
+        /// The lock concerned.
+        name: LockName,
+    },
+    /// The backend failed in a way none of the other variants describes.
+    #[error("{backend} error")]
+    Backend {
+        /// The backend that failed.
+        backend: &'static str,
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl Error {
+    /// Whether trying the same operation again may succeed: a broken connection or a timeout.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Connection { .. } | Error::Timeout { .. })
+    }
+
+    /// An [`Error::InvalidConfig`] with this reason.
+    pub fn invalid_config(reason: impl Into<String>) -> Self {
+        Error::InvalidConfig { reason: reason.into() }
+    }
+
+    /// An [`Error::Backend`] wrapping `source`.
+    pub fn backend(backend: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::Backend { backend, source: source.into() }
+    }
+}
+
+/// Checks that a lease duration can be sent to a server that counts whole milliseconds.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] when `lease` is under 1 ms or over [`MAX_LEASE`].
+pub fn check_lease(lease: Duration) -> Result<()> {
+    if lease < Duration::from_millis(1) {
+        return Err(Error::invalid_config(format!("lease {lease:?} is under 1 ms")));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::invalid_config(format!("lease {lease:?} is over the {MAX_LEASE:?} maximum")));
+    }
+    Ok(())
+}
+
+/// The longest lease accepted: a lock that outlives a crashed holder by more than a day is a
+/// configuration mistake, not a lease.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);

@@ -1,0 +1,71 @@
+//! A backend that fails on demand, to drive the core's error paths in unit tests.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{DistributedLock, Fencing, FencingToken};
+use crate::error::{Error, Result};
+use crate::memory::{MemoryBackend, MemoryLease};
+use crate::name::LockName;
+use crate::owner::OwnerToken;
+
+/// The memory backend behind switches that make each operation fail. No native wait, so the
+/// core's backoff path is exercised.
+#[derive(Clone, Default)]
+pub(crate) struct FakeBackend {
+    pub(crate) inner: MemoryBackend,
+    pub(crate) switches: Arc<Switches>,
+}
+
+#[derive(Default)]
+pub(crate) struct Switches {
+    pub(crate) fail_extend: AtomicBool,
+    pub(crate) fail_release: AtomicBool,
+    pub(crate) acquires: AtomicUsize,
+    pub(crate) extends: AtomicUsize,
+    pub(crate) releases: AtomicUsize,
+}
+
+fn broken() -> Error {
+    Error::Connection { backend: "fake", source: "switched off".into() }
+}
+
+impl DistributedLock for FakeBackend {
+    type Lease = MemoryLease;
+
+    fn backend_name(&self) -> &'static str {
+        "fake"
+    }
+
+    fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<MemoryLease>> {
+        self.switches.acquires.fetch_add(1, Ordering::SeqCst);
+        self.inner.try_acquire(name, owner, ttl)
+    }
+
+    fn extend(&self, lease: &mut MemoryLease, ttl: Duration) -> Result<bool> {
+        self.switches.extends.fetch_add(1, Ordering::SeqCst);
+        if self.switches.fail_extend.load(Ordering::SeqCst) {
+            return Err(broken());
+        }
+        self.inner.extend(lease, ttl)
+    }
+
+    fn release(&self, lease: MemoryLease) -> Result<bool> {
+        self.switches.releases.fetch_add(1, Ordering::SeqCst);
+        if self.switches.fail_release.load(Ordering::SeqCst) {
+            return Err(broken());
+        }
+        self.inner.release(lease)
+    }
+
+    fn fencing(&self) -> Option<&dyn Fencing<Lease = MemoryLease>> {
+        Some(self)
+    }
+}
+
+impl Fencing for FakeBackend {
+    fn fencing_token(&self, lease: &MemoryLease) -> FencingToken {
+        self.inner.fencing_token(lease)
+    }
+}

@@ -1,0 +1,113 @@
+//! [`LockGuard`]: proof of holding a lock; releases it when dropped.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::backend::{DistributedLock, FencingToken};
+use crate::client::Shared;
+use crate::error::Result;
+use crate::held::HeldLease;
+use crate::lost::LostSignal;
+use crate::name::LockName;
+
+/// Holds a lock until dropped or [`unlock`](Self::unlock)ed.
+///
+/// The guard owns what it needs (like parking_lot's `ArcMutexGuard`), so it may outlive the
+/// [`Lock`](crate::Lock) handle it came from and be kept in a struct.
+///
+/// Dropping releases (a release error is logged through `tracing`); [`unlock`](Self::unlock)
+/// releases and returns the result. A guard of a reentrant lock entered twice releases the
+/// backend's lock only when the last guard goes.
+///
+/// A guard stays on the thread that locked: only the owning thread may unlock (Java's
+/// `ReentrantLock` rule), and the compiler enforces it.
+///
+/// ```compile_fail
+/// # use lock_core::{LockClient, MemoryBackend};
+/// let client = LockClient::new(MemoryBackend::new());
+/// let lock = client.lock_named("x").unwrap();
+/// let guard = lock.lock().unwrap();
+/// std::thread::scope(|s| {
+///     s.spawn(move || drop(guard)); // error: `LockGuard` cannot be sent between threads
+/// });
+/// ```
+#[must_use = "if unused the lock will immediately unlock"]
+#[clippy::has_significant_drop]
+pub struct LockGuard<B: DistributedLock> {
+    shared: Arc<Shared<B>>,
+    held: Arc<HeldLease<B>>,
+    released: bool,
+    /// Guards are neither `Send` nor `Sync`: hold counts are per thread.
+    _not_send: PhantomData<*const ()>,
+}
+
+impl<B: DistributedLock> LockGuard<B> {
+    pub(crate) fn new(shared: Arc<Shared<B>>, held: Arc<HeldLease<B>>) -> Self {
+        Self { shared, held, released: false, _not_send: PhantomData }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.held.name
+    }
+
+    /// The fencing token issued with this acquisition, if the backend issues them.
+    ///
+    /// Send it with every write to the protected resource, and have the resource reject tokens
+    /// lower than the highest it has seen.
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        self.held.fencing
+    }
+
+    /// Whether the lock is still believed held: not lost, and (for leases) not past the last
+    /// expiry the server confirmed, by this process's clock.
+    ///
+    /// Check it before an irreversible step; a fencing token is the stronger protection.
+    pub fn is_held(&self) -> bool {
+        self.held.is_held()
+    }
+
+    /// A handle that fires if the lock is lost while held.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.held.lost.clone()
+    }
+
+    /// Releases the lock (or, for a nested guard of a reentrant lock, one hold of it).
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`](crate::Error::NotHeld) when the lock was no longer held by this owner
+    /// (it expired and may belong to someone else now); the backend's error when the server could
+    /// not be asked (it then expires the lease on its own).
+    pub fn unlock(mut self) -> Result<()> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<()> {
+        if std::mem::replace(&mut self.released, true) {
+            return Ok(());
+        }
+        if !self.shared.holds.exit(&self.held.name) {
+            return Ok(());
+        }
+        self.held.release(&self.shared.backend)
+    }
+}
+
+impl<B: DistributedLock> Drop for LockGuard<B> {
+    fn drop(&mut self) {
+        if let Err(error) = self.release() {
+            tracing::warn!(lock = %self.held.name, %error, "releasing a dropped lock guard failed");
+        }
+    }
+}
+
+impl<B: DistributedLock> fmt::Debug for LockGuard<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.held.name)
+            .field("fencing_token", &self.held.fencing)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}

@@ -1,0 +1,104 @@
+//! [`HeldLease`]: the state of one acquisition, shared by its guard and the renewal thread.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::backend::{DistributedLock, FencingToken, HoldKind};
+use crate::error::{Error, Result};
+use crate::lost::LostSignal;
+use crate::name::LockName;
+use crate::options::OnLost;
+
+/// One acquisition: the backend's lease plus what the holder believes about it.
+///
+/// The guard releases it; the renewal thread extends it. Both go through the `lease` mutex, so a
+/// release waits for an in-flight renewal and a renewal never touches a released lease.
+pub(crate) struct HeldLease<B: DistributedLock> {
+    pub(crate) name: LockName,
+    pub(crate) ttl: Duration,
+    pub(crate) hold_kind: HoldKind,
+    /// `None` once released.
+    pub(crate) lease: Mutex<Option<B::Lease>>,
+    released: AtomicBool,
+    /// Until when the lease is known to be valid: the send time of the last request the server
+    /// confirmed, plus the lease. Only meaningful for [`HoldKind::Lease`].
+    valid_until: Mutex<Instant>,
+    pub(crate) fencing: Option<FencingToken>,
+    pub(crate) lost: LostSignal,
+    on_lost: Option<OnLost>,
+}
+
+impl<B: DistributedLock> HeldLease<B> {
+    pub(crate) fn new(
+        name: LockName,
+        lease: B::Lease,
+        sent_at: Instant,
+        ttl: Duration,
+        backend: &B,
+        on_lost: Option<OnLost>,
+    ) -> Self {
+        let fencing = backend.fencing().map(|f| f.fencing_token(&lease));
+        Self {
+            name,
+            ttl,
+            hold_kind: backend.hold_kind(),
+            lease: Mutex::new(Some(lease)),
+            released: AtomicBool::new(false),
+            valid_until: Mutex::new(sent_at + ttl),
+            fencing,
+            lost: LostSignal::new(),
+            on_lost,
+        }
+    }
+
+    /// Whether the holder may still believe it holds the lock: not released, not reported lost,
+    /// and (for leases) not past the last confirmed expiry by this process's clock.
+    pub(crate) fn is_held(&self) -> bool {
+        !self.released.load(Ordering::Acquire)
+            && !self.lost.is_lost()
+            && (self.hold_kind == HoldKind::Session || Instant::now() < self.valid_until())
+    }
+
+    pub(crate) fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.lock()
+    }
+
+    /// Records a renewal the server confirmed, for a request sent at `sent_at`.
+    pub(crate) fn confirm(&self, sent_at: Instant) {
+        let mut valid_until = self.valid_until.lock();
+        *valid_until = (*valid_until).max(sent_at + self.ttl);
+    }
+
+    /// Fires the lost signal and the callback, once.
+    pub(crate) fn mark_lost(&self, why: &str) {
+        if self.is_released() || !self.lost.fire() {
+            return;
+        }
+        tracing::warn!(lock = %self.name, why, "distributed lock lost");
+        if let Some(callback) = &self.on_lost {
+            callback(&self.name);
+        }
+    }
+
+    /// Releases the lease on the backend.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the backend says the lock was no longer held under this lease; the
+    /// backend's error when it could not be asked (the server then expires the lease on its own).
+    pub(crate) fn release(&self, backend: &B) -> Result<()> {
+        let lease = self.lease.lock().take();
+        self.released.store(true, Ordering::Release);
+        let Some(lease) = lease else { return Ok(()) };
+        match backend.release(lease) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Error::NotHeld { name: self.name.clone() }),
+            Err(error) => Err(error),
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! The core of distlock: one blocking distributed-lock API over many backends.
+//!
+//! - [`DistributedLock`] is what a backend does atomically: acquire once with a lease, extend,
+//!   release — each bound to the caller's [`OwnerToken`]. Optional abilities are sub-traits:
+//!   [`NativeWait`] (server wake-ups) and [`Fencing`] (strictly increasing [`FencingToken`]s).
+//! - [`LockClient`] and [`Lock`] add everything else once, for every backend: blocking, timed and
+//!   non-blocking acquisition ([`Lock::lock`], [`Lock::try_lock`], [`Lock::try_lock_for`],
+//!   [`Lock::try_lock_until`]), per-thread reentrancy, lease renewal by one shared background
+//!   thread, and a [`LockGuard`] that releases on drop and reports loss through a [`LostSignal`].
+//! - [`MemoryBackend`] is the in-process reference backend.
+//!
+//! ```
+//! use std::time::Duration;
+//! use lock_core::{LockClient, LockOptions, MemoryBackend};
+//!
+//! let options = LockOptions::builder().lease(Duration::from_secs(10)).build()?;
+//! let client = LockClient::with_options(MemoryBackend::new(), options);
+//! let lock = client.lock_named("inventory:sku-1")?;
+//!
+//! let guard = lock.lock()?;
+//! let token = guard.fencing_token().expect("the memory backend issues fencing tokens");
+//! // ... write to the protected resource, passing `token` along ...
+//! # let _ = token;
+//! {
+//!     let again = lock.lock()?; // reentrant: same thread, same client
+//!     assert_eq!(lock.hold_count(), 2);
+//!     drop(again);
+//! }
+//! guard.unlock()?;
+//! assert!(lock.try_lock()?.is_some());
+//! # Ok::<(), lock_core::Error>(())
+//! ```
+#![warn(missing_docs)]
+
+mod backend;
+mod backoff;
+mod client;
+mod error;
+mod guard;
+mod held;
+mod lock;
+mod lost;
+mod memory;
+mod name;
+mod options;
+mod owner;
+mod reentrancy;
+mod renewal;
+
+pub use backend::{Acquired, DistributedLock, Extension, Fencing, FencingToken, HoldKind, NativeWait};
+pub use client::LockClient;
+pub use error::{check_lease, BoxError, Error, Result, MAX_LEASE};
+pub use guard::LockGuard;
+pub use lock::Lock;
+pub use lost::LostSignal;
+pub use memory::{MemoryBackend, MemoryLease};
+pub use name::LockName;
+pub use options::{LockOptions, LockOptionsBuilder, OnLost};
+pub use owner::OwnerToken;
+pub use renewal::RENEWAL_THREAD_NAME;
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,184 @@
+//! [`Lock`]: one named distributed lock, with Java-style blocking, timed and non-blocking
+//! acquisition.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::{Acquired, DistributedLock};
+use crate::backoff::Backoff;
+use crate::client::LockClient;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::held::HeldLease;
+use crate::name::LockName;
+use crate::owner::OwnerToken;
+use crate::reentrancy::Reentry;
+
+/// One named lock of a [`LockClient`]. Cheap to clone; clones are the same lock.
+///
+/// Acquiring returns a [`LockGuard`] that releases on drop. With the default options the lock is
+/// reentrant per thread and its lease is renewed in the background until released.
+pub struct Lock<B: DistributedLock> {
+    client: LockClient<B>,
+    name: LockName,
+}
+
+/// How long an acquisition may wait.
+#[derive(Clone, Copy)]
+enum Wait {
+    No,
+    Until(Instant),
+    Forever,
+}
+
+impl<B: DistributedLock> Lock<B> {
+    /// The lock called `name` of `client`.
+    pub fn new(client: &LockClient<B>, name: LockName) -> Self {
+        Self { client: client.clone(), name }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// The client this lock belongs to.
+    pub fn client(&self) -> &LockClient<B> {
+        &self.client
+    }
+
+    /// Acquires the lock, waiting as long as it takes.
+    ///
+    /// # Errors
+    /// The backend's errors ([`Error::Connection`], [`Error::Timeout`], …) end the wait at once:
+    /// an unreachable server is reported, never waited out. [`Error::NotHeld`] when this thread
+    /// holds the lock but has lost it; [`Error::WouldDeadlock`] when this thread already holds a
+    /// non-reentrant lock.
+    pub fn lock(&self) -> Result<LockGuard<B>> {
+        loop {
+            // An unbounded wait ends only with the lock or an error; a backend that returns
+            // early anyway is simply asked again.
+            if let Some(guard) = self.acquire(Wait::Forever)? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// Acquires the lock if it is free right now; `Ok(None)` if someone else holds it.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), except that a non-reentrant lock held by this thread is simply
+    /// `Ok(None)`.
+    pub fn try_lock(&self) -> Result<Option<LockGuard<B>>> {
+        self.acquire(Wait::No)
+    }
+
+    /// Acquires the lock, waiting at most `timeout`; `Ok(None)` if it stayed held.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<LockGuard<B>>> {
+        self.try_lock_until(Instant::now() + timeout)
+    }
+
+    /// Acquires the lock, waiting until `deadline` at the latest; `Ok(None)` if it stayed held.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard<B>>> {
+        self.acquire(Wait::Until(deadline))
+    }
+
+    /// Whether the current thread holds this lock (through this client) and has not lost it.
+    pub fn is_held_by_current_thread(&self) -> bool {
+        self.client.shared.holds.current(&self.name).is_some_and(|(_, held)| held.is_held())
+    }
+
+    /// How many times the current thread has locked this lock without unlocking it.
+    pub fn hold_count(&self) -> usize {
+        self.client.shared.holds.current(&self.name).map_or(0, |(count, _)| count)
+    }
+
+    fn acquire(&self, wait: Wait) -> Result<Option<LockGuard<B>>> {
+        let shared = &self.client.shared;
+        match shared.holds.reenter(&self.name, shared.options.reentrant) {
+            Reentry::Entered(held) if held.lost.is_lost() => {
+                shared.holds.exit(&self.name);
+                return Err(Error::NotHeld { name: self.name.clone() });
+            }
+            Reentry::Entered(held) => return Ok(Some(LockGuard::new(Arc::clone(shared), held))),
+            Reentry::Refused => {
+                return match wait {
+                    Wait::No => Ok(None),
+                    Wait::Until(_) | Wait::Forever => Err(Error::WouldDeadlock { name: self.name.clone() }),
+                }
+            }
+            Reentry::NotHeld => {}
+        }
+        let owner = OwnerToken::random();
+        let acquired = match wait {
+            Wait::No => self.try_acquire_once(&owner)?,
+            Wait::Until(deadline) => self.acquire_waiting(&owner, Some(deadline))?,
+            Wait::Forever => self.acquire_waiting(&owner, None)?,
+        };
+        let Some(Acquired { lease, sent_at, .. }) = acquired else { return Ok(None) };
+        let options = &shared.options;
+        let held = Arc::new(HeldLease::new(
+            self.name.clone(),
+            lease,
+            sent_at,
+            options.lease,
+            &*shared.backend,
+            options.on_lost.clone(),
+        ));
+        shared.leases.track(Arc::clone(&held), sent_at, options.renewal.then_some(options.renew_interval));
+        shared.holds.insert(Arc::clone(&held));
+        Ok(Some(LockGuard::new(Arc::clone(shared), held)))
+    }
+
+    fn try_acquire_once(&self, owner: &OwnerToken) -> Result<Option<Acquired<B::Lease>>> {
+        let sent_at = Instant::now();
+        let lease =
+            self.client.shared.backend.try_acquire(&self.name, owner, self.client.shared.options.lease)?;
+        Ok(lease.map(|lease| Acquired::new(lease, sent_at)))
+    }
+
+    /// Waits with the backend's server wake-ups if it has them, else with capped exponential
+    /// backoff between single attempts.
+    fn acquire_waiting(
+        &self,
+        owner: &OwnerToken,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<B::Lease>>> {
+        let shared = &self.client.shared;
+        if let Some(native) = shared.backend.native_wait() {
+            return native.acquire_until(&self.name, owner, shared.options.lease, deadline);
+        }
+        let (min, max) = shared.options.backoff();
+        let mut backoff = Backoff::new(min, max);
+        loop {
+            if let Some(acquired) = self.try_acquire_once(owner)? {
+                return Ok(Some(acquired));
+            }
+            if !backoff.sleep_until(deadline) {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+impl<B: DistributedLock> Clone for Lock<B> {
+    fn clone(&self) -> Self {
+        Self { client: self.client.clone(), name: self.name.clone() }
+    }
+}
+
+impl<B: DistributedLock> fmt::Debug for Lock<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.name)
+            .field("backend", &self.client.shared.backend.backend_name())
+            .finish()
+    }
+}

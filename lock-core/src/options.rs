@@ -1,0 +1,221 @@
+//! [`LockOptions`]: how a [`LockClient`](crate::LockClient) leases, renews, waits and reenters.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{check_lease, Error, Result};
+use crate::name::LockName;
+
+/// A callback run (on the renewal thread) when a held lock is lost. Keep it short.
+pub type OnLost = Arc<dyn Fn(&LockName) + Send + Sync>;
+
+/// Validated settings of a [`LockClient`](crate::LockClient). Build them with
+/// [`LockOptions::builder`]; `LockOptions::default()` is the builder's defaults.
+#[derive(Clone)]
+pub struct LockOptions {
+    pub(crate) lease: Duration,
+    pub(crate) renew_interval: Duration,
+    pub(crate) renewal: bool,
+    pub(crate) reentrant: bool,
+    pub(crate) backoff_min: Duration,
+    pub(crate) backoff_max: Duration,
+    pub(crate) on_lost: Option<OnLost>,
+}
+
+impl LockOptions {
+    /// A builder with every default.
+    pub fn builder() -> LockOptionsBuilder {
+        LockOptionsBuilder::default()
+    }
+
+    /// The lease duration each acquisition and renewal asks for.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// How often a held lease is renewed.
+    pub fn renew_interval(&self) -> Duration {
+        self.renew_interval
+    }
+
+    /// Whether held leases are renewed automatically.
+    pub fn renewal(&self) -> bool {
+        self.renewal
+    }
+
+    /// Whether the same thread may lock again while it holds the lock.
+    pub fn reentrant(&self) -> bool {
+        self.reentrant
+    }
+
+    /// The shortest and longest sleep between attempts of a waiter without server wake-ups.
+    pub fn backoff(&self) -> (Duration, Duration) {
+        (self.backoff_min, self.backoff_max)
+    }
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptionsBuilder::default().build().expect("the default options are valid")
+    }
+}
+
+impl fmt::Debug for LockOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockOptions")
+            .field("lease", &self.lease)
+            .field("renew_interval", &self.renew_interval)
+            .field("renewal", &self.renewal)
+            .field("reentrant", &self.reentrant)
+            .field("backoff_min", &self.backoff_min)
+            .field("backoff_max", &self.backoff_max)
+            .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn(&LockName)"))
+            .finish()
+    }
+}
+
+/// Builds [`LockOptions`] by value; [`build`](Self::build) validates.
+#[derive(Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct LockOptionsBuilder {
+    lease: Duration,
+    renew_interval: Option<Duration>,
+    renewal: bool,
+    reentrant: bool,
+    backoff_min: Duration,
+    backoff_max: Duration,
+    on_lost: Option<OnLost>,
+}
+
+impl Default for LockOptionsBuilder {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(30),
+            renew_interval: None,
+            renewal: true,
+            reentrant: true,
+            backoff_min: Duration::from_millis(1),
+            backoff_max: Duration::from_millis(100),
+            on_lost: None,
+        }
+    }
+}
+
+impl LockOptionsBuilder {
+    /// How long the server keeps a lock its holder stops renewing (a crashed holder's lock is free
+    /// again after at most this long). Between 1 ms and 24 h.
+    ///
+    /// Defaults to 30 s (Redisson's watchdog default).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How often the renewal thread extends a held lease. Must be shorter than the lease.
+    ///
+    /// Defaults to a third of the lease.
+    pub fn renew_interval(mut self, interval: Duration) -> Self {
+        self.renew_interval = Some(interval);
+        self
+    }
+
+    /// Whether held leases are renewed until released. Without renewal a lock held past its lease
+    /// is lost (and reported lost).
+    ///
+    /// Defaults to `true`.
+    pub fn renewal(mut self, enabled: bool) -> Self {
+        self.renewal = enabled;
+        self
+    }
+
+    /// Whether a thread that holds a lock may lock it again (Java's `ReentrantLock`); the backend
+    /// is then touched only by the first lock and the last unlock.
+    ///
+    /// Defaults to `true`.
+    pub fn reentrant(mut self, reentrant: bool) -> Self {
+        self.reentrant = reentrant;
+        self
+    }
+
+    /// The shortest and longest sleep between attempts when the backend cannot wake waiters. The
+    /// sleep doubles from `min` up to `max`, each drawn at random from its upper half (jitter), so
+    /// waiters neither spin nor march in step.
+    ///
+    /// Defaults to 1 ms and 100 ms.
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.backoff_min = min;
+        self.backoff_max = max;
+        self
+    }
+
+    /// A callback run when a held lock is lost (renewal failed for a whole lease, or the server
+    /// said the lock is no longer held). It runs on the shared renewal thread: keep it short.
+    ///
+    /// Defaults to none; the guard's [`LostSignal`](crate::LostSignal) fires either way.
+    pub fn on_lost(mut self, callback: impl Fn(&LockName) + Send + Sync + 'static) -> Self {
+        self.on_lost = Some(Arc::new(callback));
+        self
+    }
+
+    /// Validates and builds.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when the lease is outside 1 ms ..= 24 h, the renew interval is zero
+    /// or not shorter than the lease, or the backoff bounds are zero or reversed.
+    pub fn build(self) -> Result<LockOptions> {
+        check_lease(self.lease)?;
+        let renew_interval = self.renew_interval.unwrap_or(self.lease / 3);
+        if renew_interval.is_zero() || renew_interval >= self.lease {
+            return Err(Error::invalid_config(format!(
+                "renew interval {renew_interval:?} must be above zero and shorter than the lease {:?}",
+                self.lease
+            )));
+        }
+        if self.backoff_min.is_zero() || self.backoff_min > self.backoff_max {
+            return Err(Error::invalid_config(format!(
+                "backoff bounds {:?}..{:?} must be above zero and in order",
+                self.backoff_min, self.backoff_max
+            )));
+        }
+        Ok(LockOptions {
+            lease: self.lease,
+            renew_interval,
+            renewal: self.renewal,
+            reentrant: self.reentrant,
+            backoff_min: self.backoff_min,
+            backoff_max: self.backoff_max,
+            on_lost: self.on_lost,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_documented_values() {
+        let o = LockOptions::default();
+        assert_eq!(o.lease(), Duration::from_secs(30));
+        assert_eq!(o.renew_interval(), Duration::from_secs(10));
+        assert!(o.renewal() && o.reentrant());
+        assert_eq!(o.backoff(), (Duration::from_millis(1), Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn invalid_values_are_rejected_at_build() {
+        let ms = Duration::from_millis;
+        for builder in [
+            LockOptions::builder().lease(Duration::ZERO),
+            LockOptions::builder().lease(Duration::from_micros(500)),
+            LockOptions::builder().lease(Duration::from_secs(25 * 3600)),
+            LockOptions::builder().lease(ms(100)).renew_interval(ms(100)),
+            LockOptions::builder().renew_interval(Duration::ZERO),
+            LockOptions::builder().backoff(Duration::ZERO, ms(1)),
+            LockOptions::builder().backoff(ms(5), ms(1)),
+        ] {
+            assert!(matches!(builder.build(), Err(Error::InvalidConfig { .. })));
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! Unit tests of the generic lock over the fake and memory backends: reentrancy, renewal, loss,
+//! release errors, waiting.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::fake::FakeBackend;
+use crate::{Error, LockClient, LockOptions, MemoryBackend};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn options(lease_ms: u64, renewal: bool) -> LockOptions {
+    LockOptions::builder().lease(MS * lease_ms as u32).renewal(renewal).build().unwrap()
+}
+
+fn name(prefix: &str) -> String {
+    format!("{prefix}-{}", crate::OwnerToken::random())
+}
+
+#[test]
+fn reentrancy_counts_and_touches_the_backend_only_at_the_ends() {
+    let backend = FakeBackend::default();
+    let client = LockClient::with_options(backend.clone(), options(10_000, true));
+    let lock = client.lock_named(&name("reentrant")).unwrap();
+    let outer = lock.lock().unwrap();
+    let inner = lock.try_lock().unwrap().expect("reentry succeeds");
+    assert_eq!(lock.hold_count(), 2);
+    assert!(lock.is_held_by_current_thread());
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    assert_eq!(backend.switches.acquires.load(Ordering::SeqCst), 1, "reentry must not acquire");
+
+    // Another thread (another owner as far as the lock is concerned) is kept out.
+    thread::scope(|s| {
+        s.spawn(|| {
+            assert!(!lock.is_held_by_current_thread());
+            assert!(lock.try_lock().unwrap().is_none());
+        });
+    });
+
+    inner.unlock().unwrap();
+    assert_eq!(lock.hold_count(), 1);
+    assert_eq!(backend.switches.releases.load(Ordering::SeqCst), 0, "inner unlock must not release");
+    drop(outer);
+    assert_eq!(lock.hold_count(), 0);
+    assert_eq!(backend.switches.releases.load(Ordering::SeqCst), 1);
+    thread::scope(|s| {
+        s.spawn(|| assert!(lock.try_lock().unwrap().is_some()));
+    });
+}
+
+#[test]
+fn non_reentrant_lock_refuses_the_same_thread() {
+    let client = LockClient::with_options(
+        MemoryBackend::new(),
+        LockOptions::builder().reentrant(false).build().unwrap(),
+    );
+    let lock = client.lock_named(&name("plain")).unwrap();
+    let _guard = lock.lock().unwrap();
+    assert!(lock.try_lock().unwrap().is_none());
+    assert!(matches!(lock.lock(), Err(Error::WouldDeadlock { .. })));
+    assert!(matches!(lock.try_lock_for(MS), Err(Error::WouldDeadlock { .. })));
+}
+
+#[test]
+fn renewal_keeps_a_short_lease_alive() {
+    let backend = FakeBackend::default();
+    let client = LockClient::with_options(backend.clone(), options(150, true));
+    let rival = LockClient::with_options(backend.clone(), options(150, true));
+    let lock = client.lock_named(&name("renewed")).unwrap();
+    let guard = lock.lock().unwrap();
+    thread::sleep(MS * 600);
+    assert!(guard.is_held());
+    assert!(crate::Lock::new(&rival, lock.name().clone()).try_lock().unwrap().is_none());
+    assert!(backend.switches.extends.load(Ordering::SeqCst) >= 3);
+    guard.unlock().unwrap();
+}
+
+#[test]
+fn renewal_failure_marks_the_lock_lost_and_fires_the_signal() {
+    let lost_names = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&lost_names);
+    let backend = FakeBackend::default();
+    let opts = LockOptions::builder()
+        .lease(MS * 200)
+        .on_lost(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .build()
+        .unwrap();
+    let client = LockClient::with_options(backend.clone(), opts);
+    let lock = client.lock_named(&name("lost")).unwrap();
+    let guard = lock.lock().unwrap();
+    backend.switches.fail_extend.store(true, Ordering::SeqCst);
+    let signal = guard.lost_signal();
+    assert!(signal.wait_timeout(MS * 2_000), "lost within the lease plus one retry");
+    assert!(!guard.is_held());
+    assert!(!lock.is_held_by_current_thread());
+    assert_eq!(lost_names.load(Ordering::SeqCst), 1);
+    // Re-entering a lost lock is refused; releasing it reports that it is no longer held.
+    assert!(matches!(lock.try_lock(), Err(Error::NotHeld { .. })));
+    backend.switches.fail_extend.store(false, Ordering::SeqCst);
+    assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
+}
+
+#[test]
+fn server_saying_not_held_marks_the_lock_lost_within_one_interval() {
+    let backend = FakeBackend::default();
+    let client = LockClient::with_options(backend.clone(), options(300, true));
+    let lock = client.lock_named(&name("deleted")).unwrap();
+    let guard = lock.lock().unwrap();
+    assert!(backend.inner.force_release(lock.name()));
+    assert!(guard.lost_signal().wait_timeout(MS * 150), "one renew interval is 100 ms");
+    assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
+}
+
+#[test]
+fn release_error_surfaces_from_unlock() {
+    let backend = FakeBackend::default();
+    let client = LockClient::with_options(backend.clone(), options(10_000, true));
+    let lock = client.lock_named(&name("release-error")).unwrap();
+    let guard = lock.lock().unwrap();
+    backend.switches.fail_release.store(true, Ordering::SeqCst);
+    assert!(matches!(guard.unlock(), Err(Error::Connection { .. })));
+    // The hold is gone locally even though the server could not be told.
+    assert_eq!(lock.hold_count(), 0);
+}
+
+#[test]
+fn released_lease_is_no_longer_renewed() {
+    let backend = FakeBackend::default();
+    let client = LockClient::with_options(backend.clone(), options(90, true));
+    let lock = client.lock_named(&name("released")).unwrap();
+    lock.lock().unwrap().unlock().unwrap();
+    let extends = backend.switches.extends.load(Ordering::SeqCst);
+    thread::sleep(MS * 200);
+    assert_eq!(backend.switches.extends.load(Ordering::SeqCst), extends);
+}
+
+#[test]
+fn without_renewal_the_lease_runs_out_and_is_reported_lost() {
+    let backend = MemoryBackend::new();
+    let client = LockClient::with_options(backend.clone(), options(100, false));
+    let lock = client.lock_named(&name("expiring")).unwrap();
+    let guard = lock.lock().unwrap();
+    assert!(guard.lost_signal().wait_timeout(MS * 1_000));
+    assert!(!guard.is_held());
+    assert_eq!(backend.remaining_lease(lock.name()), None);
+    assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
+}
+
+#[test]
+fn timed_wait_gives_up_after_the_timeout_with_backoff() {
+    let backend = FakeBackend::default();
+    let holder = LockClient::with_options(backend.clone(), options(10_000, true));
+    let waiter = LockClient::with_options(backend.clone(), options(10_000, true));
+    let lock_name = name("timed");
+    let _held = holder.lock_named(&lock_name).unwrap().lock().unwrap();
+    let lock = waiter.lock_named(&lock_name).unwrap();
+    let before = backend.switches.acquires.load(Ordering::SeqCst);
+    let started = Instant::now();
+    assert!(lock.try_lock_for(MS * 200).unwrap().is_none());
+    let waited = started.elapsed();
+    assert!(waited >= MS * 200, "gave up early: {waited:?}");
+    let attempts = backend.switches.acquires.load(Ordering::SeqCst) - before;
+    // Backoff doubles to 100 ms: a handful of attempts, never a spin.
+    assert!((2..=20).contains(&attempts), "{attempts} attempts in 200 ms");
+}
+
+#[test]
+fn a_waiter_gets_the_lock_when_the_holder_releases() {
+    handoff(FakeBackend::default()); // backoff
+    handoff(MemoryBackend::new()); // native wake-ups
+}
+
+fn handoff<B: crate::DistributedLock + Clone>(backend: B) {
+    let holder = LockClient::new(backend.clone());
+    let waiter = LockClient::new(backend);
+    let lock_name = name("handoff");
+    let guard = holder.lock_named(&lock_name).unwrap().lock().unwrap();
+    let first = guard.fencing_token();
+    thread::scope(|s| {
+        let waiting = s.spawn(|| waiter.lock_named(&lock_name).unwrap().lock().unwrap().fencing_token());
+        thread::sleep(MS * 50);
+        drop(guard);
+        assert!(waiting.join().unwrap() > first);
+    });
+}
