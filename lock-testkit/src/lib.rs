@@ -1,0 +1,11 @@
+//! Test support for distlock — not semver-stable.
+//!
+//! - [`harness`]: real throwaway servers (Redis, PostgreSQL, MariaDB, ZooKeeper) on free loopback
+//!   ports, shared across a test run and gone when it ends.
+//! - [`suite`]: the docs' conformance suite (`SCENARIOS.md`), written once over
+//!   [`DistributedLock`](lock_core::DistributedLock) and registered per backend with
+//!   [`conformance_tests!`].
+#![warn(missing_docs)]
+
+pub mod harness;
+pub mod suite;

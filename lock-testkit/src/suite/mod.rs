@@ -1,0 +1,61 @@
+//! The docs' conformance suite (`SCENARIOS.md`): every scenario written once, generic over
+//! [`DistributedLock`](lock_core::DistributedLock), and run unchanged against every backend.
+//!
+//! A backend registers by implementing [`SuiteTarget`] (how to make independent clients, plus the
+//! probes some scenarios need) and invoking [`conformance_tests!`](crate::conformance_tests),
+//! which expands to one `#[test]` per scenario. A scenario the backend cannot support by design
+//! reports `n/a` with the reason, printed in the test output; it never passes silently.
+
+mod fenced;
+mod outcome;
+mod runner;
+mod scenarios;
+mod support;
+mod target;
+
+pub use fenced::{FencedResource, StaleToken};
+pub use outcome::{Failure, ScenarioResult, Verdict};
+pub use runner::{run_scenario, Scenario, SCENARIOS};
+pub use support::unique_name;
+pub use target::{MemoryTarget, NotApplicable, SuiteTarget};
+
+/// Expands to one `#[test]` per scenario S01–S14 in a module named `$module`, each running the
+/// scenario against the [`SuiteTarget`] that `$target` evaluates to (once per test: make it cheap,
+/// e.g. a handle to servers shared across the run).
+///
+/// ```ignore
+/// lock_testkit::conformance_tests!(memory, lock_testkit::suite::MemoryTarget::new());
+/// ```
+#[macro_export]
+macro_rules! conformance_tests {
+    ($module:ident, $target:expr) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::conformance_tests!(@tests $target;
+                s01_mutual_exclusion "S01",
+                s02_try_lock_on_held_lock "S02",
+                s03_timed_wait "S03",
+                s04_holder_crash "S04",
+                s05_atomic_acquire_and_expiry "S05",
+                s06_owner_safe_release "S06",
+                s07_reentrancy "S07",
+                s08_lease_renewal "S08",
+                s09_fencing_tokens "S09",
+                s10_lock_lost_underneath "S10",
+                s11_handoff_latency "S11",
+                s12_independent_and_safe_names "S12",
+                s13_bad_configuration "S13",
+                s14_guard_life_cycle "S14",
+            );
+        }
+    };
+    (@tests $target:expr; $($test:ident $id:literal,)*) => {
+        $(
+            #[test]
+            fn $test() {
+                $crate::suite::run_scenario(&$target, $id, concat!(module_path!(), "::", stringify!($test)));
+            }
+        )*
+    };
+}

@@ -1,0 +1,77 @@
+//! The scenario list and the runner the generated tests call.
+
+use std::time::Instant;
+
+use crate::suite::scenarios;
+use crate::suite::{ScenarioResult, SuiteTarget, Verdict};
+
+/// One scenario of `SCENARIOS.md`.
+#[derive(Debug, Clone, Copy)]
+pub struct Scenario {
+    /// The stable id (`"S01"`).
+    pub id: &'static str,
+    /// What it checks, in a few words.
+    pub title: &'static str,
+}
+
+/// Every core scenario, in order.
+pub const SCENARIOS: [Scenario; 14] = [
+    Scenario { id: "S01", title: "mutual exclusion under contention" },
+    Scenario { id: "S02", title: "try-lock on a held lock" },
+    Scenario { id: "S03", title: "timed wait" },
+    Scenario { id: "S04", title: "holder crashes (killed -9)" },
+    Scenario { id: "S05", title: "acquire and expiry are one atomic step" },
+    Scenario { id: "S06", title: "owner-safe release" },
+    Scenario { id: "S07", title: "reentrancy" },
+    Scenario { id: "S08", title: "lease renewal (watchdog)" },
+    Scenario { id: "S09", title: "fencing tokens" },
+    Scenario { id: "S10", title: "lock lost underneath the holder" },
+    Scenario { id: "S11", title: "hand-off latency (server wake-up)" },
+    Scenario { id: "S12", title: "independent names; safe names" },
+    Scenario { id: "S13", title: "bad configuration" },
+    Scenario { id: "S14", title: "guard life cycle" },
+];
+
+/// Runs scenario `id` against `target` without judging the result (negative controls need the
+/// raw result). `test_name` is the libtest path of the calling test (S04 re-runs it in a child).
+pub fn run<T: SuiteTarget>(target: &T, id: &str, test_name: &str) -> ScenarioResult {
+    match id {
+        "S01" => scenarios::s01::run(target),
+        "S02" => scenarios::s02::run(target),
+        "S03" => scenarios::s03::run(target),
+        "S04" => scenarios::s04::run(target, test_name),
+        "S05" => scenarios::s05::run(target),
+        "S06" => scenarios::s06::run(target),
+        "S07" => scenarios::s07::run(target),
+        "S08" => scenarios::s08::run(target),
+        "S09" => scenarios::s09::run(target),
+        "S10" => scenarios::s10::run(target),
+        "S11" => scenarios::s11::run(target),
+        "S12" => scenarios::s12::run(target),
+        "S13" => scenarios::s13::run(target),
+        "S14" => scenarios::s14::run(target),
+        other => Err(crate::suite::Failure(format!("no scenario {other}"))),
+    }
+}
+
+/// Runs scenario `id` against `target` as a test: prints the verdict and panics on failure.
+///
+/// `module_test_path` is `module_path!()` plus the test's name, as [`conformance_tests!`]
+/// (crate::conformance_tests) passes it.
+///
+/// # Panics
+/// When the scenario fails: that is how the test fails.
+pub fn run_scenario<T: SuiteTarget>(target: &T, id: &str, module_test_path: &str) {
+    // libtest names tests without the crate's own name.
+    let test_name = module_test_path.split_once("::").map_or(module_test_path, |(_, rest)| rest);
+    let title = SCENARIOS.iter().find(|s| s.id == id).map_or("?", |s| s.title);
+    let started = Instant::now();
+    let result = run(target, id, test_name);
+    let elapsed = started.elapsed();
+    let label = target.label();
+    match result {
+        Ok(Verdict::Pass) => println!("[{label}] {id} {title}: pass ({elapsed:.1?})"),
+        Ok(Verdict::NotApplicable(reason)) => println!("[{label}] {id} {title}: n/a: {reason}"),
+        Err(failure) => panic!("[{label}] {id} {title}: FAILED after {elapsed:.1?}: {failure}"),
+    }
+}

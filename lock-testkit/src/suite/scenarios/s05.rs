@@ -1,0 +1,45 @@
+//! S05 — acquire and expiry are one atomic step (seeds 000, 001, 003): right after acquiring,
+//! the server already holds the lock with an expiry within (0, lease]; and a crash injected
+//! between the steps of an acquisition cannot leave an immortal lock.
+
+use std::time::{Duration, Instant};
+
+use lock_core::{DistributedLock, Lock, OwnerToken};
+
+use crate::suite::outcome::{applicable, ensure};
+use crate::suite::support::{client, options, unique_name, SECOND};
+use crate::suite::{ScenarioResult, SuiteTarget, Verdict};
+
+const LEASE: Duration = Duration::from_secs(1);
+
+pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
+    // 1. The expiry is there the moment the acquisition returns.
+    let name = unique_name("s05");
+    let holder = client(target, options(10 * SECOND, true))?;
+    let guard = Lock::new(&holder, name.clone()).lock()?;
+    let remaining = applicable!(target.remaining_lease(&name))?;
+    ensure!(
+        remaining.is_some_and(|left| !left.is_zero() && left <= 10 * SECOND),
+        "right after acquiring, the server's lease is {remaining:?}, not within (0, 10s]"
+    );
+    guard.unlock()?;
+
+    // 2. A holder that dies mid-acquisition (or right after, where acquisition is one step) must
+    // not leave the lock held beyond its lease.
+    let name = unique_name("s05-crash");
+    let crashing = target.backend()?;
+    let armed = target.inject_crash_mid_acquire();
+    let attempt = crashing.try_acquire(&name, &OwnerToken::random(), LEASE);
+    // The "crash": the lease (if any) is abandoned without release or renewal.
+    std::mem::forget(attempt);
+    let label = if armed { "a crash between its steps" } else { "a crash right after acquiring" };
+    let other = client(target, options(10 * SECOND, true))?;
+    let started = Instant::now();
+    let acquired = Lock::new(&other, name).try_lock_for(LEASE + 2 * SECOND)?;
+    ensure!(
+        acquired.is_some(),
+        "after {label}, the lock was still held {:?} later: an immortal lock",
+        started.elapsed()
+    );
+    Ok(Verdict::Pass)
+}

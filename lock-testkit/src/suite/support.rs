@@ -1,0 +1,29 @@
+//! Small helpers the scenarios share.
+
+use std::time::Duration;
+
+use lock_core::{LockClient, LockName, LockOptions, OwnerToken};
+
+use crate::suite::{Failure, SuiteTarget};
+
+/// A fresh name for one test, so runs never see each other's locks: `prefix-<16 hex digits>`.
+pub fn unique_name(prefix: &str) -> LockName {
+    let token = OwnerToken::random().to_hex();
+    LockName::new(format!("{prefix}-{}", &token[..16])).expect("generated names are valid")
+}
+
+/// Options with this lease, renewal on or off, defaults otherwise.
+pub(crate) fn options(lease: Duration, renewal: bool) -> LockOptions {
+    LockOptions::builder().lease(lease).renewal(renewal).build().expect("suite options are valid")
+}
+
+/// A client of its own (its own connections) with these options.
+pub(crate) fn client<T: SuiteTarget>(
+    target: &T,
+    options: LockOptions,
+) -> Result<LockClient<T::Backend>, Failure> {
+    Ok(LockClient::with_options(target.backend()?, options))
+}
+
+pub(crate) const MS: Duration = Duration::from_millis(1);
+pub(crate) const SECOND: Duration = Duration::from_secs(1);

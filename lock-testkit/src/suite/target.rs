@@ -1,0 +1,123 @@
+//! [`SuiteTarget`]: what a backend registration gives the suite.
+
+use std::time::Duration;
+
+use lock_core::{DistributedLock, LockName, MemoryBackend};
+
+/// Why a backend cannot support a scenario by design.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotApplicable(pub &'static str);
+
+/// A backend under test: how to make independent clients of the same servers, and the probes
+/// that some scenarios need. A probe left at its default makes its scenario `n/a` with the reason
+/// given, never a silent pass.
+pub trait SuiteTarget: Send + Sync + 'static {
+    /// The backend type.
+    type Backend: DistributedLock;
+
+    /// The name shown in reports (`"memory"`, `"redis set-nx"`, `"N02 del without owner check"`).
+    fn label(&self) -> String;
+
+    /// A new client with connections of its own, to the same servers as every other.
+    ///
+    /// # Errors
+    /// Whatever connecting reports.
+    fn backend(&self) -> lock_core::Result<Self::Backend>;
+
+    /// S05: the lease the *server* has on `name` right now (Redis `PTTL`, the lock table's expiry
+    /// column); `Ok(None)` if the lock is not held.
+    ///
+    /// # Errors
+    /// [`NotApplicable`] when the server keeps no lease to inspect.
+    fn remaining_lease(&self, name: &LockName) -> Result<lock_core::Result<Option<Duration>>, NotApplicable> {
+        let _ = name;
+        Err(NotApplicable("the backend keeps no server-side lease to inspect"))
+    }
+
+    /// S05: arms a crash between the steps of the next acquisition by a client of this target;
+    /// `false` when acquisition is a single atomic step (nothing to crash between).
+    fn inject_crash_mid_acquire(&self) -> bool {
+        false
+    }
+
+    /// S10: takes the lock away from its holder behind the client's back (deletes the key or row,
+    /// kills the session or connection).
+    ///
+    /// # Errors
+    /// [`NotApplicable`] when there is no way to do that from outside.
+    fn break_lock(&self, name: &LockName) -> Result<lock_core::Result<()>, NotApplicable> {
+        let _ = name;
+        Err(NotApplicable("no way to take a lock away from outside its holder"))
+    }
+
+    /// S04: the environment a child process needs to reach the same servers (for example
+    /// `DISTLOCK_REDIS_URL`), so that the child test process builds a target on them.
+    ///
+    /// # Errors
+    /// [`NotApplicable`] when locks cannot be shared with another process.
+    fn child_env(&self) -> Result<Vec<(String, String)>, NotApplicable> {
+        Err(NotApplicable("locks live in one process; a crashed process takes them with it"))
+    }
+
+    /// S04: how soon after its holder's death a lock with this lease must be free again.
+    /// Defaults to the lease plus one second (TTL backends).
+    fn free_after_crash_within(&self, lease: Duration) -> Duration {
+        lease + Duration::from_secs(1)
+    }
+
+    /// S13: a client of a server that does not answer (a closed port).
+    ///
+    /// # Errors
+    /// [`NotApplicable`] for in-process backends.
+    fn unreachable_backend(&self) -> Result<lock_core::Result<Self::Backend>, NotApplicable> {
+        Err(NotApplicable("in-process backend: there is no server to be unreachable"))
+    }
+
+    /// S13: a client that presents a wrong password.
+    ///
+    /// # Errors
+    /// [`NotApplicable`] when the backend has no authentication.
+    fn wrong_password_backend(&self) -> Result<lock_core::Result<Self::Backend>, NotApplicable> {
+        Err(NotApplicable("the backend has no authentication"))
+    }
+
+    /// S13: the longest a client may take to report an unreachable server (its connect timeout,
+    /// plus slack).
+    fn connect_timeout_bound(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+}
+
+/// The in-memory reference backend as a suite target: every client shares one lock space.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryTarget {
+    space: MemoryBackend,
+}
+
+impl MemoryTarget {
+    /// A target with an empty lock space.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl SuiteTarget for MemoryTarget {
+    type Backend = MemoryBackend;
+
+    fn label(&self) -> String {
+        "memory".into()
+    }
+
+    fn backend(&self) -> lock_core::Result<MemoryBackend> {
+        Ok(self.space.clone())
+    }
+
+    fn remaining_lease(&self, name: &LockName) -> Result<lock_core::Result<Option<Duration>>, NotApplicable> {
+        Ok(Ok(self.space.remaining_lease(name)))
+    }
+
+    fn break_lock(&self, name: &LockName) -> Result<lock_core::Result<()>, NotApplicable> {
+        self.space.force_release(name);
+        Ok(Ok(()))
+    }
+}
