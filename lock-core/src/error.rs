@@ -73,6 +73,17 @@ pub enum Error {
         /// The missing ability.
         feature: &'static str,
     },
+    /// The lock was acquired on a primary but not confirmed by enough replicas in time, so it was
+    /// released again (a failover could otherwise hand it to a second holder).
+    #[error("lock {name}: {acknowledged} of {required} replicas acknowledged the acquisition in time")]
+    NotReplicated {
+        /// The lock concerned.
+        name: LockName,
+        /// How many replicas acknowledged.
+        acknowledged: u32,
+        /// How many were required.
+        required: u32,
+    },
     /// A non-reentrant lock was asked to block for a lock its own thread already holds: waiting
     /// could never end.
     #[error("lock {name} is already held by this thread and is not reentrant")]

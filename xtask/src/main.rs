@@ -1,0 +1,66 @@
+//! Project automation for distlock, run as `cargo xtask <command>` (an alias defined in
+//! `.cargo/config.toml`).
+//!
+//! - `cargo xtask test`: install the server programs the tests need (Debian/Ubuntu), check
+//!   formatting, run clippy, and run every test of the workspace. CI runs this through `.ci/run`.
+//!
+//! Each command lives in its own module; this file only holds the command line.
+
+mod cmd;
+mod install;
+mod test;
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+/// distlock's project automation.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", version)]
+struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    task: Task,
+}
+
+/// The commands of `cargo xtask`.
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Install the servers the tests need, then check formatting, lint and run all tests.
+    ///
+    /// The steps: make sure redis-server, PostgreSQL, MariaDB and ZooKeeper are installed (with
+    /// apt-get on Debian/Ubuntu, only what is missing); `cargo fmt --all -- --check`;
+    /// `cargo clippy --workspace --all-targets --all-features -- -D warnings`;
+    /// `cargo test --workspace --all-features` with DISTLOCK_REQUIRE_SERVERS=1, so tests fail
+    /// rather than skip when they cannot get a server. The first failing step stops the run.
+    Test(TestArgs),
+}
+
+/// Options of `cargo xtask test`.
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// Do not check for (or install) the server programs the tests start.
+    #[arg(long)]
+    pub no_install: bool,
+    /// Skip `cargo fmt --check` and `cargo clippy`, for quick local runs.
+    #[arg(long)]
+    pub skip_lint: bool,
+    /// Arguments passed on to `cargo test`, e.g. `-- redis` (a test-name filter) or
+    /// `-- redis -- --nocapture`.
+    #[arg(last = true, value_name = "CARGO_TEST_ARGS")]
+    pub test_args: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.task {
+        Task::Test(args) => test::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("\nerror: {failure}");
+            ExitCode::FAILURE
+        }
+    }
+}

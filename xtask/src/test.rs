@@ -1,0 +1,141 @@
+//! The `cargo xtask test` pipeline: install the servers, check formatting, lint, run the tests.
+//!
+//! The steps run in order and the first failure stops the pipeline. Each step prints a line with
+//! its outcome and how long it took, so a CI log shows where the time went.
+
+use std::process::Command;
+use std::time::Instant;
+
+use crate::cmd::{self, Failure};
+use crate::install;
+use crate::TestArgs;
+
+/// The environment variable that makes the test harness fail, rather than skip a test, when it
+/// cannot get a server: in this pipeline the servers are known to be installed, so a missing one
+/// is a bug to see, not a reason to pass quietly.
+const REQUIRE_SERVERS: &str = "DISTLOCK_REQUIRE_SERVERS";
+
+/// One step of the pipeline.
+struct Step {
+    /// Its short name in the log, e.g. `clippy`.
+    name: &'static str,
+    /// What it does.
+    action: Action,
+}
+
+/// What a step does.
+enum Action {
+    /// Make sure the server programs are installed ([`install::ensure_servers`]).
+    InstallServers,
+    /// Run a command, which must succeed.
+    Run(Command),
+}
+
+/// Runs the pipeline that `args` asks for.
+///
+/// # Errors
+///
+/// If a step fails; the message names the step and why it failed.
+pub fn run(args: &TestArgs) -> Result<(), Failure> {
+    let steps = plan(args);
+    let count = steps.len();
+    let started = Instant::now();
+    for (index, step) in steps.into_iter().enumerate() {
+        let label = format!("step {}/{count} ({})", index + 1, step.name);
+        println!("\n==> {label}");
+        let step_started = Instant::now();
+        let result = match step.action {
+            Action::InstallServers => install::ensure_servers(),
+            Action::Run(mut command) => cmd::run(&mut command),
+        };
+        let elapsed = cmd::format_duration(step_started.elapsed());
+        if let Err(failure) = result {
+            println!("==> {label} failed after {elapsed}");
+            return Err(failure.context(format!("{label} failed")));
+        }
+        println!("==> {label} passed in {elapsed}");
+    }
+    println!("\n==> all {count} steps passed in {}", cmd::format_duration(started.elapsed()));
+    Ok(())
+}
+
+/// The steps `args` asks for, in order; says which steps are skipped.
+fn plan(args: &TestArgs) -> Vec<Step> {
+    let mut steps = Vec::new();
+    if args.no_install {
+        println!("Not checking the server programs (--no-install).");
+    } else {
+        steps.push(Step { name: "install servers", action: Action::InstallServers });
+    }
+    if args.skip_lint {
+        println!("Not checking formatting or running clippy (--skip-lint).");
+    } else {
+        let mut fmt = cmd::cargo();
+        fmt.args(["fmt", "--all", "--", "--check"]);
+        steps.push(Step { name: "fmt", action: Action::Run(fmt) });
+        let mut clippy = cmd::cargo();
+        clippy.args(["clippy", "--workspace", "--all-targets", "--all-features"]);
+        clippy.args(["--", "-D", "warnings"]);
+        steps.push(Step { name: "clippy", action: Action::Run(clippy) });
+    }
+    // Not `--all-targets`: that would leave out the doctests.
+    let mut test = cmd::cargo();
+    test.args(["test", "--workspace", "--all-features"]).args(&args.test_args).env(REQUIRE_SERVERS, "1");
+    steps.push(Step { name: "test", action: Action::Run(test) });
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan for `args`, as step names and command lines without the path to cargo.
+    fn describe(args: &TestArgs) -> Vec<(&'static str, String)> {
+        plan(args)
+            .into_iter()
+            .map(|step| match step.action {
+                Action::InstallServers => (step.name, String::new()),
+                Action::Run(command) => {
+                    let args = command.get_args().map(|arg| arg.to_string_lossy().into_owned());
+                    let envs = command.get_envs().filter_map(|(name, value)| {
+                        Some(format!("{}={}", name.to_string_lossy(), value?.to_string_lossy()))
+                    });
+                    let line = envs.chain(["cargo".to_owned()]).chain(args).collect::<Vec<_>>();
+                    (step.name, line.join(" "))
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn full_pipeline() {
+        let args = TestArgs { no_install: false, skip_lint: false, test_args: Vec::new() };
+        assert_eq!(
+            describe(&args),
+            [
+                ("install servers", String::new()),
+                ("fmt", "cargo fmt --all -- --check".to_owned()),
+                ("clippy", "cargo clippy --workspace --all-targets --all-features -- -D warnings".to_owned()),
+                ("test", "DISTLOCK_REQUIRE_SERVERS=1 cargo test --workspace --all-features".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn quick_pipeline_passes_arguments_to_cargo_test() {
+        let args = TestArgs {
+            no_install: true,
+            skip_lint: true,
+            test_args: ["conformance", "--", "--nocapture"].map(String::from).to_vec(),
+        };
+        assert_eq!(
+            describe(&args),
+            [(
+                "test",
+                "DISTLOCK_REQUIRE_SERVERS=1 cargo test --workspace --all-features conformance -- \
+                 --nocapture"
+                    .to_owned()
+            )]
+        );
+    }
+}
