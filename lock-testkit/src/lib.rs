@@ -5,7 +5,9 @@
 //! - [`suite`]: the docs' conformance suite (`SCENARIOS.md`), written once over
 //!   [`DistributedLock`](lock_core::DistributedLock) and registered per backend with
 //!   [`conformance_tests!`].
+//! - [`workload`]: the benchmark workloads W1–W4, run by the `distlock-bench` binary.
 #![warn(missing_docs)]
 
 pub mod harness;
 pub mod suite;
+pub mod workload;

@@ -3,9 +3,11 @@
 //!
 //! - `cargo xtask test`: install the server programs the tests need (Debian/Ubuntu), check
 //!   formatting, run clippy, and run every test of the workspace. CI runs this through `.ci/run`.
+//! - `cargo xtask bench <backend>`: run the benchmark workloads W1–W4 (release build).
 //!
 //! Each command lives in its own module; this file only holds the command line.
 
+mod bench;
 mod cmd;
 mod install;
 mod test;
@@ -34,6 +36,9 @@ enum Task {
     /// `cargo test --workspace --all-features` with DISTLOCK_REQUIRE_SERVERS=1, so tests fail
     /// rather than skip when they cannot get a server. The first failing step stops the run.
     Test(TestArgs),
+    /// Run the benchmark workloads W1–W4 against one backend, in release mode, each result
+    /// printed beside the limit measured in the same run (the server's round trip).
+    Bench(bench::BenchArgs),
 }
 
 /// Options of `cargo xtask test`.
@@ -55,6 +60,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.task {
         Task::Test(args) => test::run(args),
+        Task::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

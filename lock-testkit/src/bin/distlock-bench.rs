@@ -1,0 +1,198 @@
+//! `distlock-bench`: runs the workloads W1–W4 against one backend and prints each result beside
+//! the physical limit measured in the same run (the server's round trip).
+//!
+//! `cargo xtask bench <backend>` builds this in release mode and runs it.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use serde_json::Value;
+
+use lock_testkit::suite::{MemoryTarget, SuiteTarget};
+use lock_testkit::workload::{self, Percentiles};
+
+/// Benchmark distlock backends with workloads W1–W4.
+#[derive(Debug, Parser)]
+struct Args {
+    /// The backend to measure.
+    backend: Backend,
+    /// Also write the raw records to `DIR/<backend>/<workload>_r<run>.json`.
+    #[arg(long, value_name = "DIR")]
+    raw_dir: Option<PathBuf>,
+    /// How many times to run the whole set.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Which workloads to run.
+    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4")]
+    workloads: Vec<Workload>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// The in-process reference backend.
+    Memory,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Workload {
+    W1,
+    W2,
+    W3,
+    W4,
+}
+
+/// The measured limit every result is compared with.
+struct Peer {
+    /// The median round trip to the server, if there is a server.
+    round_trip: Option<Duration>,
+    /// How the limit was measured, for the raw records.
+    description: String,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let outcome = match args.backend {
+        Backend::Memory => {
+            let peer = Peer { round_trip: None, description: "in-process (no server round trip)".into() };
+            run_all(&MemoryTarget::new(), &peer, &args)
+        }
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_all<T: SuiteTarget>(target: &T, peer: &Peer, args: &Args) -> Result<(), String> {
+    let label = target.label();
+    println!("backend: {label}");
+    match peer.round_trip {
+        Some(rtt) => println!("limit:   server round trip p50 {} ({})", show(rtt), peer.description),
+        None => println!("limit:   {}", peer.description),
+    }
+    let mut w1_rate = None;
+    for run in 1..=args.runs {
+        if args.runs > 1 {
+            println!("-- run {run} of {}", args.runs);
+        }
+        for &workload in &args.workloads {
+            let raw = match workload {
+                Workload::W1 => {
+                    let report = workload::w1_uncontended(target).map_err(|e| format!("W1: {e}"))?;
+                    let rate = report.pairs_per_second();
+                    w1_rate = Some(rate);
+                    let Percentiles { p50, p99 } = report.latency();
+                    let limit = peer.round_trip.map(|rtt| 1.0 / (2.0 * rtt.as_secs_f64()));
+                    println!(
+                        "W1 uncontended  {rate:>10.0} pairs/s{}  pair p50 {} p99 {}",
+                        ratio(rate, limit, "1/(2×RTT)"),
+                        show_ns(p50),
+                        show_ns(p99)
+                    );
+                    report.to_json()
+                }
+                Workload::W2 => {
+                    let report = workload::w2_contended(target).map_err(|e| format!("W2: {e}"))?;
+                    let handoffs = report.handoffs();
+                    let (min, max) = report.per_worker_min_max();
+                    let fairness = if max == 0 { 0.0 } else { min as f64 / max as f64 };
+                    let rtt4 = peer.round_trip.map(|rtt| 4.0 * rtt.as_secs_f64() * 1e9);
+                    println!(
+                        "W2 contended    {:>10.0} acq/s  lost updates {}  overlaps {}  errors {}/{}",
+                        report.acquisitions_per_second(),
+                        report.lost_updates(),
+                        report.overlaps(),
+                        report.acquire_errors,
+                        report.release_errors
+                    );
+                    println!(
+                        "                hand-off p50 {} p99 {}; cross-worker p50 {}{} p99 {} ({:.0} % of hand-offs); per-worker min/max {min}/{max} = {fairness:.2}",
+                        show_ns(handoffs.all.p50),
+                        show_ns(handoffs.all.p99),
+                        show_ns(handoffs.cross_worker.p50),
+                        rtt4.map_or(String::new(), |limit| format!(
+                            " = {:.2} × 4×RTT",
+                            handoffs.cross_worker.p50 as f64 / limit
+                        )),
+                        show_ns(handoffs.cross_worker.p99),
+                        handoffs.cross_worker_share * 100.0
+                    );
+                    report.to_json()
+                }
+                Workload::W3 => {
+                    let report = workload::w3_independent(target).map_err(|e| format!("W3: {e}"))?;
+                    let rate = report.pairs_per_second();
+                    let Percentiles { p50, p99 } = report.latency();
+                    println!(
+                        "W3 independent  {rate:>10.0} pairs/s{}  pair p50 {} p99 {}",
+                        w1_rate.map_or(String::new(), |w1| format!(" = {:.2} × W1", rate / w1)),
+                        show_ns(p50),
+                        show_ns(p99)
+                    );
+                    report.to_json()
+                }
+                Workload::W4 => {
+                    let report = workload::w4_renewal_scale(target).map_err(|e| format!("W4: {e}"))?;
+                    println!(
+                        "W4 renewal      {} locks of 1 s held 30 s: {} lost; {} renewal thread(s) of {} threads; RSS {:.1} MiB; acquired in {}",
+                        report.locks,
+                        report.lost,
+                        report.renewal_threads,
+                        report.process_threads,
+                        report.rss_kib as f64 / 1024.0,
+                        show_ns(report.acquire_ns)
+                    );
+                    report.to_json()
+                }
+            };
+            if let Some(dir) = &args.raw_dir {
+                write_raw(dir, &label, workload, run, raw, peer)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_raw(
+    dir: &Path,
+    label: &str,
+    workload: Workload,
+    run: usize,
+    mut raw: Value,
+    peer: &Peer,
+) -> Result<(), String> {
+    let dir = dir.join(label.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"));
+    fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    if let Value::Object(fields) = &mut raw {
+        fields.insert("backend".into(), label.into());
+        fields.insert("run".into(), run.into());
+        fields.insert(
+            "peer".into(),
+            serde_json::json!({
+                "round_trip_ns": peer.round_trip.map(|rtt| rtt.as_nanos() as u64),
+                "measured": peer.description,
+            }),
+        );
+    }
+    let name = format!("{}_r{run}.json", format!("{workload:?}").to_lowercase());
+    let path = dir.join(name);
+    fs::write(&path, raw.to_string()).map_err(|e| format!("write {}: {e}", path.display()))
+}
+
+fn ratio(value: f64, limit: Option<f64>, what: &str) -> String {
+    limit.map_or(String::new(), |limit| format!(" = {:.2} × {what} ({limit:.0})", value / limit))
+}
+
+fn show(duration: Duration) -> String {
+    format!("{duration:.1?}")
+}
+
+fn show_ns(ns: u64) -> String {
+    show(Duration::from_nanos(ns))
+}
