@@ -1,0 +1,176 @@
+//! Throwaway MariaDB servers: `mariadb-install-db` into a temp dir, then `mariadbd`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use mysql::prelude::Queryable as _;
+use mysql::{Conn, OptsBuilder};
+use nix::unistd::Uid;
+
+use super::binaries::{self, MARIADBD, MARIADB_INSTALL_DB};
+use super::command::CommandSpec;
+use super::process::Readiness;
+use super::{dirs, ports, HarnessError, ServerKind, ServerProcess, TestServer};
+
+const KIND: ServerKind = ServerKind::MariaDb;
+
+/// How long `mariadbd` may take to accept a login (InnoDB recovery after a kill included).
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long `mariadb-install-db` may take.
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Connect and read timeout of each readiness probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Server options shared by `mariadb-install-db` (which passes them on to its bootstrap
+/// server) and `mariadbd`, so both agree on the InnoDB files.
+const INNODB_OPTIONS: [&str; 4] = [
+    // The default redo log is 96 MiB per server; tests need a sliver.
+    "--innodb-log-file-size=8M",
+    "--innodb-buffer-pool-size=32M",
+    // Native AIO contexts are a scarce system-wide resource (aio-max-nr) in containers.
+    "--innodb-use-native-aio=0",
+    "--innodb-flush-log-at-trx-commit=2",
+];
+
+/// A private MariaDB server on a free loopback port, with database
+/// [`DATABASE`](Self::DATABASE) and a password-protected user [`USER`](Self::USER) that has
+/// every privilege on it.
+///
+/// Grants are real (no `--skip-grant-tables`), so a wrong password is rejected. `root` has no
+/// password and may log in over TCP from 127.0.0.1 ([`root_url`](Self::root_url)), for
+/// administration such as killing other users' connections.
+#[derive(Debug)]
+#[must_use = "the server stops when this is dropped"]
+pub struct MariaDbServer {
+    process: ServerProcess,
+}
+
+impl MariaDbServer {
+    /// The user that [`url`](Self::url) logs in as.
+    pub const USER: &'static str = "distlock";
+    /// [`USER`](Self::USER)'s password.
+    pub const PASSWORD: &'static str = "distlock";
+    /// The database created for tests.
+    pub const DATABASE: &'static str = "distlock";
+
+    /// Runs `mariadb-install-db`, starts `mariadbd` and creates the database and user.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::MissingBinary`] without MariaDB; [`HarnessError::Setup`] if installing
+    /// the system tables or creating the database or user fails; [`HarnessError::Exited`] or
+    /// [`HarnessError::NotReady`] (with the log's tail) if the server does not come up;
+    /// [`HarnessError::Io`] for temp dir and process failures.
+    pub fn start() -> Result<Self, HarnessError> {
+        let install_db = binaries::find(&MARIADB_INSTALL_DB)?;
+        let mariadbd = binaries::find(&MARIADBD)?;
+        ports::retry_on_port_in_use(|| Self::start_once(&install_db, &mariadbd))
+    }
+
+    fn start_once(install_db: &Path, mariadbd: &Path) -> Result<Self, HarnessError> {
+        let dir = dirs::create(KIND)?;
+        let data = dir.path().join("data");
+        // mariadbd refuses to run as root unless told to, and then keeps root's files.
+        let as_root = Uid::effective().is_root().then_some("--user=root");
+
+        // `--no-defaults` must come first: no /etc/mysql config may leak in.
+        CommandSpec::new(install_db)
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            // Passwordless root over TCP instead of unix_socket authentication only.
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .args(as_root)
+            .args(INNODB_OPTIONS)
+            .current_dir(dir.path())
+            .run(KIND, "mariadb-install-db", &dir.path().join("install.log"), INSTALL_TIMEOUT)?;
+
+        let port = ports::free_port()?;
+        let command = CommandSpec::new(mariadbd)
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--socket={}", dir.path().join("mariadbd.sock").display()))
+            .arg(format!("--pid-file={}", dir.path().join("mariadbd.pid").display()))
+            .arg(format!("--tmpdir={}", dir.path().display()))
+            .arg(format!("--port={port}"))
+            .args(["--bind-address=127.0.0.1", "--skip-name-resolve", "--max-connections=200"])
+            .args(as_root)
+            .args(INNODB_OPTIONS)
+            .current_dir(dir.path());
+        let readiness = Readiness { probe: Box::new(move || probe(port)), timeout: READY_TIMEOUT };
+        let process = ServerProcess::start(KIND, dir, port, command, readiness)?;
+
+        let mut root =
+            connect(port, "root", None).map_err(|error| setup_error("connecting as root", &error))?;
+        let (user, password, database) = (Self::USER, Self::PASSWORD, Self::DATABASE);
+        for statement in [
+            format!("CREATE DATABASE {database}"),
+            // '%' matches every client host; with --skip-name-resolve that is 127.0.0.1.
+            format!("CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"),
+            format!("GRANT ALL PRIVILEGES ON {database}.* TO '{user}'@'%'"),
+        ] {
+            root.query_drop(&statement).map_err(|error| setup_error(&statement, &error))?;
+        }
+        Ok(MariaDbServer { process })
+    }
+
+    /// `mysql://distlock:distlock@127.0.0.1:PORT/distlock`.
+    pub fn url(&self) -> String {
+        format!("mysql://{}:{}@127.0.0.1:{}/{}", Self::USER, Self::PASSWORD, self.port(), Self::DATABASE)
+    }
+
+    /// `mysql://root@127.0.0.1:PORT/distlock`: the passwordless superuser.
+    pub fn root_url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/{}", self.port(), Self::DATABASE)
+    }
+
+    /// The port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.process.port()
+    }
+
+    /// The server's process, for fault injection.
+    pub fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+}
+
+impl TestServer for MariaDbServer {
+    const KIND: ServerKind = KIND;
+
+    fn start() -> Result<Self, HarnessError> {
+        MariaDbServer::start()
+    }
+
+    fn address(&self) -> String {
+        self.url()
+    }
+
+    fn process(&self) -> &ServerProcess {
+        MariaDbServer::process(self)
+    }
+}
+
+/// A real login over TCP.
+fn probe(port: u16) -> Result<(), String> {
+    let mut root = connect(port, "root", None).map_err(|error| error.to_string())?;
+    root.query_drop("SELECT 1").map_err(|error| error.to_string())
+}
+
+fn connect(port: u16, user: &str, password: Option<&str>) -> Result<Conn, mysql::Error> {
+    let options = OptsBuilder::new()
+        .ip_or_hostname(Some("127.0.0.1"))
+        .tcp_port(port)
+        .user(Some(user))
+        .pass(password)
+        // Stay on TCP; by default the client switches to the server's unix socket.
+        .prefer_socket(false)
+        .tcp_connect_timeout(Some(PROBE_TIMEOUT))
+        .read_timeout(Some(PROBE_TIMEOUT));
+    Conn::new(options)
+}
+
+fn setup_error(step: &str, error: &mysql::Error) -> HarnessError {
+    HarnessError::Setup { kind: KIND, step: step.to_owned(), detail: error.to_string() }
+}

@@ -1,0 +1,189 @@
+//! Throwaway PostgreSQL servers: `initdb` into a temp dir, then `postgres` on a free port.
+
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use nix::unistd::{chown, Uid, User};
+use postgres::{Client, Config, NoTls};
+
+use super::binaries;
+use super::command::{CommandSpec, RunAs};
+use super::process::Readiness;
+use super::{dirs, ports, HarnessError, ServerKind, ServerProcess, TestServer};
+
+const KIND: ServerKind = ServerKind::Postgres;
+
+/// How long `postgres` may take to accept a login.
+const READY_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long `initdb` may take.
+const INITDB_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Connect timeout of each readiness probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Accounts to run PostgreSQL as when the tests run as root, which PostgreSQL refuses.
+const UNPRIVILEGED_ACCOUNTS: [&str; 2] = ["postgres", "nobody"];
+
+/// A private PostgreSQL server on a free loopback port, with database
+/// [`DATABASE`](Self::DATABASE) and a password-protected superuser [`USER`](Self::USER).
+///
+/// TCP logins need the password (`scram-sha-256`), so tests can check that a wrong one is
+/// rejected. Durability is off (`fsync`, `synchronous_commit`, `full_page_writes`) since the
+/// data is thrown away; `max_connections` is 200.
+#[derive(Debug)]
+#[must_use = "the server stops when this is dropped"]
+pub struct PostgresServer {
+    process: ServerProcess,
+}
+
+impl PostgresServer {
+    /// The superuser that [`url`](Self::url) logs in as.
+    pub const USER: &'static str = "distlock";
+    /// [`USER`](Self::USER)'s password.
+    pub const PASSWORD: &'static str = "distlock";
+    /// The database created for tests.
+    pub const DATABASE: &'static str = "distlock";
+
+    /// Runs `initdb`, starts `postgres` (as an unprivileged account when run as root) and
+    /// creates [`DATABASE`](Self::DATABASE).
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::MissingBinary`] without PostgreSQL; [`HarnessError::Setup`] if `initdb`
+    /// or creating the database fails, or there is no account to run as;
+    /// [`HarnessError::Exited`] or [`HarnessError::NotReady`] (with the log's tail) if the
+    /// server does not come up; [`HarnessError::Io`] for temp dir and process failures.
+    pub fn start() -> Result<Self, HarnessError> {
+        let initdb = binaries::find_postgres("initdb")?;
+        let postgres = binaries::sibling(&initdb, "postgres", "postgresql")?;
+        let account = unprivileged_account()?;
+        ports::retry_on_port_in_use(|| Self::start_once(&initdb, &postgres, account))
+    }
+
+    fn start_once(initdb: &Path, postgres: &Path, account: Option<RunAs>) -> Result<Self, HarnessError> {
+        let dir = dirs::create(KIND)?;
+        let data = dir.path().join("data");
+        let password_file = dir.path().join("password");
+        fs::write(&password_file, Self::PASSWORD)
+            .map_err(|source| HarnessError::io("writing PostgreSQL's password file", source))?;
+        if let Some(account) = account {
+            // The temp dir is root's and private; the server's account must own it.
+            for path in [dir.path(), &password_file] {
+                chown(path, Some(account.uid), Some(account.gid)).map_err(|errno| {
+                    HarnessError::io(format!("handing {path:?} to uid {}", account.uid), errno.into())
+                })?;
+            }
+        }
+
+        CommandSpec::new(initdb)
+            .arg("--pgdata")
+            .arg(&data)
+            .args(["--username", Self::USER])
+            .arg("--pwfile")
+            .arg(&password_file)
+            .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
+            .args(["--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions"])
+            .current_dir(dir.path())
+            .run_as(account)
+            .run(KIND, "initdb", &dir.path().join("initdb.log"), INITDB_TIMEOUT)?;
+
+        let port = ports::free_port()?;
+        let setting =
+            |name: &str, value: &dyn std::fmt::Display| ["-c".to_owned(), format!("{name}={value}")];
+        let command = CommandSpec::new(postgres)
+            .arg("-D")
+            .arg(&data)
+            .args(["-p".to_owned(), port.to_string()])
+            .args(setting("listen_addresses", &"127.0.0.1"))
+            .args(setting("unix_socket_directories", &dir.path().display()))
+            .args(setting("max_connections", &200))
+            .args(setting("shared_buffers", &"32MB"))
+            .args(setting("fsync", &"off"))
+            .args(setting("synchronous_commit", &"off"))
+            .args(setting("full_page_writes", &"off"))
+            .current_dir(dir.path())
+            .run_as(account);
+        let readiness = Readiness { probe: Box::new(move || probe(port)), timeout: READY_TIMEOUT };
+        let process = ServerProcess::start(KIND, dir, port, command, readiness)?;
+
+        let mut admin = connect(port, "postgres").map_err(|error| setup_error("connecting", &error))?;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {}", Self::DATABASE))
+            .map_err(|error| setup_error("creating the test database", &error))?;
+        Ok(PostgresServer { process })
+    }
+
+    /// `postgres://distlock:distlock@127.0.0.1:PORT/distlock`.
+    pub fn url(&self) -> String {
+        format!("postgres://{}:{}@127.0.0.1:{}/{}", Self::USER, Self::PASSWORD, self.port(), Self::DATABASE)
+    }
+
+    /// The port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.process.port()
+    }
+
+    /// The server's process (the postmaster), for fault injection. Its controls act on the
+    /// backends too.
+    pub fn process(&self) -> &ServerProcess {
+        &self.process
+    }
+}
+
+impl TestServer for PostgresServer {
+    const KIND: ServerKind = KIND;
+
+    fn start() -> Result<Self, HarnessError> {
+        PostgresServer::start()
+    }
+
+    fn address(&self) -> String {
+        self.url()
+    }
+
+    fn process(&self) -> &ServerProcess {
+        PostgresServer::process(self)
+    }
+}
+
+/// The account to run PostgreSQL as: none (the current one) unless running as root.
+fn unprivileged_account() -> Result<Option<RunAs>, HarnessError> {
+    if !Uid::effective().is_root() {
+        return Ok(None);
+    }
+    UNPRIVILEGED_ACCOUNTS
+        .iter()
+        .find_map(|name| User::from_name(name).ok().flatten())
+        .map(|user| Some(RunAs { uid: user.uid, gid: user.gid }))
+        .ok_or_else(|| HarnessError::Setup {
+            kind: KIND,
+            step: "choosing an account".into(),
+            detail: format!(
+                "PostgreSQL refuses to run as root and none of the accounts {UNPRIVILEGED_ACCOUNTS:?} exists"
+            ),
+        })
+}
+
+/// A real login with the password over TCP.
+fn probe(port: u16) -> Result<(), String> {
+    let mut client = connect(port, "postgres").map_err(|error| error.to_string())?;
+    client.simple_query("SELECT 1").map_err(|error| error.to_string())?;
+    Ok(())
+}
+
+fn connect(port: u16, database: &str) -> Result<Client, postgres::Error> {
+    Config::new()
+        .host("127.0.0.1")
+        .port(port)
+        .user(PostgresServer::USER)
+        .password(PostgresServer::PASSWORD)
+        .dbname(database)
+        .connect_timeout(PROBE_TIMEOUT)
+        .connect(NoTls)
+}
+
+fn setup_error(step: &str, error: &postgres::Error) -> HarnessError {
+    HarnessError::Setup { kind: KIND, step: step.to_owned(), detail: error.to_string() }
+}

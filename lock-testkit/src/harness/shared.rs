@@ -1,0 +1,268 @@
+//! One server of each kind per test binary, started on first use, or an external one.
+//!
+//! Starting PostgreSQL or a JVM per test would dominate the suite's time, so tests that only
+//! need *a* server share these. They live until the test binary exits (statics are never
+//! dropped; the spawner's death signal stops them, and the next run removes their dirs).
+//! Tests that kill, pause or restart a server must start a private one instead.
+//!
+//! An environment variable can name an existing server instead; then nothing is started and
+//! the handle has no process controls:
+//!
+//! | function | variable | value |
+//! | --- | --- | --- |
+//! | [`redis()`] | `DISTLOCK_REDIS_URL` | `redis://…` |
+//! | [`redis_nodes()`] | `DISTLOCK_REDIS_NODES` | comma-separated `redis://…` URLs |
+//! | [`postgres()`] | `DISTLOCK_POSTGRES_URL` | `postgres://…` |
+//! | [`mariadb()`] | `DISTLOCK_MYSQL_URL` | `mysql://…` |
+//! | [`zookeeper()`] | `DISTLOCK_ZOOKEEPER` | `host:port[,host:port…]` |
+
+use std::ffi::OsString;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
+
+use super::{
+    HarnessError, MariaDbServer, PostgresServer, RedisServer, ServerProcess, TestServer, ZooKeeperServer,
+};
+
+/// Names an external Redis server for [`redis()`].
+pub const REDIS_URL_VARIABLE: &str = "DISTLOCK_REDIS_URL";
+/// Names external Redis servers, comma-separated, for [`redis_nodes()`].
+pub const REDIS_NODES_VARIABLE: &str = "DISTLOCK_REDIS_NODES";
+/// Names an external PostgreSQL server for [`postgres()`].
+pub const POSTGRES_URL_VARIABLE: &str = "DISTLOCK_POSTGRES_URL";
+/// Names an external MySQL or MariaDB server for [`mariadb()`].
+pub const MYSQL_URL_VARIABLE: &str = "DISTLOCK_MYSQL_URL";
+/// Names an external ZooKeeper ensemble (connect string) for [`zookeeper()`].
+pub const ZOOKEEPER_VARIABLE: &str = "DISTLOCK_ZOOKEEPER";
+
+/// A server for tests that any test may use: started by the harness, or external.
+#[derive(Debug)]
+pub struct SharedServer<S> {
+    address: String,
+    origin: Origin<S>,
+}
+
+#[derive(Debug)]
+enum Origin<S> {
+    Started(S),
+    External { variable: &'static str },
+}
+
+impl<S: TestServer> SharedServer<S> {
+    fn started(server: S) -> Self {
+        SharedServer { address: server.address(), origin: Origin::Started(server) }
+    }
+
+    fn external(address: String, variable: &'static str) -> Self {
+        SharedServer { address, origin: Origin::External { variable } }
+    }
+
+    /// What clients connect to: a URL, or a ZooKeeper connect string.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Whether an environment variable named this server rather than the harness starting it.
+    pub fn is_external(&self) -> bool {
+        matches!(self.origin, Origin::External { .. })
+    }
+
+    /// The server the harness started.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::External`] for an external server.
+    pub fn server(&self) -> Result<&S, HarnessError> {
+        match &self.origin {
+            Origin::Started(server) => Ok(server),
+            Origin::External { variable } => Err(HarnessError::External { kind: S::KIND, variable }),
+        }
+    }
+
+    /// The server's process. Prefer a private server for fault injection: other tests use
+    /// this one concurrently.
+    ///
+    /// # Errors
+    ///
+    /// [`HarnessError::External`] for an external server.
+    pub fn process(&self) -> Result<&ServerProcess, HarnessError> {
+        self.server().map(TestServer::process)
+    }
+}
+
+/// A shared server's slot: the outcome of the one start attempt, failure included, so a
+/// broken install fails every test quickly instead of each retrying the start.
+type Slot<S> = OnceLock<Result<SharedServer<S>, Arc<HarnessError>>>;
+
+/// The shared Redis server, or the one `DISTLOCK_REDIS_URL` names.
+///
+/// # Errors
+///
+/// [`HarnessError::Shared`] with the start failure (the same for every call).
+pub fn redis() -> Result<&'static SharedServer<RedisServer>, HarnessError> {
+    static SLOT: Slot<RedisServer> = OnceLock::new();
+    shared(&SLOT, REDIS_URL_VARIABLE)
+}
+
+/// The shared PostgreSQL server, or the one `DISTLOCK_POSTGRES_URL` names.
+///
+/// # Errors
+///
+/// [`HarnessError::Shared`] with the start failure (the same for every call).
+pub fn postgres() -> Result<&'static SharedServer<PostgresServer>, HarnessError> {
+    static SLOT: Slot<PostgresServer> = OnceLock::new();
+    shared(&SLOT, POSTGRES_URL_VARIABLE)
+}
+
+/// The shared MariaDB server, or the MySQL-protocol server `DISTLOCK_MYSQL_URL` names.
+///
+/// # Errors
+///
+/// [`HarnessError::Shared`] with the start failure (the same for every call).
+pub fn mariadb() -> Result<&'static SharedServer<MariaDbServer>, HarnessError> {
+    static SLOT: Slot<MariaDbServer> = OnceLock::new();
+    shared(&SLOT, MYSQL_URL_VARIABLE)
+}
+
+/// The shared standalone ZooKeeper server, or the ensemble `DISTLOCK_ZOOKEEPER` names.
+///
+/// # Errors
+///
+/// [`HarnessError::Shared`] with the start failure (the same for every call).
+pub fn zookeeper() -> Result<&'static SharedServer<ZooKeeperServer>, HarnessError> {
+    static SLOT: Slot<ZooKeeperServer> = OnceLock::new();
+    shared(&SLOT, ZOOKEEPER_VARIABLE)
+}
+
+fn shared<S: TestServer>(
+    slot: &'static Slot<S>,
+    variable: &'static str,
+) -> Result<&'static SharedServer<S>, HarnessError> {
+    slot.get_or_init(|| obtain(variable, std::env::var_os(variable)).map_err(Arc::new))
+        .as_ref()
+        .map_err(|source| HarnessError::Shared { kind: S::KIND, source: Arc::clone(source) })
+}
+
+/// The external server `value` (of `variable`) names, or else a newly started one.
+fn obtain<S: TestServer>(
+    variable: &'static str,
+    value: Option<OsString>,
+) -> Result<SharedServer<S>, HarnessError> {
+    match external_address(variable, value)? {
+        Some(address) => Ok(SharedServer::external(address, variable)),
+        None => S::start().map(SharedServer::started),
+    }
+}
+
+/// The address in an environment variable's value; unset and empty both mean none.
+fn external_address(variable: &'static str, value: Option<OsString>) -> Result<Option<String>, HarnessError> {
+    match value {
+        None => Ok(None),
+        Some(value) if value.is_empty() => Ok(None),
+        Some(value) => value
+            .into_string()
+            .map(Some)
+            .map_err(|_| HarnessError::InvalidEnvironment { variable, reason: "not valid UTF-8".into() }),
+    }
+}
+
+/// `count` independent shared Redis servers, as Redlock needs, or the first `count` of those
+/// `DISTLOCK_REDIS_NODES` names. They are not [`redis()`]'s server. Later calls return the same
+/// servers, starting more if `count` grew.
+///
+/// # Errors
+///
+/// [`HarnessError::InvalidEnvironment`] if `DISTLOCK_REDIS_NODES` names fewer than `count`
+/// servers; start failures as for [`RedisServer::start`] (not remembered: a later call tries
+/// again).
+pub fn redis_nodes(count: usize) -> Result<Vec<&'static SharedServer<RedisServer>>, HarnessError> {
+    /// `None` until the first call has read the environment.
+    static NODES: Mutex<Option<Nodes>> = Mutex::new(None);
+
+    let mut nodes = NODES.lock();
+    let nodes = match &mut *nodes {
+        Some(nodes) => nodes,
+        empty => empty.insert(Nodes::from_environment()?),
+    };
+    nodes.take(count)
+}
+
+/// The Redlock nodes handed out so far.
+struct Nodes {
+    list: Vec<&'static SharedServer<RedisServer>>,
+    /// Whether the list came from the environment, and so cannot grow.
+    external: bool,
+}
+
+impl Nodes {
+    fn from_environment() -> Result<Self, HarnessError> {
+        let value = std::env::var_os(REDIS_NODES_VARIABLE);
+        let Some(urls) = external_address(REDIS_NODES_VARIABLE, value)? else {
+            return Ok(Nodes { list: Vec::new(), external: false });
+        };
+        let list = urls
+            .split(',')
+            .map(str::trim)
+            .filter(|url| !url.is_empty())
+            .map(|url| leak(SharedServer::external(url.to_owned(), REDIS_NODES_VARIABLE)))
+            .collect();
+        Ok(Nodes { list, external: true })
+    }
+
+    fn take(&mut self, count: usize) -> Result<Vec<&'static SharedServer<RedisServer>>, HarnessError> {
+        if self.external && self.list.len() < count {
+            return Err(HarnessError::InvalidEnvironment {
+                variable: REDIS_NODES_VARIABLE,
+                reason: format!("names {} servers but {count} are needed", self.list.len()),
+            });
+        }
+        while self.list.len() < count {
+            self.list.push(leak(SharedServer::started(RedisServer::start()?)));
+        }
+        Ok(self.list[..count].to_vec())
+    }
+}
+
+/// Gives a shared server the `'static` lifetime the other shared servers get from their
+/// statics; like them it is never dropped, and the spawner's death signal stops it.
+fn leak(server: SharedServer<RedisServer>) -> &'static SharedServer<RedisServer> {
+    Box::leak(Box::new(server))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::ServerKind;
+
+    #[test]
+    fn an_environment_variable_names_an_external_server_without_process_controls() {
+        let shared =
+            obtain::<PostgresServer>(POSTGRES_URL_VARIABLE, Some("postgres://elsewhere/db".into())).unwrap();
+        assert!(shared.is_external());
+        assert_eq!(shared.address(), "postgres://elsewhere/db");
+        let error = shared.process().unwrap_err();
+        assert!(matches!(
+            error,
+            HarnessError::External { kind: ServerKind::Postgres, variable: POSTGRES_URL_VARIABLE }
+        ));
+        assert!(error.to_string().contains("$DISTLOCK_POSTGRES_URL"), "{error}");
+    }
+
+    #[test]
+    fn empty_variables_count_as_unset() {
+        assert_eq!(external_address(REDIS_URL_VARIABLE, None).unwrap(), None);
+        assert_eq!(external_address(REDIS_URL_VARIABLE, Some("".into())).unwrap(), None);
+    }
+
+    #[test]
+    fn external_redis_nodes_cannot_grow() {
+        let mut nodes = Nodes {
+            list: vec![leak(SharedServer::external("redis://a/".into(), REDIS_NODES_VARIABLE))],
+            external: true,
+        };
+        assert_eq!(nodes.take(1).unwrap()[0].address(), "redis://a/");
+        let error = nodes.take(2).unwrap_err();
+        assert!(error.to_string().contains("names 1 servers but 2 are needed"), "{error}");
+    }
+}

@@ -1,0 +1,393 @@
+//! The real-server harness, checked against real servers through the project's client crates.
+//!
+//! Every test that needs a server fails if the server cannot start: nothing is skipped.
+
+use std::fs;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use lock_testkit::harness::{
+    shared, MariaDbServer, PostgresServer, RedisOptions, RedisServer, ZooKeeperEnsemble, ZooKeeperMode,
+    ZooKeeperServer,
+};
+use mysql::prelude::Queryable as _;
+use nix::errno::Errno;
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+use redis::Commands as _;
+use zookeeper_client as zk;
+
+/// How long killed processes may take to disappear.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether `pid` runs: `/proc/PID` exists and is not a zombie. A zombie is dead; the process
+/// that adopted it reaps it in its own time.
+fn is_alive(pid: u32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat[stat.rfind(')').expect("stat has a command name") + 1..].split_whitespace().next();
+    !matches!(state, Some("Z" | "X"))
+}
+
+fn accepts_connections(port: u16) -> bool {
+    let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    TcpStream::connect_timeout(&address, Duration::from_secs(1)).is_ok()
+}
+
+/// Asserts that every pid is dead and nothing listens on `port` any more.
+fn assert_gone(pids: &[u32], port: u16) {
+    let deadline = Instant::now() + EXIT_TIMEOUT;
+    while pids.iter().any(|&pid| is_alive(pid)) && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(20));
+    }
+    let alive: Vec<u32> = pids.iter().copied().filter(|&pid| is_alive(pid)).collect();
+    assert!(alive.is_empty(), "processes {alive:?} outlived their server");
+    assert!(!accepts_connections(port), "port {port} still accepts connections");
+}
+
+/// Asserts that the harness reaped `pid` itself: no zombie left, `kill(pid, 0)` fails.
+fn assert_reaped(pid: u32) {
+    let pid = i32::try_from(pid).expect("pid fits i32");
+    assert_eq!(kill(Pid::from_raw(pid), None), Err(Errno::ESRCH));
+}
+
+fn redis_connection(url: &str) -> redis::Connection {
+    redis::Client::open(url)
+        .expect("valid Redis URL")
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .expect("connect to Redis")
+}
+
+fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
+}
+
+#[test]
+fn redis_answers_rejects_wrong_passwords_and_is_gone_after_drop() {
+    let server =
+        RedisServer::start_with(RedisOptions::new().password("s3cret:/@")).expect("start redis-server");
+    let port = server.port();
+
+    let mut connection = redis_connection(&server.url());
+    let () = connection.set("greeting", "hello").unwrap();
+    let value: Option<String> = connection.get("greeting").unwrap();
+    assert_eq!(value.as_deref(), Some("hello"));
+
+    let wrong = redis::Client::open(format!("redis://:wrong@127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .map(|_| ())
+        .expect_err("a wrong password must be rejected");
+    assert_eq!(wrong.kind(), redis::ErrorKind::AuthenticationFailed, "{wrong}");
+    let mut anonymous = redis_connection(&format!("redis://127.0.0.1:{port}/"));
+    let refused = anonymous.get::<_, Option<String>>("greeting").expect_err("no password must be rejected");
+    assert!(refused.to_string().contains("NOAUTH"), "{refused}");
+
+    let pid = server.process().pid().expect("running");
+    drop(server);
+    assert_reaped(pid);
+    assert_gone(&[pid], port);
+}
+
+#[test]
+fn redis_replica_copies_the_primary() {
+    let primary = RedisServer::start().expect("start the primary");
+    let replica = RedisServer::start_replica_of(&primary).expect("start the replica");
+    assert_ne!(primary.port(), replica.port());
+
+    let () = redis_connection(&primary.url()).set("copied", "yes").unwrap();
+    let mut from_replica = redis_connection(&replica.url());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let value: Option<String> = from_replica.get("copied").unwrap();
+        if value.as_deref() == Some("yes") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the key never reached the replica");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn redis_kill9_then_restart_answers_on_the_same_port_without_the_data() {
+    let server = RedisServer::start().expect("start redis-server");
+    let port = server.port();
+    let () = redis_connection(&server.url()).set("doomed", "1").unwrap();
+    let old_pid = server.process().pid().expect("running");
+
+    server.process().kill9().unwrap();
+    assert!(!server.process().is_running());
+    assert_eq!(server.process().pid(), None);
+    assert_reaped(old_pid);
+    assert_gone(&[old_pid], port);
+    assert!(server.process().pause().is_err(), "a dead server cannot be paused");
+
+    server.process().restart().expect("restart redis-server");
+    assert!(server.process().is_running());
+    assert_ne!(server.process().pid(), Some(old_pid));
+    assert_eq!(server.port(), port);
+    let value: Option<String> = redis_connection(&server.url()).get("doomed").unwrap();
+    assert_eq!(value, None, "nothing is persisted across a crash");
+}
+
+#[test]
+fn redis_pause_stalls_reads_and_resume_recovers() {
+    let server = RedisServer::start().expect("start redis-server");
+    let mut connection = redis_connection(&server.url());
+    connection.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+
+    server.process().pause().unwrap();
+    assert!(server.process().is_running(), "a paused server still runs");
+    let stalled =
+        connection.get::<_, Option<String>>("anything").expect_err("a paused server must not answer");
+    assert!(stalled.is_timeout(), "{stalled}");
+
+    server.process().resume().unwrap();
+    // The stalled connection's late reply would be out of step; use a fresh one.
+    let value: Option<String> = redis_connection(&server.url()).get("anything").unwrap();
+    assert_eq!(value, None);
+}
+
+#[test]
+fn redis_start_many_gives_independent_nodes() {
+    let nodes = RedisServer::start_many(3).expect("start three nodes");
+    let () = redis_connection(&nodes[0].url()).set("only-here", "1").unwrap();
+    for node in &nodes[1..] {
+        assert_ne!(node.port(), nodes[0].port());
+        let value: Option<String> = redis_connection(&node.url()).get("only-here").unwrap();
+        assert_eq!(value, None);
+    }
+}
+
+#[test]
+fn postgres_answers_rejects_a_wrong_password_restarts_and_is_gone_with_its_backends() {
+    let server = PostgresServer::start().expect("start PostgreSQL");
+    let port = server.port();
+    let select_one = || {
+        let mut client = postgres::Client::connect(&server.url(), postgres::NoTls).unwrap();
+        let row = client.query_one("SELECT 1, current_database()", &[]).unwrap();
+        assert_eq!(row.get::<_, i32>(0), 1);
+        assert_eq!(row.get::<_, String>(1), PostgresServer::DATABASE);
+        client
+    };
+    let client = select_one();
+
+    let wrong = format!("postgres://{}:wrong@127.0.0.1:{port}/distlock", PostgresServer::USER);
+    let error = postgres::Client::connect(&wrong, postgres::NoTls)
+        .map(|_| ())
+        .expect_err("a wrong password must be rejected");
+    assert_eq!(error.code(), Some(&postgres::error::SqlState::INVALID_PASSWORD), "{error}");
+
+    // The postmaster, its helpers and the backend serving `client`: all die with a kill9.
+    let pids = server.process().pids();
+    assert!(pids.len() > 2, "expected a postmaster with children, got {pids:?}");
+    server.process().kill9().unwrap();
+    assert_reaped(pids[0]);
+    assert_gone(&pids, port);
+    drop(client);
+    server.process().restart().expect("restart PostgreSQL");
+    let client = select_one();
+
+    let pids = server.process().pids();
+    drop(server);
+    assert_reaped(pids[0]);
+    assert_gone(&pids, port);
+    drop(client);
+}
+
+#[test]
+fn mariadb_answers_rejects_a_wrong_password_restarts_and_is_gone_after_drop() {
+    let server = MariaDbServer::start().expect("start MariaDB");
+    let port = server.port();
+    let connect = |url: &str| mysql::Conn::new(mysql::Opts::from_url(url).expect("valid MySQL URL"));
+
+    let mut connection = connect(&server.url()).unwrap();
+    let one: Option<i32> = connection.query_first("SELECT 1").unwrap();
+    assert_eq!(one, Some(1));
+    let locked: Option<i32> = connection.query_first("SELECT GET_LOCK('harness', 0)").unwrap();
+    assert_eq!(locked, Some(1));
+    // The lock user may kill its own other connections, as lock tests do.
+    let mut victim = connect(&server.url()).unwrap();
+    connection.query_drop(format!("KILL {}", victim.connection_id())).expect("KILL of an own connection");
+    assert!(victim.query_drop("SELECT 1").is_err(), "the killed connection still works");
+    let mut root = connect(&server.root_url()).expect("root logs in over TCP");
+    root.query_drop("SELECT 1").unwrap();
+
+    let wrong = format!("mysql://{}:wrong@127.0.0.1:{port}/distlock", MariaDbServer::USER);
+    match connect(&wrong) {
+        Err(mysql::Error::MySqlError(error)) => assert_eq!(error.code, 1045, "{error}"),
+        Err(other) => panic!("expected access denied, got {other}"),
+        Ok(_) => panic!("a wrong password must be rejected"),
+    }
+
+    let pid = server.process().pid().expect("running");
+    server.process().kill9().unwrap();
+    assert_reaped(pid);
+    assert_gone(&[pid], port);
+    server.process().restart().expect("restart MariaDB");
+    let one: Option<i32> = connect(&server.url()).unwrap().query_first("SELECT 1").unwrap();
+    assert_eq!(one, Some(1));
+
+    let pid = server.process().pid().expect("running");
+    drop(server);
+    assert_reaped(pid);
+    assert_gone(&[pid], port);
+}
+
+#[test]
+fn zookeeper_answers_restarts_and_is_gone_after_drop() {
+    let server = ZooKeeperServer::start().expect("start ZooKeeper");
+    let port = server.port();
+    assert_eq!(server.mode(), Some(ZooKeeperMode::Standalone));
+
+    let runtime = current_thread_runtime();
+    runtime.block_on(async {
+        let client = zk::Client::connect(&server.connect_string()).await.unwrap();
+        let create = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        client.create("/harness", b"hello", &create).await.unwrap();
+        let (data, _) = client.get_data("/harness").await.unwrap();
+        assert_eq!(data, b"hello");
+    });
+
+    let pid = server.process().pid().expect("running");
+    server.process().kill9().unwrap();
+    assert_reaped(pid);
+    assert_gone(&[pid], port);
+    server.process().restart().expect("restart ZooKeeper");
+    // ZooKeeper writes its transaction log before answering, so the node survived.
+    runtime.block_on(async {
+        let client = zk::Client::connect(&server.connect_string()).await.unwrap();
+        let (data, _) = client.get_data("/harness").await.unwrap();
+        assert_eq!(data, b"hello");
+    });
+
+    let pid = server.process().pid().expect("running");
+    drop(server);
+    assert_reaped(pid);
+    assert_gone(&[pid], port);
+}
+
+#[test]
+fn zookeeper_ensemble_elects_a_new_leader_when_the_leader_dies() {
+    let ensemble = ZooKeeperEnsemble::start(3).expect("start a 3-node ensemble");
+    let leader = ensemble.leader().expect("a leader right after start");
+    let followers =
+        ensemble.nodes().iter().filter(|node| node.mode() == Some(ZooKeeperMode::Follower)).count();
+    assert_eq!(followers, 2);
+
+    let runtime = current_thread_runtime();
+    let create = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    runtime.block_on(async {
+        let client = zk::Client::connect(&ensemble.connect_string()).await.unwrap();
+        client.create("/survives", b"quorum", &create).await.unwrap();
+    });
+
+    let old_leader = &ensemble.nodes()[leader];
+    old_leader.process().kill9().unwrap();
+    let new_leader = ensemble.wait_for_leader(Duration::from_secs(30)).expect("a new leader");
+    assert_ne!(new_leader, leader);
+    runtime.block_on(async {
+        let client = zk::Client::connect(&ensemble.connect_string()).await.unwrap();
+        let (data, _) = client.get_data("/survives").await.unwrap();
+        assert_eq!(data, b"quorum");
+    });
+
+    // The old leader rejoins on its old ports, as a follower of the new one.
+    old_leader.process().restart().expect("restart the old leader");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while old_leader.mode() != Some(ZooKeeperMode::Follower) {
+        assert!(Instant::now() < deadline, "the old leader never rejoined");
+        thread::sleep(Duration::from_millis(50));
+    }
+
+    let nodes: Vec<(u32, u16)> =
+        ensemble.nodes().iter().map(|node| (node.process().pid().expect("running"), node.port())).collect();
+    drop(ensemble);
+    for (pid, port) in nodes {
+        assert_reaped(pid);
+        assert_gone(&[pid], port);
+    }
+}
+
+#[test]
+fn shared_servers_start_once_and_answer() {
+    let redis = shared::redis().expect("shared Redis");
+    assert!(std::ptr::eq(redis, shared::redis().unwrap()), "started twice");
+    let pong: String = redis::cmd("PING").query(&mut redis_connection(redis.address())).unwrap();
+    assert_eq!(pong, "PONG");
+
+    let nodes = shared::redis_nodes(3).expect("shared Redlock nodes");
+    let again = shared::redis_nodes(2).unwrap();
+    assert!(std::ptr::eq(nodes[0], again[0]) && std::ptr::eq(nodes[1], again[1]));
+    let mut addresses: Vec<&str> = nodes.iter().map(|node| node.address()).collect();
+    addresses.push(redis.address());
+    addresses.sort_unstable();
+    addresses.dedup();
+    assert_eq!(addresses.len(), 4, "nodes must be distinct servers");
+
+    let postgres = shared::postgres().expect("shared PostgreSQL");
+    let mut client = postgres::Client::connect(postgres.address(), postgres::NoTls).unwrap();
+    client.simple_query("SELECT 1").unwrap();
+
+    let mariadb = shared::mariadb().expect("shared MariaDB");
+    let mut connection = mysql::Conn::new(mysql::Opts::from_url(mariadb.address()).unwrap()).unwrap();
+    connection.query_drop("SELECT 1").unwrap();
+
+    let zookeeper = shared::zookeeper().expect("shared ZooKeeper");
+    current_thread_runtime().block_on(async {
+        let client = zk::Client::connect(zookeeper.address()).await.unwrap();
+        client.get_data("/").await.unwrap();
+    });
+}
+
+/// Set in the child test binary that [`servers_die_with_a_test_binary_that_runs_no_destructors`]
+/// starts.
+const CHILD_VARIABLE: &str = "DISTLOCK_HARNESS_TEST_CHILD";
+
+#[test]
+fn servers_die_with_a_test_binary_that_runs_no_destructors() {
+    const NAME: &str = "servers_die_with_a_test_binary_that_runs_no_destructors";
+    if std::env::var_os(CHILD_VARIABLE).is_some() {
+        // The child: start a server, report it, and exit without dropping it, as a test
+        // binary does with shared servers in statics.
+        let server = RedisServer::start().expect("start redis-server in the child");
+        println!(
+            "child-server {} {}",
+            server.process().pid().expect("running"),
+            server.process().dir().display()
+        );
+        std::process::exit(0);
+    }
+
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+        .env(CHILD_VARIABLE, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report = stdout
+        .lines()
+        // libtest prints the test's name on the same line first.
+        .find_map(|line| line.split_once("child-server ").map(|(_, report)| report))
+        .unwrap_or_else(|| {
+            panic!("the child reported no server:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr))
+        });
+    let (pid, dir) = report.split_once(' ').expect("pid and dir");
+    let pid: u32 = pid.parse().unwrap();
+    let dir = PathBuf::from(dir);
+
+    // Only the pid tells: the child's port is not in this process's list of handed-out
+    // ports, so a server of a concurrent test here may already have been given it.
+    let deadline = Instant::now() + EXIT_TIMEOUT;
+    while is_alive(pid) {
+        assert!(Instant::now() < deadline, "the child's server {pid} outlived it");
+        thread::sleep(Duration::from_millis(20));
+    }
+    // No destructor ran, so the dir is still there: the next run's cleanup removes it.
+    assert!(dir.exists());
+    fs::remove_dir_all(dir).unwrap();
+}
