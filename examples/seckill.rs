@@ -29,7 +29,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         #[cfg(feature = "redis")]
         url if url.starts_with("redis://") || url.starts_with("rediss://") => {
-            sale(&target, || distlock::redis::RedisLockBuilder::new(url).build())
+            sale(&target, || distlock::redis::RedisBackend::new(url))
         }
         other => Err(format!(
             "unknown backend {other:?}: use `memory`, or a URL of a backend whose feature is enabled"

@@ -14,3 +14,19 @@
 #![warn(missing_docs)]
 
 pub use lock_core::*;
+
+/// The Redis backend (feature `redis`): [`RedisBackend`](lock_redis::RedisBackend) with the
+/// single-node `SET NX PX` and the reentrant-hash layouts, fencing tokens, pub/sub wake-ups and
+/// a fair wait queue.
+///
+/// ```no_run
+/// use distlock::redis::RedisBackend;
+/// use distlock::LockClient;
+///
+/// let client = LockClient::new(RedisBackend::new("redis://127.0.0.1:6380/")?);
+/// let guard = client.lock_named("reports:daily")?.lock()?;
+/// guard.unlock()?;
+/// # Ok::<(), distlock::Error>(())
+/// ```
+#[cfg(feature = "redis")]
+pub use lock_redis as redis;

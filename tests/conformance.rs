@@ -5,3 +5,9 @@
 //! on every backend.
 
 lock_testkit::conformance_tests!(memory, lock_testkit::suite::MemoryTarget::new());
+
+// Redis, both layouts, on the shared harness server (or `DISTLOCK_REDIS_URL`).
+#[cfg(feature = "redis")]
+lock_testkit::conformance_tests!(redis_set_nx, lock_testkit::redis::RedisTarget::set_nx());
+#[cfg(feature = "redis")]
+lock_testkit::conformance_tests!(redis_hash, lock_testkit::redis::RedisTarget::reentrant_hash());

@@ -6,8 +6,15 @@
 //!   [`DistributedLock`](lock_core::DistributedLock) and registered per backend with
 //!   [`conformance_tests!`].
 //! - [`workload`]: the benchmark workloads W1–W4, run by the `distlock-bench` binary.
+//! - `redis` (feature `redis`): the Redis backend as a suite and workload target.
+//! - `negative` (feature `redis`): the docs' broken Redis recipes N01–N04, which must fail the
+//!   scenario they break.
 #![warn(missing_docs)]
 
 pub mod harness;
+#[cfg(feature = "redis")]
+pub mod negative;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod suite;
 pub mod workload;

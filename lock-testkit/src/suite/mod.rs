@@ -15,7 +15,7 @@ mod target;
 
 pub use fenced::{FencedResource, StaleToken};
 pub use outcome::{Failure, ScenarioResult, Verdict};
-pub use runner::{run_scenario, Scenario, SCENARIOS};
+pub use runner::{run, run_scenario, Scenario, SCENARIOS};
 pub use support::unique_name;
 pub use target::{MemoryTarget, NotApplicable, SuiteTarget};
 
@@ -23,8 +23,9 @@ pub use target::{MemoryTarget, NotApplicable, SuiteTarget};
 /// scenario against the [`SuiteTarget`] that `$target` evaluates to (once per test: make it cheap,
 /// e.g. a handle to servers shared across the run).
 ///
-/// ```ignore
+/// ```no_run
 /// lock_testkit::conformance_tests!(memory, lock_testkit::suite::MemoryTarget::new());
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! conformance_tests {

@@ -56,8 +56,8 @@ pub fn run<T: SuiteTarget>(target: &T, id: &str, test_name: &str) -> ScenarioRes
 
 /// Runs scenario `id` against `target` as a test: prints the verdict and panics on failure.
 ///
-/// `module_test_path` is `module_path!()` plus the test's name, as [`conformance_tests!`]
-/// (crate::conformance_tests) passes it.
+/// `module_test_path` is `module_path!()` plus the test's name, as
+/// [`conformance_tests!`](crate::conformance_tests) passes it.
 ///
 /// # Panics
 /// When the scenario fails: that is how the test fails.

@@ -1,7 +1,7 @@
 //! Benchmark workloads W1–W4 over [`DistributedLock`](lock_core::DistributedLock), exactly as
 //! the foundation issue defines them; `distlock-bench` (and `cargo xtask bench`) runs them.
 //!
-//! Every worker has its own client (built from a [`SuiteTarget`](crate::suite::SuiteTarget)), all
+//! Every worker has its own client (built from a [`SuiteTarget`]), all
 //! times are read from one monotonic clock in nanoseconds ([`Clock`]), and each report can be
 //! written as the raw JSON the issue specifies.
 

@@ -1,0 +1,60 @@
+//! Seed 000's reentrant lock, made real: the same thread locks "codehole" twice and unlocks it
+//! twice; the server is touched only by the first lock and the last unlock. Another client (think:
+//! another process) is kept out until the last unlock.
+//!
+//! ```text
+//! cargo run --example reentrant                                   # in-memory backend
+//! cargo run --example reentrant --features redis -- redis://127.0.0.1:6379/
+//! ```
+
+use std::error::Error;
+
+use distlock::{DistributedLock, LockClient, MemoryBackend};
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let target = std::env::args().nth(1).unwrap_or_else(|| "memory".into());
+    match target.as_str() {
+        "memory" => {
+            let shared = MemoryBackend::new();
+            demo(shared.clone(), shared)
+        }
+        #[cfg(feature = "redis")]
+        url if url.starts_with("redis://") || url.starts_with("rediss://") => {
+            demo(distlock::redis::RedisBackend::new(url)?, distlock::redis::RedisBackend::new(url)?)
+        }
+        other => Err(format!(
+            "unknown backend {other:?}: use `memory`, or a URL of a backend whose feature is enabled"
+        )
+        .into()),
+    }
+}
+
+fn demo<B: DistributedLock>(mine: B, theirs: B) -> Result<(), Box<dyn Error>> {
+    let (me, other) = (LockClient::new(mine), LockClient::new(theirs));
+    let lock = me.lock_named("codehole")?;
+    let rival = other.lock_named("codehole")?;
+
+    let outer = lock.lock()?;
+    println!("lock    -> held, hold count {}", lock.hold_count());
+    let inner = lock.lock()?;
+    println!("lock    -> held, hold count {} (reentered: no server call)", lock.hold_count());
+    println!(
+        "another client try_lock -> {}",
+        if rival.try_lock()?.is_some() { "acquired (BUG)" } else { "busy" }
+    );
+
+    inner.unlock()?;
+    println!("unlock  -> hold count {}; still ours", lock.hold_count());
+    println!(
+        "another client try_lock -> {}",
+        if rival.try_lock()?.is_some() { "acquired (BUG)" } else { "busy" }
+    );
+    outer.unlock()?;
+    println!("unlock  -> hold count {}; released on the server", lock.hold_count());
+
+    match rival.try_lock()? {
+        Some(_) => println!("another client try_lock -> acquired"),
+        None => return Err("the lock stayed held after the last unlock".into()),
+    }
+    Ok(())
+}

@@ -1,0 +1,290 @@
+//! [`RedisLockBuilder`]: configuration of a [`RedisBackend`], validated by `build`.
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::{Error, OwnerToken, Result};
+use redis::{Client, ConnectionAddr};
+
+use crate::backend::{Inner, RedisBackend, RedisLockKind, ReplicaWait};
+use crate::connection::{ConnectionPool, PoolSettings};
+use crate::waiter::WaitHub;
+
+/// The longest connect, read, write or `WAIT` timeout accepted: longer is a mistake, not a limit.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+
+/// The longest key prefix accepted, in bytes.
+const MAX_PREFIX_LEN: usize = 128;
+
+/// Builds a [`RedisBackend`] by value; [`build`](Self::build) validates.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lock_redis::{RedisBackend, RedisLockKind};
+///
+/// let backend = RedisBackend::builder("redis://locks.internal:6379/")
+///     .kind(RedisLockKind::ReentrantHash)
+///     .key_prefix("billing")
+///     .max_connections(32)
+///     .connect_timeout(Duration::from_secs(2))
+///     .wait_for_replicas(1, Duration::from_millis(200))
+///     .build()?;
+/// # let _ = backend;
+/// # Ok::<(), lock_core::Error>(())
+/// ```
+#[derive(Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct RedisLockBuilder {
+    url: String,
+    kind: RedisLockKind,
+    key_prefix: String,
+    max_connections: u32,
+    connect_timeout: Duration,
+    read_timeout: Duration,
+    write_timeout: Duration,
+    wait_for_replicas: Option<(u32, Duration)>,
+}
+
+impl RedisLockBuilder {
+    /// A builder for the server at `url`, with every default.
+    ///
+    /// `url` is `redis://[[user]:password@]host[:port][/db]` (`user:password` for an ACL user,
+    /// `:password` for `requirepass`), or `rediss://…` for TLS.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            kind: RedisLockKind::SetNx,
+            key_prefix: "distlock".into(),
+            max_connections: 16,
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(5),
+            wait_for_replicas: None,
+        }
+    }
+
+    /// The data layout: a plain owner-token key or a reentrant hash.
+    ///
+    /// Clients contending for one lock must use the same kind (a lock of the other kind is a
+    /// type error on the server, reported as [`Error::Backend`]). Defaults to
+    /// [`RedisLockKind::SetNx`].
+    pub fn kind(mut self, kind: RedisLockKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// The first part of every key: `<prefix>:{<name>}:lock`. Use different prefixes to keep
+    /// applications sharing a server apart. Must not contain `{`, `}` or control characters, and
+    /// be 1 to 128 bytes. Defaults to `"distlock"`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// The most connections the backend keeps open (they are opened on demand). A caller that
+    /// finds them all busy waits up to the connect timeout. Defaults to 16.
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// How long opening a connection (TCP, TLS, `AUTH`) may take, and how long a caller waits
+    /// for a pooled connection. Defaults to 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a command's reply may take before the call fails with
+    /// [`Error::Timeout`] (and the connection is discarded). Defaults to 5 s.
+    pub fn read_timeout(mut self, timeout: Duration) -> Self {
+        self.read_timeout = timeout;
+        self
+    }
+
+    /// How long sending a command may block. Defaults to 5 s.
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.write_timeout = timeout;
+        self
+    }
+
+    /// After each acquisition, `WAIT replicas timeout` on the same connection; if fewer replicas
+    /// acknowledge in time, the lock is released and the acquisition fails with
+    /// [`Error::NotReplicated`].
+    ///
+    /// This narrows (it does not close) the window in which a failover to a replica that never
+    /// saw the lock hands it to a second holder (seed 003). Defaults to no `WAIT`.
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_for_replicas = Some((replicas, timeout));
+        self
+    }
+
+    /// Validates the configuration and creates the backend. Connects lazily: nothing is sent to
+    /// the server until the first lock operation, which then reports an unreachable server or a
+    /// wrong password.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for a URL that does not parse (or `rediss://` without the `tls`
+    /// feature), a zero pool size, a zero or over-an-hour timeout, a prefix that would break the
+    /// key layout, or a `WAIT` of zero replicas or zero time.
+    pub fn build(self) -> Result<RedisBackend> {
+        let client = Client::open(self.url.as_str())
+            .map_err(|e| Error::invalid_config(format!("invalid Redis URL: {e}")))?;
+        let addr = client.get_connection_info().addr().clone();
+        if matches!(addr, ConnectionAddr::TcpTls { .. }) {
+            install_tls_provider();
+        }
+        if self.max_connections == 0 {
+            return Err(Error::invalid_config("max_connections must be at least 1"));
+        }
+        check_timeout("connect_timeout", self.connect_timeout)?;
+        check_timeout("read_timeout", self.read_timeout)?;
+        check_timeout("write_timeout", self.write_timeout)?;
+        check_prefix(&self.key_prefix)?;
+        let replicas = match self.wait_for_replicas {
+            None => None,
+            Some((0, _)) => return Err(Error::invalid_config("wait_for_replicas needs at least 1 replica")),
+            Some((replicas, timeout)) => {
+                // WAIT with timeout 0 blocks forever: never a limit a lock should have.
+                check_timeout("wait_for_replicas timeout", timeout)?;
+                Some(ReplicaWait { replicas, timeout })
+            }
+        };
+        let settings = PoolSettings {
+            max_size: self.max_connections,
+            connect_timeout: self.connect_timeout,
+            read_timeout: self.read_timeout,
+            write_timeout: self.write_timeout,
+        };
+        let control_channel = format!("{}:subscriber:{}", self.key_prefix, OwnerToken::random());
+        let hub = WaitHub::new(client.clone(), settings, control_channel);
+        Ok(RedisBackend::from_inner(Inner {
+            pool: ConnectionPool::new(client, settings),
+            prefix: self.key_prefix,
+            kind: self.kind,
+            replicas,
+            hub,
+            address: addr.to_string(),
+        }))
+    }
+}
+
+fn check_timeout(what: &str, timeout: Duration) -> Result<()> {
+    if timeout < Duration::from_millis(1) {
+        return Err(Error::invalid_config(format!("{what} {timeout:?} is under 1 ms")));
+    }
+    if timeout > MAX_TIMEOUT {
+        return Err(Error::invalid_config(format!("{what} {timeout:?} is over the {MAX_TIMEOUT:?} maximum")));
+    }
+    Ok(())
+}
+
+fn check_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() || prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::invalid_config(format!("key_prefix must be 1 to {MAX_PREFIX_LEN} bytes")));
+    }
+    if let Some(c) = prefix.chars().find(|c| matches!(c, '{' | '}') || c.is_control()) {
+        // A brace would move the Cluster hash tag off the lock name.
+        return Err(Error::invalid_config(format!("key_prefix must not contain {c:?}")));
+    }
+    Ok(())
+}
+
+/// rustls needs a process-wide crypto provider before the first TLS handshake, or it panics.
+/// Installs ring's, once; if the application installed one already, that one stays.
+#[cfg(feature = "tls")]
+fn install_tls_provider() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+#[cfg(not(feature = "tls"))]
+fn install_tls_provider() {}
+
+impl fmt::Debug for RedisLockBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL may carry a password: show only where it points.
+        let address = Client::open(self.url.as_str())
+            .map(|client| client.get_connection_info().addr().to_string())
+            .unwrap_or_else(|_| "<invalid URL>".into());
+        f.debug_struct("RedisLockBuilder")
+            .field("address", &address)
+            .field("kind", &self.kind)
+            .field("key_prefix", &self.key_prefix)
+            .field("max_connections", &self.max_connections)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("read_timeout", &self.read_timeout)
+            .field("write_timeout", &self.write_timeout)
+            .field("wait_for_replicas", &self.wait_for_replicas)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const URL: &str = "redis://127.0.0.1:1/";
+
+    fn invalid(builder: RedisLockBuilder) -> String {
+        match builder.build() {
+            Err(Error::InvalidConfig { reason }) => reason,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_build_without_touching_the_server() {
+        let backend = RedisLockBuilder::new(URL).build().unwrap();
+        assert_eq!(backend.kind(), RedisLockKind::SetNx);
+    }
+
+    #[test]
+    fn bad_urls_are_invalid_config_without_panicking() {
+        for url in
+            ["", "not a url", "http://127.0.0.1/", "redis://", "redis://host:notaport/", "redis://[::1"]
+        {
+            invalid(RedisLockBuilder::new(url));
+        }
+    }
+
+    #[test]
+    fn acl_and_password_urls_are_accepted() {
+        RedisLockBuilder::new("redis://user:secret@127.0.0.1:1/2").build().unwrap();
+        RedisLockBuilder::new("redis://:secret@127.0.0.1:1/").build().unwrap();
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_urls_install_the_crypto_provider() {
+        RedisLockBuilder::new("rediss://127.0.0.1:1/").build().unwrap();
+        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
+    }
+
+    #[test]
+    fn limits_are_validated() {
+        invalid(RedisLockBuilder::new(URL).max_connections(0));
+        invalid(RedisLockBuilder::new(URL).connect_timeout(Duration::ZERO));
+        invalid(RedisLockBuilder::new(URL).read_timeout(Duration::from_secs(365 * 24 * 3600)));
+        invalid(RedisLockBuilder::new(URL).write_timeout(Duration::MAX));
+        invalid(RedisLockBuilder::new(URL).wait_for_replicas(0, Duration::from_secs(1)));
+        invalid(RedisLockBuilder::new(URL).wait_for_replicas(1, Duration::ZERO));
+    }
+
+    #[test]
+    fn prefixes_that_break_the_hash_tag_are_rejected() {
+        for prefix in ["", "a{b", "a}b", "a\nb", &"x".repeat(129)] {
+            invalid(RedisLockBuilder::new(URL).key_prefix(prefix));
+        }
+        RedisLockBuilder::new(URL).key_prefix("app:locks").build().unwrap();
+    }
+
+    #[test]
+    fn debug_hides_the_password() {
+        let shown = format!("{:?}", RedisLockBuilder::new("redis://user:hunter2@127.0.0.1:1/"));
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("127.0.0.1:1"), "{shown}");
+    }
+}

@@ -1,0 +1,241 @@
+//! Connections: an r2d2 pool with a connection manager of our own.
+//!
+//! redis-rs ships an r2d2 manager, but it connects without a timeout, and its `has_broken` only
+//! asks `is_open()`. After a read timeout a connection still looks open, yet the late reply is
+//! still on its way and would be read as the answer to the *next* command. So here every
+//! connection carries a `broken` flag, set on any error other than a complete server reply, and a
+//! broken connection is discarded when it goes back to the pool.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::{Client, Connection, ConnectionLike as _, RedisError, RedisResult};
+use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
+
+use crate::error::{self, RedisFailure};
+
+/// A connection unused for this long is pinged before it is handed out: the server may have
+/// closed it (restart, idle timeout) in the meantime. Busier connections skip the round trip.
+const STALE_AFTER: Duration = Duration::from_secs(2);
+
+/// How often a caller waiting for a connection checks whether a connection attempt failed, so
+/// that a refused connection or a wrong password is reported at once instead of after the whole
+/// connect timeout.
+const FAILURE_POLL: Duration = Duration::from_millis(20);
+
+/// Threads that open connections for one pool. Two, so a connect that hangs on an unresponsive
+/// server does not hold up the next attempt entirely.
+const CONNECTOR_THREADS: usize = 2;
+
+/// The name of those threads, two per backend (Linux shows 15 bytes of a thread name).
+pub const CONNECTOR_THREAD_NAME: &str = "distlock-rconn";
+
+/// Timeouts and limits of a pool.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PoolSettings {
+    pub(crate) max_size: u32,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) read_timeout: Duration,
+    pub(crate) write_timeout: Duration,
+}
+
+/// A pooled connection with the bookkeeping that lets the pool discard it when it breaks.
+pub(crate) struct RedisConnection {
+    inner: Connection,
+    broken: bool,
+    last_used: Instant,
+    read_timeout: Duration,
+}
+
+impl RedisConnection {
+    /// Runs `command` on the connection, marking the connection broken if it fails in a way that
+    /// may leave it out of step with the server.
+    pub(crate) fn run<T>(
+        &mut self,
+        command: impl FnOnce(&mut Connection) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        let result = command(&mut self.inner);
+        if let Err(error) = &result {
+            if !error::leaves_connection_usable(error) {
+                self.broken = true;
+            }
+        }
+        self.last_used = Instant::now();
+        result
+    }
+
+    /// Like [`run`](Self::run), with the read timeout raised to `read_timeout` for this command
+    /// (for `WAIT`, which the server answers only after its own timeout).
+    pub(crate) fn run_with_read_timeout<T>(
+        &mut self,
+        read_timeout: Duration,
+        command: impl FnOnce(&mut Connection) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        let normal = self.read_timeout;
+        self.run(|connection| {
+            connection.set_read_timeout(Some(read_timeout))?;
+            let result = command(connection);
+            connection.set_read_timeout(Some(normal))?;
+            result
+        })
+    }
+}
+
+/// Opens connections with timeouts and remembers the latest failure, so that a caller waiting
+/// for the pool learns *why* no connection came (refused, wrong password, timeout).
+pub(crate) struct ConnectionManager {
+    client: Client,
+    settings: PoolSettings,
+    failures: Arc<Mutex<Failures>>,
+}
+
+#[derive(Default)]
+struct Failures {
+    count: u64,
+    latest: Option<RedisError>,
+}
+
+/// Connection failures, counted, with the latest kept: shared by the manager (which records them
+/// on the pool's connector threads) and the pool's callers (who report them).
+#[derive(Default)]
+struct FailureLog {
+    failures: Arc<Mutex<Failures>>,
+}
+
+impl FailureLog {
+    fn count(&self) -> u64 {
+        self.failures.lock().count
+    }
+
+    /// The latest failure, if there was one after `seen` failures.
+    fn since(&self, seen: u64) -> Option<RedisError> {
+        let failures = self.failures.lock();
+        (failures.count > seen).then(|| failures.latest.clone()).flatten()
+    }
+}
+
+impl ConnectionManager {
+    /// Opens one connection, with the connect timeout for the TCP/TLS handshake and the setup
+    /// commands (`AUTH`, `SELECT`), and the read and write timeouts for everything after.
+    pub(crate) fn open(client: &Client, settings: &PoolSettings) -> RedisResult<Connection> {
+        let connection = client.get_connection_with_timeout(settings.connect_timeout)?;
+        connection.set_read_timeout(Some(settings.read_timeout))?;
+        connection.set_write_timeout(Some(settings.write_timeout))?;
+        Ok(connection)
+    }
+}
+
+impl r2d2::ManageConnection for ConnectionManager {
+    type Connection = RedisConnection;
+    type Error = RedisError;
+
+    fn connect(&self) -> Result<RedisConnection, RedisError> {
+        match Self::open(&self.client, &self.settings) {
+            Ok(inner) => Ok(RedisConnection {
+                inner,
+                broken: false,
+                last_used: Instant::now(),
+                read_timeout: self.settings.read_timeout,
+            }),
+            Err(error) => {
+                let mut failures = self.failures.lock();
+                failures.count += 1;
+                failures.latest = Some(error.clone());
+                Err(error)
+            }
+        }
+    }
+
+    fn is_valid(&self, connection: &mut RedisConnection) -> Result<(), RedisError> {
+        connection.run(|c| redis::cmd("PING").query::<()>(c))
+    }
+
+    fn has_broken(&self, connection: &mut RedisConnection) -> bool {
+        connection.broken || !connection.inner.is_open()
+    }
+}
+
+/// Logs connection failures at debug level: callers get them as errors already.
+#[derive(Debug)]
+struct QuietErrors;
+
+impl r2d2::HandleError<RedisError> for QuietErrors {
+    fn handle_error(&self, error: RedisError) {
+        tracing::debug!(%error, "redis connection attempt failed");
+    }
+}
+
+/// The pool of one backend value and its clones.
+pub(crate) struct ConnectionPool {
+    pool: r2d2::Pool<ConnectionManager>,
+    settings: PoolSettings,
+    failures: FailureLog,
+}
+
+/// A connection checked out of the pool; back into the pool (or discarded if broken) on drop.
+pub(crate) type PooledConnection = r2d2::PooledConnection<ConnectionManager>;
+
+impl ConnectionPool {
+    /// A pool that connects lazily, on first use.
+    pub(crate) fn new(client: Client, settings: PoolSettings) -> Self {
+        let failures = FailureLog::default();
+        let manager = ConnectionManager { client, settings, failures: Arc::clone(&failures.failures) };
+        let connectors = ScheduledThreadPool::builder()
+            .num_threads(CONNECTOR_THREADS)
+            .thread_name_pattern(CONNECTOR_THREAD_NAME)
+            // A dropped pool's pending reconnection attempts are moot: let its threads go now.
+            .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
+            .build();
+        let pool = r2d2::Pool::builder()
+            .max_size(settings.max_size)
+            // Connect on demand: a lock client must be creatable while Redis is still starting,
+            // and most clients need a handful of connections, not max_size.
+            .min_idle(Some(0))
+            // Checked-out connections are validated by `get` only when idle for a while; a PING
+            // per checkout would double the round trips of every lock operation.
+            .test_on_check_out(false)
+            .connection_timeout(settings.connect_timeout)
+            .error_handler(Box::new(QuietErrors))
+            .thread_pool(Arc::new(connectors))
+            .build_unchecked(manager);
+        Self { pool, settings, failures }
+    }
+
+    /// The read timeout of every pooled connection.
+    pub(crate) fn read_timeout(&self) -> Duration {
+        self.settings.read_timeout
+    }
+
+    /// A connection, within the connect timeout.
+    ///
+    /// # Errors
+    /// The failure of a connection attempt made while waiting (refused, wrong password, timed
+    /// out), or [`RedisFailure::PoolTimeout`] when none came and none failed.
+    pub(crate) fn get(&self) -> Result<PooledConnection, RedisFailure> {
+        let deadline = Instant::now() + self.settings.connect_timeout;
+        let seen = self.failures.count();
+        loop {
+            let now = Instant::now();
+            let slice = FAILURE_POLL.min(deadline.saturating_duration_since(now));
+            if let Ok(mut connection) = self.pool.get_timeout(slice) {
+                if connection.last_used.elapsed() < STALE_AFTER {
+                    return Ok(connection);
+                }
+                match connection.run(|c| redis::cmd("PING").query::<()>(c)) {
+                    Ok(()) => return Ok(connection),
+                    // A server that does not answer is reported, not waited out again.
+                    Err(error) if error.is_timeout() => return Err(RedisFailure::command("connect", error)),
+                    // Closed underneath us: dropping it discards it (it is marked broken).
+                    Err(_) => continue,
+                }
+            }
+            if let Some(error) = self.failures.since(seen) {
+                return Err(RedisFailure::command("connect", error));
+            }
+            if Instant::now() >= deadline {
+                return Err(RedisFailure::PoolTimeout { timeout: self.settings.connect_timeout });
+            }
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! [`RedisKeys`]: where one lock name lives in Redis.
+
+use std::fmt::Write as _;
+
+use lock_core::LockName;
+
+/// The Redis keys and the pub/sub channel of one lock name.
+///
+/// Every key is `<prefix>:{<escaped name>}:<role>`. The braces are a Redis Cluster *hash tag*:
+/// only the text between them picks the slot, so all keys of one lock (lock, fencing counter,
+/// wait queue) live on one node and one script can touch them atomically.
+///
+/// The name is percent-encoded where it could break that layout: `%` (so the encoding is
+/// injective: two different names never share a key) and `{` and `}` (so a name cannot close the
+/// tag early or open a second one). Everything else is kept as is; Redis keys are binary-safe,
+/// and names reach Redis only as `KEYS`/`ARGV` of a script, never spliced into script text.
+///
+/// ```
+/// use lock_core::LockName;
+/// use lock_redis::RedisKeys;
+///
+/// let keys = RedisKeys::new("distlock", &LockName::new("orders/{42}")?);
+/// assert_eq!(keys.lock(), "distlock:{orders/%7B42%7D}:lock");
+/// assert_eq!(keys.fence(), "distlock:{orders/%7B42%7D}:fence");
+/// # Ok::<(), lock_core::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RedisKeys {
+    lock: String,
+    fence: String,
+    queue: String,
+    queue_timeouts: String,
+    channel: String,
+}
+
+impl RedisKeys {
+    /// The keys of `name` under `prefix`.
+    ///
+    /// The prefix is used as given; [`RedisLockBuilder::key_prefix`](crate::RedisLockBuilder::key_prefix)
+    /// rejects prefixes that would break the hash tag.
+    pub fn new(prefix: &str, name: &LockName) -> Self {
+        let base = format!("{prefix}:{{{}}}:", escape(name.as_str()));
+        let with = |role: &str| format!("{base}{role}");
+        Self {
+            lock: with("lock"),
+            fence: with("fence"),
+            queue: with("queue"),
+            queue_timeouts: with("queue-timeouts"),
+            channel: with("released"),
+        }
+    }
+
+    /// The lock itself: a string holding the owner token (`SetNx` kind) or a hash from owner
+    /// token to hold count (`ReentrantHash` kind), with the lease as its TTL.
+    pub fn lock(&self) -> &str {
+        &self.lock
+    }
+
+    /// The fencing counter: incremented by every fresh acquisition, never expired or deleted, so
+    /// tokens keep increasing across holders, expiries and client restarts.
+    pub fn fence(&self) -> &str {
+        &self.fence
+    }
+
+    /// The wait queue: a sorted set of waiting owner tokens in arrival order.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// When each queued waiter's entry lapses unless the waiter refreshes it.
+    pub fn queue_timeouts(&self) -> &str {
+        &self.queue_timeouts
+    }
+
+    /// The pub/sub channel a release is announced on.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+}
+
+/// Percent-encodes `%`, `{` and `}`.
+fn escape(name: &str) -> String {
+    let mut escaped = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '%' | '{' | '}' => {
+                // Writing to a String cannot fail.
+                let _ = write!(escaped, "%{:02X}", c as u32);
+            }
+            other => escaped.push(other),
+        }
+    }
+    escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(name: &str) -> RedisKeys {
+        RedisKeys::new("p", &LockName::new(name).unwrap())
+    }
+
+    #[test]
+    fn every_key_shares_one_hash_tag() {
+        let keys = keys("a:b");
+        for key in [keys.lock(), keys.fence(), keys.queue(), keys.queue_timeouts(), keys.channel()] {
+            assert!(key.starts_with("p:{a:b}:"), "{key}");
+        }
+    }
+
+    #[test]
+    fn braces_and_percent_are_escaped_so_the_tag_stays_intact() {
+        assert_eq!(keys("{hash}tag").lock(), "p:{%7Bhash%7Dtag}:lock");
+        assert_eq!(keys("}").lock(), "p:{%7D}:lock");
+        assert_eq!(keys("100%").lock(), "p:{100%25}:lock");
+    }
+
+    #[test]
+    fn the_mapping_is_injective_on_look_alike_names() {
+        let names = ["a%7Bb", "a{b", "a%257Bb", "a%b", "a%25b", "a/b", "a_b", "a}b", "a%7Db"];
+        let mut seen = std::collections::HashSet::new();
+        for name in names {
+            assert!(seen.insert(keys(name).lock().to_owned()), "{name} collides");
+        }
+    }
+
+    #[test]
+    fn unicode_is_kept() {
+        assert_eq!(keys("锁/🔒").lock(), "p:{锁/🔒}:lock");
+    }
+}

@@ -1,0 +1,29 @@
+//! The single-node lock (`RedisLockKind::SetNx`), the docs' recommended recipe made whole.
+//!
+//! - **Acquire**: one script does `SET lock <token> NX PX <lease>` and `INCR fence`, so the
+//!   expiry and the fencing token come with the acquisition in one atomic step and one round
+//!   trip (a crash can never leave an immortal lock, seeds 000/001).
+//! - **Extend / release**: compare the stored token with the caller's, then `PEXPIRE` / `DEL`, in
+//!   one script: a holder whose lease ran out can never extend or delete the next holder's lock
+//!   (seeds 002/004).
+//! - The value is the caller's [`OwnerToken`](lock_core::OwnerToken) (128 random bits, in hex),
+//!   fresh for every acquisition.
+//!
+//! The lock is not reentrant on the server: the same token acquiring again is refused (reentrancy
+//! per thread is [`lock_core::Lock`]'s job).
+
+use std::sync::LazyLock;
+
+use crate::lua::LockScripts;
+
+/// The scripts of this kind.
+pub(crate) fn scripts() -> &'static LockScripts {
+    static SCRIPTS: LazyLock<LockScripts> = LazyLock::new(|| {
+        LockScripts::new(
+            include_str!("scripts/set_nx_acquire.lua"),
+            include_str!("scripts/set_nx_extend.lua"),
+            include_str!("scripts/set_nx_release.lua"),
+        )
+    });
+    &SCRIPTS
+}

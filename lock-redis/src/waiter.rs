@@ -1,0 +1,319 @@
+//! Wake-ups without polling: one subscriber connection per backend, shared by every waiter.
+//!
+//! A release publishes on the lock's channel (see `scripts/queue.lua`). Each backend value (with
+//! its clones) has one subscriber thread with one connection that SUBSCRIBEs to the channel of
+//! every name a thread of this backend is waiting for, and hands each message to the waiters of
+//! that channel. Threads waiting for the same name share the subscription; a channel stays
+//! subscribed for a while after its last waiter leaves, so a hot lock is not re-subscribed on
+//! every wait.
+//!
+//! Messages are fire-and-forget: one can be lost (a reconnect, a slow subscriber). So waiters
+//! never rely on them alone; they also re-check on their own after a bounded time (see
+//! `backend.rs`). On a lost connection the thread reconnects, resubscribes and wakes every waiter
+//! to re-check.
+//!
+//! The thread starts with the first wait and exits (within [`TICK`]) once the last clone of its
+//! backend is dropped.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use redis::{Client, Connection, RedisResult};
+
+use crate::connection::{ConnectionManager, PoolSettings};
+
+/// How long the subscriber blocks in a read before it looks at its to-do list and whether its
+/// backend is gone. Subscriptions wanted meanwhile do not wait for it: the waiter pokes the
+/// thread through the control channel (see [`WaitHub::register`]).
+pub(crate) const TICK: Duration = Duration::from_millis(250);
+
+/// How long a channel stays subscribed after its last waiter left.
+const LINGER: Duration = Duration::from_secs(5);
+
+/// Longest pause between reconnection attempts of the subscriber.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// The name of the subscriber threads, one per backend that has waited (Linux shows 15 bytes
+/// of a thread name).
+pub const SUBSCRIBER_THREAD_NAME: &str = "distlock-rsub";
+
+/// The waiters of one backend (and its clones) and their subscriber thread.
+pub(crate) struct WaitHub {
+    shared: Arc<HubShared>,
+}
+
+struct HubShared {
+    client: Client,
+    settings: PoolSettings,
+    /// Where waiters poke the subscriber thread so it subscribes at once; unique per hub.
+    control_channel: String,
+    state: Mutex<HubState>,
+}
+
+#[derive(Default)]
+struct HubState {
+    channels: HashMap<String, Channel>,
+    thread_running: bool,
+    /// Set when the last backend clone is dropped; the thread exits.
+    closed: bool,
+}
+
+#[derive(Default)]
+struct Channel {
+    waiters: Vec<Arc<Slot>>,
+    subscribed: bool,
+    /// When the last waiter left; `None` while there are waiters.
+    idle_since: Option<Instant>,
+}
+
+/// One waiting thread: what it waits for and how it is woken.
+struct Slot {
+    /// The waiter's owner token, as the release message names it.
+    token: String,
+    state: Mutex<SlotState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct SlotState {
+    subscribed: bool,
+    woken: bool,
+}
+
+impl Slot {
+    fn update(&self, change: impl FnOnce(&mut SlotState)) {
+        change(&mut self.state.lock());
+        self.changed.notify_all();
+    }
+}
+
+/// A thread's place among the waiters of one channel; leaves on drop.
+pub(crate) struct Registration<'a> {
+    hub: &'a WaitHub,
+    channel: String,
+    slot: Arc<Slot>,
+}
+
+impl WaitHub {
+    /// A hub whose subscriber connects like the pool does. `control_channel` must be unique to
+    /// this hub.
+    pub(crate) fn new(client: Client, settings: PoolSettings, control_channel: String) -> Self {
+        let shared =
+            Arc::new(HubShared { client, settings, control_channel, state: Mutex::new(HubState::default()) });
+        Self { shared }
+    }
+
+    /// The channel on which [`register`](Self::register)'s callers poke the subscriber thread.
+    pub(crate) fn control_channel(&self) -> &str {
+        &self.shared.control_channel
+    }
+
+    /// Adds a waiter with owner token `token` on `channel`, starting the subscriber thread if
+    /// needed. The second value says whether the caller should poke the thread (publish on the
+    /// control channel) because the channel still needs subscribing.
+    pub(crate) fn register(&self, channel: &str, token: &str) -> (Registration<'_>, bool) {
+        let slot =
+            Arc::new(Slot { token: token.to_owned(), state: Mutex::default(), changed: Condvar::new() });
+        let mut state = self.shared.state.lock();
+        let entry = state.channels.entry(channel.to_owned()).or_default();
+        entry.waiters.push(Arc::clone(&slot));
+        entry.idle_since = None;
+        let subscribed = entry.subscribed;
+        if subscribed {
+            slot.update(|s| s.subscribed = true);
+        }
+        let mut poke = !subscribed;
+        if !state.thread_running && !state.closed {
+            state.thread_running = true;
+            let shared = Arc::clone(&self.shared);
+            let spawned =
+                thread::Builder::new().name(SUBSCRIBER_THREAD_NAME.into()).spawn(move || run(&shared));
+            match spawned {
+                // A fresh thread subscribes to everything wanted when it connects.
+                Ok(_) => poke = false,
+                Err(error) => {
+                    // Waiters still re-check on their own; they are slower, not stuck.
+                    tracing::warn!(%error, "cannot start the redis subscriber thread; waiters will poll");
+                    state.thread_running = false;
+                }
+            }
+        }
+        drop(state);
+        (Registration { hub: self, channel: channel.to_owned(), slot }, poke)
+    }
+
+    /// Stops the subscriber thread (within [`TICK`]).
+    pub(crate) fn close(&self) {
+        self.shared.state.lock().closed = true;
+    }
+}
+
+impl Registration<'_> {
+    /// Waits until the channel is subscribed, or until `until`; returns whether it is.
+    pub(crate) fn wait_subscribed(&self, until: Instant) -> bool {
+        let mut state = self.slot.state.lock();
+        while !state.subscribed {
+            if self.slot.changed.wait_until(&mut state, until).timed_out() {
+                return state.subscribed;
+            }
+        }
+        true
+    }
+
+    /// Waits until a message wakes this waiter, or until `until`; returns whether it was woken.
+    /// A wake-up that came since the last call returns at once.
+    pub(crate) fn wait(&self, until: Instant) -> bool {
+        let mut state = self.slot.state.lock();
+        while !state.woken {
+            if self.slot.changed.wait_until(&mut state, until).timed_out() {
+                break;
+            }
+        }
+        std::mem::take(&mut state.woken)
+    }
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        let mut state = self.hub.shared.state.lock();
+        if let Some(entry) = state.channels.get_mut(&self.channel) {
+            entry.waiters.retain(|slot| !Arc::ptr_eq(slot, &self.slot));
+            if entry.waiters.is_empty() {
+                entry.idle_since = Some(Instant::now());
+            }
+        }
+    }
+}
+
+impl HubShared {
+    fn is_closed(&self) -> bool {
+        self.state.lock().closed
+    }
+
+    /// Channels to subscribe (waited on, not yet subscribed) and to drop (idle past the linger).
+    /// Channels that were never subscribed and have no waiters left are simply forgotten.
+    fn pending(&self, now: Instant) -> (Vec<String>, Vec<String>) {
+        let mut state = self.state.lock();
+        state.channels.retain(|_, channel| channel.subscribed || !channel.waiters.is_empty());
+        let mut subscribe = Vec::new();
+        let mut unsubscribe = Vec::new();
+        for (name, channel) in &state.channels {
+            let idle_for = channel.idle_since.map(|since| now.saturating_duration_since(since));
+            match (channel.subscribed, idle_for) {
+                (false, _) => subscribe.push(name.clone()),
+                (true, Some(idle)) if idle >= LINGER => unsubscribe.push(name.clone()),
+                (true, _) => {}
+            }
+        }
+        (subscribe, unsubscribe)
+    }
+
+    fn mark_subscribed(&self, name: &str) {
+        if let Some(channel) = self.state.lock().channels.get_mut(name) {
+            channel.subscribed = true;
+            for slot in &channel.waiters {
+                slot.update(|s| s.subscribed = true);
+            }
+        }
+    }
+
+    /// Forgets an unsubscribed channel, unless a waiter came back meanwhile (then it is
+    /// subscribed again on the next round).
+    fn mark_unsubscribed(&self, name: &str) {
+        let mut state = self.state.lock();
+        let Some(channel) = state.channels.get_mut(name) else { return };
+        channel.subscribed = false;
+        if channel.waiters.is_empty() {
+            state.channels.remove(name);
+        }
+    }
+
+    /// Hands a release message to the waiters of `name`: the one it names, or all of them when
+    /// it names nobody.
+    fn dispatch(&self, name: &str, payload: &[u8]) {
+        let state = self.state.lock();
+        let Some(channel) = state.channels.get(name) else { return };
+        for slot in &channel.waiters {
+            if payload.is_empty() || payload == slot.token.as_bytes() {
+                slot.update(|s| s.woken = true);
+            }
+        }
+    }
+
+    /// After the connection broke: nothing is subscribed any more, and every waiter re-checks,
+    /// since it may have missed its message.
+    fn connection_lost(&self) {
+        let mut state = self.state.lock();
+        state.channels.retain(|_, channel| !channel.waiters.is_empty());
+        for channel in state.channels.values_mut() {
+            channel.subscribed = false;
+            for slot in &channel.waiters {
+                slot.update(|s| {
+                    s.subscribed = false;
+                    s.woken = true;
+                });
+            }
+        }
+    }
+}
+
+/// The subscriber thread: connect, serve until the connection breaks, reconnect; until closed.
+fn run(shared: &HubShared) {
+    let mut delay = TICK / 4;
+    while !shared.is_closed() {
+        match ConnectionManager::open(&shared.client, &shared.settings) {
+            Ok(mut connection) => {
+                delay = TICK / 4;
+                if let Err(error) = serve(shared, &mut connection) {
+                    tracing::debug!(%error, "redis subscriber connection lost; reconnecting");
+                }
+            }
+            Err(error) => {
+                tracing::debug!(%error, "redis subscriber cannot connect; retrying");
+                thread::sleep(delay);
+                delay = (delay * 2).min(MAX_RECONNECT_DELAY);
+            }
+        }
+        shared.connection_lost();
+    }
+    shared.state.lock().thread_running = false;
+}
+
+/// Serves one connection; returns `Ok` when the hub closed, the error when the connection broke.
+fn serve(shared: &HubShared, connection: &mut Connection) -> RedisResult<()> {
+    let mut pubsub = connection.as_pubsub();
+    pubsub.set_read_timeout(Some(TICK))?;
+    pubsub.subscribe(&shared.control_channel)?;
+    // Messages published before this connection subscribed are lost: every current waiter
+    // re-checks once (the first connection finds at most the waiters that started the thread).
+    shared.connection_lost();
+    loop {
+        if shared.is_closed() {
+            return Ok(());
+        }
+        let (subscribe, unsubscribe) = shared.pending(Instant::now());
+        for name in subscribe {
+            // One channel per command: the reply confirms exactly that one, and only then are
+            // its waiters told (they re-check after that, so no release can slip between).
+            pubsub.subscribe(&name)?;
+            shared.mark_subscribed(&name);
+        }
+        for name in unsubscribe {
+            pubsub.unsubscribe(&name)?;
+            shared.mark_unsubscribed(&name);
+        }
+        match pubsub.get_message() {
+            Ok(message) => {
+                let name = message.get_channel_name();
+                if name != shared.control_channel {
+                    shared.dispatch(name, message.get_payload_bytes());
+                }
+            }
+            Err(error) if error.is_timeout() => {}
+            Err(error) => return Err(error),
+        }
+    }
+}

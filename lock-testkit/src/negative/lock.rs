@@ -1,0 +1,120 @@
+//! [`BrokenRedisLock`]: the plumbing the broken recipes share (one connection, errors, keys).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{check_lease, DistributedLock, Error, LockName, OwnerToken, Result};
+use parking_lot::Mutex;
+use redis::{Connection, RedisError, RedisResult};
+
+use crate::negative::{n01, n02, n03, n04, Recipe};
+
+/// The backend label of every broken recipe.
+const BACKEND: &str = "redis (broken recipe)";
+
+/// Connect, read and write timeout of a broken lock's connection.
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A Redis lock that follows one of the docs' broken [`Recipe`]s. One connection per value.
+pub struct BrokenRedisLock {
+    recipe: Recipe,
+    connection: Mutex<Connection>,
+    /// N01: set to crash the next acquisition between `SETNX` and `EXPIRE`.
+    pub(crate) crash: Arc<AtomicBool>,
+}
+
+/// A lease of a [`BrokenRedisLock`]: the key and the value the recipe stored.
+#[derive(Debug)]
+pub struct BrokenLease {
+    pub(crate) key: String,
+    pub(crate) value: String,
+}
+
+impl BrokenRedisLock {
+    /// Connects to `url` with `recipe`; `crash` arms N01's injected crash.
+    ///
+    /// # Errors
+    /// When connecting fails.
+    pub fn connect(url: &str, recipe: Recipe, crash: Arc<AtomicBool>) -> Result<Self> {
+        let connect = || -> RedisResult<Connection> {
+            let connection = redis::Client::open(url)?.get_connection_with_timeout(TIMEOUT)?;
+            connection.set_read_timeout(Some(TIMEOUT))?;
+            connection.set_write_timeout(Some(TIMEOUT))?;
+            Ok(connection)
+        };
+        let connection = connect().map_err(map)?;
+        Ok(Self { recipe, connection: Mutex::new(connection), crash })
+    }
+
+    /// The recipe this lock follows.
+    pub fn recipe(&self) -> Recipe {
+        self.recipe
+    }
+
+    /// The key the lock `name` is stored under (the recipes name keys plainly, as the docs do).
+    pub fn key(recipe: Recipe, name: &LockName) -> String {
+        format!("negative:{}:{}", recipe.id(), name)
+    }
+
+    /// Runs one command (or script) on the connection.
+    pub(crate) fn call<T>(&self, command: impl FnOnce(&mut Connection) -> RedisResult<T>) -> Result<T> {
+        command(&mut self.connection.lock()).map_err(map)
+    }
+}
+
+fn map(error: RedisError) -> Error {
+    if error.is_io_error() {
+        Error::Connection { backend: BACKEND, source: error.into() }
+    } else {
+        Error::backend(BACKEND, error)
+    }
+}
+
+/// Milliseconds for `PX`/`PEXPIRE`.
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl DistributedLock for BrokenRedisLock {
+    type Lease = BrokenLease;
+
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<BrokenLease>> {
+        check_lease(ttl)?;
+        let key = Self::key(self.recipe, name);
+        match self.recipe {
+            Recipe::N01SetnxThenExpire => n01::acquire(self, key, ttl),
+            Recipe::N02DelWithoutOwnerCheck => n02::acquire(self, key, owner, ttl),
+            Recipe::N03SameValueForEveryHolder => n03::acquire(self, key, ttl),
+            Recipe::N04GetCompareDel => n04::acquire(self, key, owner, ttl),
+        }
+    }
+
+    fn extend(&self, lease: &mut BrokenLease, ttl: Duration) -> Result<bool> {
+        check_lease(ttl)?;
+        match self.recipe {
+            Recipe::N01SetnxThenExpire => n01::extend(self, lease, ttl),
+            // The other recipes store a value they can compare; extending is not their flaw.
+            _ => n02::extend(self, lease, ttl),
+        }
+    }
+
+    fn release(&self, lease: BrokenLease) -> Result<bool> {
+        match self.recipe {
+            Recipe::N01SetnxThenExpire => n01::release(self, lease),
+            Recipe::N02DelWithoutOwnerCheck => n02::release(self, lease),
+            Recipe::N03SameValueForEveryHolder => n03::release(self, lease),
+            Recipe::N04GetCompareDel => n04::release(self, lease),
+        }
+    }
+}
+
+impl std::fmt::Debug for BrokenRedisLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokenRedisLock").field("recipe", &self.recipe).finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,89 @@
+//! The docs' broken Redis lock recipes, as deliberately broken
+//! [`DistributedLock`](lock_core::DistributedLock)s: negative controls for the conformance suite.
+//!
+//! Each does exactly what its recipe in the seeds does, and works as a lock on the happy path
+//! (it passes S02), so when it fails its scenario the failure is the recipe's flaw, not a broken
+//! harness. A suite that passed them would have no teeth.
+//!
+//! | id | recipe | must fail |
+//! |---|---|---|
+//! | N01 | `SETNX` then `EXPIRE`, two commands (seeds 000, 001) | S05, with a crash injected between them |
+//! | N02 | `DEL` without checking the owner (seeds 000, 001) | S06 |
+//! | N03 | every holder writes `1`, compare-and-delete release (seed 004) | S06 |
+//! | N04 | `GET`, compare, then `DEL`, three commands (seed 003) | S06, with a pause between `GET` and `DEL` |
+//!
+//! ```no_run
+//! use lock_testkit::negative::{NegativeTarget, Recipe};
+//! use lock_testkit::suite::run;
+//!
+//! let target = NegativeTarget::new(Recipe::N02DelWithoutOwnerCheck);
+//! assert!(run(&target, "S02", "n02").is_ok(), "works as a lock");
+//! assert!(run(&target, "S06", "n02").is_err(), "but releases someone else's lock");
+//! ```
+
+mod lock;
+mod n01;
+mod n02;
+mod n03;
+mod n04;
+mod target;
+
+pub use lock::{BrokenLease, BrokenRedisLock};
+pub use n04::RELEASE_PAUSE;
+pub use target::NegativeTarget;
+
+/// One of the docs' broken recipes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Recipe {
+    /// N01: `SETNX key true`, then `EXPIRE` as a second command; release is `DEL`. A crash
+    /// between the two leaves a lock without expiry.
+    N01SetnxThenExpire,
+    /// N02: `SET key token NX PX` (atomic), but release is a plain `DEL`: a holder whose lease ran
+    /// out deletes the next holder's lock.
+    N02DelWithoutOwnerCheck,
+    /// N03: every holder writes the same value `1`, and release compares with `1` before
+    /// deleting: the compare can never tell holders apart.
+    N03SameValueForEveryHolder,
+    /// N04: release is `GET`, compare in the client, then `DEL`, as separate commands: the lease
+    /// can run out, and the next holder acquire, between the compare and the delete.
+    N04GetCompareDel,
+}
+
+impl Recipe {
+    /// Every recipe, in id order.
+    pub const ALL: [Recipe; 4] = [
+        Recipe::N01SetnxThenExpire,
+        Recipe::N02DelWithoutOwnerCheck,
+        Recipe::N03SameValueForEveryHolder,
+        Recipe::N04GetCompareDel,
+    ];
+
+    /// The stable id (`"N01"`).
+    pub fn id(self) -> &'static str {
+        match self {
+            Recipe::N01SetnxThenExpire => "N01",
+            Recipe::N02DelWithoutOwnerCheck => "N02",
+            Recipe::N03SameValueForEveryHolder => "N03",
+            Recipe::N04GetCompareDel => "N04",
+        }
+    }
+
+    /// The recipe in a few words.
+    pub fn title(self) -> &'static str {
+        match self {
+            Recipe::N01SetnxThenExpire => "setnx then expire",
+            Recipe::N02DelWithoutOwnerCheck => "del without owner check",
+            Recipe::N03SameValueForEveryHolder => "every holder writes 1",
+            Recipe::N04GetCompareDel => "get, compare, then del",
+        }
+    }
+
+    /// The scenario the recipe must fail.
+    pub fn must_fail(self) -> &'static str {
+        match self {
+            Recipe::N01SetnxThenExpire => "S05",
+            _ => "S06",
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! The Redis backend beyond the shared suite, on real harness servers: R04 (the reentrant hash
+//! layout), the WAIT option, the fair wait queue, renewal pipelining, and what a dead, paused or
+//! restarted server, a wrong password or an ACL user does to a client.
+#![cfg(feature = "redis")]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use distlock::redis::redis::{self, Commands as _};
+use distlock::redis::{RedisBackend, RedisKeys, RedisLockKind};
+use distlock::{
+    DistributedLock, Error, Extension, Lock, LockClient, LockName, LockOptions, NativeWait, OwnerToken,
+};
+use lock_testkit::harness::{shared, RedisOptions, RedisServer};
+use lock_testkit::suite::unique_name;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn shared_url() -> String {
+    shared::redis().expect("shared redis-server").address().to_owned()
+}
+
+fn backend(url: &str, kind: RedisLockKind) -> RedisBackend {
+    RedisBackend::builder(url).kind(kind).connect_timeout(2 * SECOND).build().expect("backend")
+}
+
+fn connection(url: &str) -> redis::Connection {
+    let connection = redis::Client::open(url).unwrap().get_connection_with_timeout(2 * SECOND).unwrap();
+    connection.set_read_timeout(Some(5 * SECOND)).unwrap();
+    connection
+}
+
+/// Polls `condition` every 10 ms for up to `within`.
+fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    condition()
+}
+
+/// R04: HINCRBY-counted holds per owner; unlock decrements and deletes at zero; the last
+/// release's pub/sub message wakes a waiter.
+#[test]
+fn r04_reentrant_hash_counts_holds_and_wakes_waiters() {
+    let url = shared_url();
+    let locks = backend(&url, RedisLockKind::ReentrantHash);
+    let name = unique_name("r04");
+    let keys = locks.keys(&name);
+    let mut raw = connection(&url);
+    let owner = OwnerToken::random();
+    let token = owner.to_hex();
+
+    let first = locks.try_acquire(&name, &owner, 10 * SECOND).unwrap().expect("first hold");
+    let second = locks.try_acquire(&name, &owner, 10 * SECOND).unwrap().expect("reentry by the same token");
+    let count: Option<i64> = raw.hget(keys.lock(), &token).unwrap();
+    assert_eq!(count, Some(2), "two holds by one owner are counted in the hash");
+    assert_eq!(first.fencing_token(), second.fencing_token(), "a reentry is not a new acquisition");
+    let first_token = first.fencing_token();
+    let other = OwnerToken::random();
+    assert!(locks.try_acquire(&name, &other, 10 * SECOND).unwrap().is_none(), "another owner is shut out");
+
+    // Listen on the lock's channel, and block a waiter (another client) in lock().
+    let mut listener = connection(&url);
+    let mut pubsub = listener.as_pubsub();
+    pubsub.subscribe(keys.channel()).unwrap();
+    pubsub.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let waiter_client = LockClient::new(backend(&url, RedisLockKind::ReentrantHash));
+    let (acquired_tx, acquired) = mpsc::channel();
+    let waiter = {
+        let lock = Lock::new(&waiter_client, name.clone());
+        thread::spawn(move || {
+            let guard = lock.lock().expect("the waiter acquires");
+            acquired_tx.send((Instant::now(), guard.fencing_token())).unwrap();
+            guard.unlock().unwrap();
+        })
+    };
+    assert!(eventually(5 * SECOND, || raw.zcard::<_, i64>(keys.queue()).unwrap() == 1), "the waiter queued");
+
+    assert!(locks.release(second).unwrap(), "the first release gives back one hold");
+    let count: Option<i64> = raw.hget(keys.lock(), &token).unwrap();
+    assert_eq!(count, Some(1), "one hold left");
+    assert!(pubsub.get_message().is_err(), "no release is announced while a hold remains");
+    assert!(acquired.recv_timeout(Duration::from_millis(300)).is_err(), "the waiter stays blocked");
+
+    let released_at = Instant::now();
+    assert!(locks.release(first).unwrap(), "the last release");
+    // The waiter may already hold a new hash under its own token.
+    let count: Option<i64> = raw.hget(keys.lock(), &token).unwrap();
+    assert_eq!(count, None, "no hold of the first owner is left");
+    let message = pubsub.get_message().expect("the last release is announced");
+    let payload: String = message.get_payload().unwrap();
+    assert!(!payload.is_empty(), "the announcement names the waiter whose turn it is");
+    let (woken_at, fence) = acquired.recv_timeout(5 * SECOND).expect("the waiter acquired");
+    let handoff = woken_at.saturating_duration_since(released_at);
+    // Far below the 1 s fallback re-check: the message woke it.
+    assert!(handoff < Duration::from_millis(500), "hand-off took {handoff:?}");
+    assert!(fence > Some(first_token), "the waiter's acquisition takes a new fencing token");
+    waiter.join().unwrap();
+}
+
+/// R04, without a waiter: the hash is deleted when the last hold goes, and a stale lease
+/// releases nothing.
+#[test]
+fn r04_the_last_release_deletes_the_hash() {
+    let url = shared_url();
+    let locks = backend(&url, RedisLockKind::ReentrantHash);
+    let name = unique_name("r04-delete");
+    let keys = locks.keys(&name);
+    let mut raw = connection(&url);
+    let owner = OwnerToken::random();
+    let holds: Vec<_> =
+        (0..3).map(|_| locks.try_acquire(&name, &owner, 10 * SECOND).unwrap().expect("hold")).collect();
+    let count: Option<i64> = raw.hget(keys.lock(), owner.to_hex()).unwrap();
+    assert_eq!(count, Some(3));
+    let pttl: i64 = raw.pttl(keys.lock()).unwrap();
+    assert!(pttl > 0 && pttl <= 10_000, "the hash carries the lease: PTTL {pttl}");
+    for (left, hold) in (0..3).rev().zip(holds) {
+        assert!(locks.release(hold).unwrap());
+        let count: Option<i64> = raw.hget(keys.lock(), owner.to_hex()).unwrap();
+        assert_eq!(count, (left > 0).then_some(left), "after a release");
+    }
+    let exists: bool = raw.exists(keys.lock()).unwrap();
+    assert!(!exists, "the hash is deleted at zero holds");
+    // A fourth release (a stale lease of the same owner) finds nothing to give back.
+    let stale = locks.try_acquire(&name, &owner, 10 * SECOND).unwrap().expect("free again");
+    let _: i64 = raw.del(keys.lock()).unwrap();
+    assert!(!locks.release(stale).unwrap(), "a lease whose hash is gone releases nothing");
+}
+
+#[test]
+fn set_nx_is_not_reentrant_at_the_trait_level() {
+    let locks = backend(&shared_url(), RedisLockKind::SetNx);
+    let name = unique_name("setnx-once");
+    let owner = OwnerToken::random();
+    let lease = locks.try_acquire(&name, &owner, 10 * SECOND).unwrap().expect("acquired");
+    assert!(locks.try_acquire(&name, &owner, 10 * SECOND).unwrap().is_none());
+    assert!(locks.release(lease).unwrap());
+}
+
+#[test]
+fn wait_for_replicas_confirms_with_a_replica_and_refuses_without() {
+    let primary = RedisServer::start().expect("primary");
+    let _replica = RedisServer::start_replica_of(&primary).expect("replica");
+    let replicated = RedisBackend::builder(primary.url())
+        .wait_for_replicas(1, SECOND)
+        .connect_timeout(2 * SECOND)
+        .build()
+        .unwrap();
+    let name = unique_name("wait");
+    let lease = replicated.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap();
+    assert!(lease.is_some(), "one replica acknowledges the acquisition");
+    assert!(replicated.release(lease.unwrap()).unwrap());
+
+    // The shared server has no replica: WAIT times out, the lock is given back.
+    let url = shared_url();
+    let lonely = RedisBackend::builder(url.as_str())
+        .wait_for_replicas(1, Duration::from_millis(100))
+        .connect_timeout(2 * SECOND)
+        .build()
+        .unwrap();
+    let name = unique_name("wait-none");
+    let started = Instant::now();
+    let outcome = lonely.try_acquire(&name, &OwnerToken::random(), 10 * SECOND);
+    assert!(
+        matches!(outcome, Err(Error::NotReplicated { acknowledged: 0, required: 1, .. })),
+        "got {:?}",
+        outcome.map(|lease| lease.is_some())
+    );
+    assert!(started.elapsed() < 2 * SECOND, "WAIT took {:?}", started.elapsed());
+    let plain = backend(&url, RedisLockKind::SetNx);
+    assert!(
+        plain.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap().is_some(),
+        "an unreplicated acquisition is released"
+    );
+}
+
+/// A try_lock never jumps the queue; a waiter that dies at the head holds a free lock up for at
+/// most its entry's lifetime (3 s), after which others get it.
+#[test]
+fn the_wait_queue_is_not_jumped_and_a_dead_head_lapses() {
+    let url = shared_url();
+    let locks = backend(&url, RedisLockKind::SetNx);
+    let mut raw = connection(&url);
+
+    // A waiter queues behind a holder; a try right after the release does not overtake it.
+    let name = unique_name("queue");
+    let keys = locks.keys(&name);
+    let holder = locks.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap().unwrap();
+    let waiting = {
+        let (locks, name) = (locks.clone(), name.clone());
+        thread::spawn(move || {
+            locks.acquire_until(&name, &OwnerToken::random(), 10 * SECOND, Some(Instant::now() + 10 * SECOND))
+        })
+    };
+    assert!(eventually(5 * SECOND, || raw.zcard::<_, i64>(keys.queue()).unwrap() == 1), "the waiter queued");
+    assert!(locks.release(holder).unwrap());
+    assert!(
+        locks.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap().is_none(),
+        "a try_acquire overtook a queued waiter"
+    );
+    let acquired = waiting.join().unwrap().unwrap().expect("the waiter got the lock");
+    assert!(locks.release(acquired.lease).unwrap());
+    let queued: i64 = raw.zcard(keys.queue()).unwrap();
+    assert_eq!(queued, 0, "the winner left the queue");
+
+    // A dead waiter: queued once, never refreshed.
+    let name = unique_name("queue-dead");
+    let keys = RedisKeys::new("distlock", &name);
+    let dead = OwnerToken::random().to_hex();
+    let (now_s, now_us): (u64, u64) = redis::cmd("TIME").query(&mut raw).unwrap();
+    let now_ms = now_s * 1000 + now_us / 1000;
+    let _: () = raw.zadd(keys.queue(), &dead, now_ms * 1000).unwrap();
+    let _: () = raw.zadd(keys.queue_timeouts(), &dead, now_ms + 3000).unwrap();
+    assert!(
+        locks.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap().is_none(),
+        "the head's turn"
+    );
+    let started = Instant::now();
+    let acquired = locks
+        .acquire_until(&name, &OwnerToken::random(), 10 * SECOND, Some(Instant::now() + 10 * SECOND))
+        .unwrap()
+        .expect("acquired once the dead head lapsed");
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_millis(4500), "waited {waited:?} behind a dead head");
+    assert!(locks.release(acquired.lease).unwrap());
+}
+
+/// A waiter that gives up leaves the queue, and the next one is told it is its turn.
+#[test]
+fn a_waiter_that_gives_up_leaves_the_queue() {
+    let url = shared_url();
+    let locks = backend(&url, RedisLockKind::SetNx);
+    let mut raw = connection(&url);
+    let name = unique_name("give-up");
+    let keys = locks.keys(&name);
+    let holder = locks.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap().unwrap();
+    let started = Instant::now();
+    let gave_up = locks
+        .acquire_until(
+            &name,
+            &OwnerToken::random(),
+            10 * SECOND,
+            Some(Instant::now() + Duration::from_millis(200)),
+        )
+        .unwrap();
+    assert!(gave_up.is_none());
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    let queued: i64 = raw.zcard(keys.queue()).unwrap();
+    assert_eq!(queued, 0, "a waiter that gave up left its place");
+    assert!(locks.release(holder).unwrap());
+    assert!(locks.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap().is_some());
+}
+
+/// Under 8-way contention every worker gets a fair share: the releaser cannot re-lock ahead of
+/// the queue.
+#[test]
+fn contended_workers_get_fair_shares() {
+    const WORKERS: usize = 8;
+    let url = shared_url();
+    let name = unique_name("fair");
+    let clients: Vec<_> =
+        (0..WORKERS).map(|_| LockClient::new(backend(&url, RedisLockKind::SetNx))).collect();
+    let counts: Vec<AtomicU64> = (0..WORKERS).map(|_| AtomicU64::new(0)).collect();
+    let stop = AtomicBool::new(false);
+    thread::scope(|s| {
+        for (client, count) in clients.iter().zip(&counts) {
+            let (lock, stop) = (Lock::new(client, name.clone()), &stop);
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let guard = lock.lock().expect("lock");
+                    count.fetch_add(1, Ordering::Relaxed);
+                    guard.unlock().expect("unlock");
+                }
+            });
+        }
+        thread::sleep(2 * SECOND);
+        stop.store(true, Ordering::Relaxed);
+    });
+    let counts: Vec<u64> = counts.iter().map(|count| count.load(Ordering::Relaxed)).collect();
+    let (min, max) = (counts.iter().min().copied().unwrap(), counts.iter().max().copied().unwrap());
+    println!("acquisitions per worker: {counts:?}");
+    assert!(max > 0);
+    assert!(min * 2 >= max, "unfair: per-worker acquisitions {counts:?}");
+}
+
+/// Renewal of many leases: one `extend_many` call extends them all (one pipeline), and leases
+/// that are no longer held answer `false`.
+#[test]
+fn extend_many_renews_thousands_of_leases_in_one_batch() {
+    const LEASES: usize = 3_000;
+    let url = shared_url();
+    let locks = backend(&url, RedisLockKind::SetNx);
+    let prefix = unique_name("many");
+    let mut leases: Vec<_> = (0..LEASES)
+        .map(|index| {
+            let name = LockName::new(format!("{prefix}-{index}")).unwrap();
+            locks.try_acquire(&name, &OwnerToken::random(), 2 * SECOND).unwrap().expect("free")
+        })
+        .collect();
+    // One lease is lost underneath its holder.
+    let mut raw = connection(&url);
+    let _: i64 = raw.del(leases[7].keys().lock()).unwrap();
+    let started = Instant::now();
+    let results = {
+        let mut batch: Vec<_> = leases.iter_mut().map(|lease| Extension::new(lease, 30 * SECOND)).collect();
+        locks.extend_many(&mut batch)
+    };
+    let took = started.elapsed();
+    assert_eq!(results.len(), LEASES);
+    for (index, result) in results.into_iter().enumerate() {
+        assert_eq!(result.unwrap(), index != 7, "lease {index}");
+    }
+    let pttl: i64 = raw.pttl(leases[LEASES - 1].keys().lock()).unwrap();
+    assert!(pttl > 20_000, "the lease was extended to 30 s, PTTL {pttl}");
+    println!("extend_many of {LEASES} leases took {took:?}");
+    assert!(took < 5 * SECOND, "extend_many of {LEASES} leases took {took:?}");
+    for lease in leases {
+        let _ = locks.release(lease);
+    }
+}
+
+/// The renewal thread keeps thousands of short leases alive through the pipelined batches.
+#[test]
+fn renewal_keeps_thousands_of_one_second_leases() {
+    const LOCKS: usize = 5_000;
+    let options = LockOptions::builder().lease(SECOND).build().unwrap();
+    let client = LockClient::with_options(backend(&shared_url(), RedisLockKind::SetNx), options);
+    let prefix = unique_name("renew");
+    let guards: Vec<_> = (0..LOCKS)
+        .map(|index| {
+            client.lock_named(&format!("{prefix}-{index}")).unwrap().try_lock().unwrap().expect("free")
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(2500));
+    let lost = guards.iter().filter(|guard| !guard.is_held()).count();
+    assert_eq!(lost, 0, "{lost} of {LOCKS} renewed leases were lost");
+    for guard in guards {
+        guard.unlock().unwrap();
+    }
+}
+
+/// A paused server (SIGSTOP) makes calls time out within the read timeout; after it resumes, the
+/// client works again and no late reply is read as the answer to a later command.
+#[test]
+fn a_paused_server_times_out_and_leaves_no_poisoned_connection() {
+    let server = RedisServer::start().expect("private server");
+    let locks = RedisBackend::builder(server.url())
+        .connect_timeout(SECOND)
+        .read_timeout(Duration::from_millis(300))
+        .max_connections(1)
+        .build()
+        .unwrap();
+    let mut held =
+        locks.try_acquire(&unique_name("pause-a"), &OwnerToken::random(), 30 * SECOND).unwrap().unwrap();
+
+    server.process().pause().unwrap();
+    let started = Instant::now();
+    let outcome = locks.try_acquire(&unique_name("pause-b"), &OwnerToken::random(), 30 * SECOND);
+    let took = started.elapsed();
+    server.process().resume().unwrap();
+    assert!(matches!(outcome, Err(Error::Timeout { .. })), "got {:?}", outcome.map(|lease| lease.is_some()));
+    assert!(took < 2 * SECOND, "a paused server held the caller for {took:?}");
+
+    // The paused acquisition's reply arrives now; a reused connection would read it as the
+    // answer to the next command.
+    thread::sleep(Duration::from_millis(100));
+    for _ in 0..3 {
+        assert!(locks.extend(&mut held, 30 * SECOND).unwrap(), "the held lease extends");
+        let fresh = locks.try_acquire(&unique_name("pause-c"), &OwnerToken::random(), 30 * SECOND).unwrap();
+        assert!(locks.release(fresh.expect("free")).unwrap());
+    }
+}
+
+/// A killed server is a connection error at once, not a hang; after a restart the client
+/// reconnects by itself (stale pooled connections are discarded).
+#[test]
+fn a_dead_server_is_a_connection_error_and_a_restart_is_survived() {
+    let server = RedisServer::start().expect("private server");
+    let locks = RedisBackend::builder(server.url()).connect_timeout(2 * SECOND).build().unwrap();
+    let name = unique_name("restart");
+    let lease = locks.try_acquire(&name, &OwnerToken::random(), 30 * SECOND).unwrap().unwrap();
+    drop(lease);
+
+    server.process().kill9().unwrap();
+    let started = Instant::now();
+    let outcome = locks.try_acquire(&unique_name("dead"), &OwnerToken::random(), 30 * SECOND);
+    assert!(
+        matches!(outcome, Err(Error::Connection { .. })),
+        "got {:?}",
+        outcome.map(|lease| lease.is_some()).map_err(|e| e.to_string())
+    );
+    assert!(started.elapsed() < 2 * SECOND, "took {:?}", started.elapsed());
+
+    server.process().restart().unwrap();
+    // The restart lost every key (no persistence), so the lock is free; the fencing counter
+    // restarts too (the documented limit of a server without persistence).
+    let lease = locks.try_acquire(&name, &OwnerToken::random(), 30 * SECOND);
+    assert!(matches!(lease, Ok(Some(_))), "after the restart: {:?}", lease.map(|l| l.is_some()));
+}
+
+/// `user:password@` URLs authenticate as an ACL user; wrong credentials are
+/// `Error::Authentication`, never a hang or a generic error.
+#[test]
+fn acl_users_and_wrong_passwords() {
+    let server = RedisServer::start_with(RedisOptions::new().password("admin-secret")).expect("server");
+    let mut admin = connection(&server.url());
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "locker", "on", ">locker-secret", "~*", "&*", "+@all"])
+        .query(&mut admin)
+        .unwrap();
+    let port = server.port();
+    let as_user = backend(&format!("redis://locker:locker-secret@127.0.0.1:{port}/"), RedisLockKind::SetNx);
+    let name = unique_name("acl");
+    let lease = as_user.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap().expect("acquired");
+    assert!(as_user.release(lease).unwrap());
+
+    for url in [
+        format!("redis://locker:wrong@127.0.0.1:{port}/"),
+        format!("redis://:wrong@127.0.0.1:{port}/"),
+        format!("redis://127.0.0.1:{port}/"),
+    ] {
+        let started = Instant::now();
+        let outcome =
+            backend(&url, RedisLockKind::SetNx).try_acquire(&name, &OwnerToken::random(), 10 * SECOND);
+        assert!(
+            matches!(outcome, Err(Error::Authentication { .. })),
+            "{url}: got {:?}",
+            outcome
+                .map(|lease| lease.is_some())
+                .map_err(|e| format!("{e}: {:?}", std::error::Error::source(&e)))
+        );
+        assert!(started.elapsed() < SECOND, "{url}: reporting took {:?}", started.elapsed());
+    }
+}

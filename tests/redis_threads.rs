@@ -1,0 +1,72 @@
+//! Threads of the Redis backend come and go with the backend: every backend that waited has one
+//! subscriber thread and every backend two connector threads, and all of them end once the last
+//! clone of the backend is dropped. (Its own test binary: other tests' backends would be counted.)
+#![cfg(feature = "redis")]
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use distlock::redis::{RedisBackend, CONNECTOR_THREAD_NAME, SUBSCRIBER_THREAD_NAME};
+use distlock::{DistributedLock, NativeWait, OwnerToken};
+use lock_testkit::harness::shared;
+use lock_testkit::suite::unique_name;
+
+/// Threads of this process whose (15-byte) name is `name`.
+fn threads_named(name: &str) -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == name)
+        .count()
+}
+
+fn settles(name: &str, expected: usize) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        if threads_named(name) == expected {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn backend_threads_end_with_the_last_clone() {
+    const BACKENDS: usize = 12;
+    let url = shared::redis().expect("shared redis-server").address().to_owned();
+    assert_eq!(threads_named(SUBSCRIBER_THREAD_NAME), 0);
+
+    let holder = RedisBackend::new(url.as_str()).unwrap();
+    let name = unique_name("threads");
+    let lease = holder.try_acquire(&name, &OwnerToken::random(), Duration::from_secs(30)).unwrap().unwrap();
+    let backends: Vec<_> = (0..BACKENDS).map(|_| RedisBackend::new(url.as_str()).unwrap()).collect();
+    for backend in &backends {
+        // A short wait on a held lock starts the backend's subscriber.
+        let deadline = Some(Instant::now() + Duration::from_millis(50));
+        assert!(backend
+            .acquire_until(&name, &OwnerToken::random(), Duration::from_secs(1), deadline)
+            .unwrap()
+            .is_none());
+    }
+    let clones: Vec<_> = backends.iter().map(Clone::clone).collect();
+    assert!(
+        settles(SUBSCRIBER_THREAD_NAME, BACKENDS),
+        "{} subscribers",
+        threads_named(SUBSCRIBER_THREAD_NAME)
+    );
+    assert_eq!(threads_named(CONNECTOR_THREAD_NAME), 2 * (BACKENDS + 1));
+
+    drop(backends);
+    thread::sleep(Duration::from_millis(600));
+    assert_eq!(threads_named(SUBSCRIBER_THREAD_NAME), BACKENDS, "clones keep their subscribers");
+    drop(clones);
+    assert!(settles(SUBSCRIBER_THREAD_NAME, 0), "{} subscribers left", threads_named(SUBSCRIBER_THREAD_NAME));
+    assert!(
+        settles(CONNECTOR_THREAD_NAME, 2),
+        "{} connector threads left",
+        threads_named(CONNECTOR_THREAD_NAME)
+    );
+    assert!(holder.release(lease).unwrap());
+}
