@@ -45,6 +45,16 @@ pub trait DistributedLock: Send + Sync + 'static {
         HoldKind::Lease
     }
 
+    /// How much shorter than `ttl` a holder must assume its lease to be: allowance for clock drift
+    /// between client and servers (Redlock subtracts 1 % of the lease plus 2 ms).
+    ///
+    /// Defaults to zero. The guard's [`is_held`](crate::LockGuard::is_held) and the renewal
+    /// thread's give-up point both count the lease as `ttl` minus this margin.
+    fn lease_margin(&self, ttl: Duration) -> Duration {
+        let _ = ttl;
+        Duration::ZERO
+    }
+
     /// Tries once to acquire `name` for `owner` with a lease of `ttl`.
     ///
     /// Returns `Ok(None)` when another owner holds the lock.

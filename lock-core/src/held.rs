@@ -17,6 +17,10 @@ use crate::options::OnLost;
 /// release waits for an in-flight renewal and a renewal never touches a released lease.
 pub(crate) struct HeldLease<B: DistributedLock> {
     pub(crate) name: LockName,
+    /// The lease the holder may count on after each confirmation: the requested lease less the
+    /// backend's [`lease_margin`](DistributedLock::lease_margin).
+    pub(crate) valid_for: Duration,
+    /// The lease requested from the server on each renewal.
     pub(crate) ttl: Duration,
     pub(crate) hold_kind: HoldKind,
     /// `None` once released.
@@ -40,13 +44,16 @@ impl<B: DistributedLock> HeldLease<B> {
         on_lost: Option<OnLost>,
     ) -> Self {
         let fencing = backend.fencing().map(|f| f.fencing_token(&lease));
+        // What the holder may count on: the lease less the backend's allowance for clock drift.
+        let valid_for = ttl.saturating_sub(backend.lease_margin(ttl));
         Self {
             name,
+            valid_for,
             ttl,
             hold_kind: backend.hold_kind(),
             lease: Mutex::new(Some(lease)),
             released: AtomicBool::new(false),
-            valid_until: Mutex::new(sent_at + ttl),
+            valid_until: Mutex::new(sent_at + valid_for),
             fencing,
             lost: LostSignal::new(),
             on_lost,
@@ -72,7 +79,7 @@ impl<B: DistributedLock> HeldLease<B> {
     /// Records a renewal the server confirmed, for a request sent at `sent_at`.
     pub(crate) fn confirm(&self, sent_at: Instant) {
         let mut valid_until = self.valid_until.lock();
-        *valid_until = (*valid_until).max(sent_at + self.ttl);
+        *valid_until = (*valid_until).max(sent_at + self.valid_for);
     }
 
     /// Fires the lost signal and the callback, once.
