@@ -27,6 +27,11 @@ use crate::owner::OwnerToken;
 ///   connection; `ttl` may shape the session timeout and `extend` checks that the session is alive.
 /// - **Contention is not an error.** A lock held by someone else is `Ok(None)`.
 /// - **No hangs.** Every call returns within the backend's configured connect and I/O timeouts.
+/// - **Bad leases are typed errors.** `try_acquire` and `extend` reject a `ttl` that
+///   [`check_lease`](crate::check_lease) rejects with [`Error::InvalidConfig`](crate::Error::InvalidConfig).
+/// - **Abilities are declared.** A backend that implements [`NativeWait`] or [`Fencing`] must also
+///   return `Some(self)` from [`native_wait`](Self::native_wait) or [`fencing`](Self::fencing):
+///   that is how the generic lock finds them (forgetting it silently loses the ability).
 ///
 /// # Errors
 /// All methods return [`Error::Connection`](crate::Error::Connection) or
@@ -68,8 +73,9 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// Extends many leases at once; the renewal thread calls this with every lease due.
     ///
     /// The default calls [`extend`](Self::extend) for each. Backends that can batch (one pipeline
-    /// per connection instead of one round trip per lease) should override it; the result has one
-    /// entry per item of `batch`, in order.
+    /// per connection instead of one round trip per lease) should override it. The result must
+    /// have exactly one entry per item of `batch`, in order; the renewal thread treats any other
+    /// length as a failed renewal of the whole batch.
     fn extend_many(&self, batch: &mut [Extension<'_, Self::Lease>]) -> Vec<Result<bool>> {
         batch.iter_mut().map(|item| self.extend(item.lease, item.ttl)).collect()
     }
@@ -132,7 +138,9 @@ pub trait NativeWait: DistributedLock {
     /// Acquires `name` for `owner`, waiting until `deadline` (forever if `None`).
     ///
     /// Returns `Ok(None)` if the deadline passed first. Implementations must re-check the lock on
-    /// their own now and then, so that a lost wake-up message delays a waiter but never strands it.
+    /// their own now and then, so that a lost wake-up message delays a waiter but never strands it
+    /// — but not much more often than once a second: a wait that re-checks every few milliseconds
+    /// is polling, and the hand-off scenario (S11) is there to tell the difference.
     ///
     /// # Errors
     /// As [`DistributedLock::try_acquire`].

@@ -21,7 +21,7 @@ impl Backoff {
     /// The next sleep, without sleeping.
     pub(crate) fn next_delay(&mut self) -> Duration {
         let bound = self.bound;
-        self.bound = (self.bound * 2).min(self.max);
+        self.bound = self.bound.saturating_mul(2).min(self.max);
         rand::rng().random_range(bound / 2..=bound)
     }
 

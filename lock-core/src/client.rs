@@ -40,11 +40,17 @@ pub(crate) struct Shared<B: DistributedLock> {
 
 impl<B: DistributedLock> LockClient<B> {
     /// A client over `backend` with [`LockOptions::default`].
+    ///
+    /// # Panics
+    /// When the process-wide renewal thread cannot be spawned (the OS is out of threads).
     pub fn new(backend: B) -> Self {
         Self::with_options(backend, LockOptions::default())
     }
 
     /// A client over `backend` with `options`.
+    ///
+    /// # Panics
+    /// When the process-wide renewal thread cannot be spawned (the OS is out of threads).
     pub fn with_options(backend: B, options: LockOptions) -> Self {
         let backend = Arc::new(backend);
         let leases = LeaseTable::new(Arc::clone(&backend));

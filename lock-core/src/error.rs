@@ -122,10 +122,14 @@ impl Error {
 /// Checks that a lease duration can be sent to a server that counts whole milliseconds.
 ///
 /// # Errors
-/// [`Error::InvalidConfig`] when `lease` is under 1 ms or over [`MAX_LEASE`].
+/// [`Error::InvalidConfig`] when `lease` is under 1 ms, over [`MAX_LEASE`], or not a whole
+/// number of milliseconds (the server would cut it shorter than the holder believes).
 pub fn check_lease(lease: Duration) -> Result<()> {
     if lease < Duration::from_millis(1) {
         return Err(Error::invalid_config(format!("lease {lease:?} is under 1 ms")));
+    }
+    if !lease.subsec_nanos().is_multiple_of(1_000_000) {
+        return Err(Error::invalid_config(format!("lease {lease:?} is not a whole number of milliseconds")));
     }
     if lease > MAX_LEASE {
         return Err(Error::invalid_config(format!("lease {lease:?} is over the {MAX_LEASE:?} maximum")));

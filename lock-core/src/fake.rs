@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{DistributedLock, Fencing, FencingToken};
+use crate::backend::{DistributedLock, Extension, Fencing, FencingToken, HoldKind};
 use crate::error::{Error, Result};
 use crate::memory::{MemoryBackend, MemoryLease};
 use crate::name::LockName;
@@ -20,6 +20,12 @@ pub(crate) struct FakeBackend {
 
 #[derive(Default)]
 pub(crate) struct Switches {
+    /// Report holds as bound to a session rather than a lease.
+    pub(crate) session: AtomicBool,
+    /// `extend_many` answers for one lease fewer than it was given.
+    pub(crate) short_batches: AtomicBool,
+    /// `extend_many` panics.
+    pub(crate) panic_on_extend: AtomicBool,
     pub(crate) fail_extend: AtomicBool,
     pub(crate) fail_release: AtomicBool,
     pub(crate) acquires: AtomicUsize,
@@ -36,6 +42,23 @@ impl DistributedLock for FakeBackend {
 
     fn backend_name(&self) -> &'static str {
         "fake"
+    }
+
+    fn hold_kind(&self) -> HoldKind {
+        if self.switches.session.load(Ordering::SeqCst) {
+            HoldKind::Session
+        } else {
+            HoldKind::Lease
+        }
+    }
+
+    fn extend_many(&self, batch: &mut [Extension<'_, MemoryLease>]) -> Vec<Result<bool>> {
+        assert!(!self.switches.panic_on_extend.load(Ordering::SeqCst), "extend_many switched to panic");
+        let mut results: Vec<_> = batch.iter_mut().map(|item| self.extend(item.lease, item.ttl)).collect();
+        if self.switches.short_batches.load(Ordering::SeqCst) {
+            results.pop();
+        }
+        results
     }
 
     fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<MemoryLease>> {

@@ -2,14 +2,18 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+use std::thread::ThreadId;
 
 use crate::backend::{DistributedLock, FencingToken};
 use crate::client::Shared;
+use crate::error::Error;
 use crate::error::Result;
 use crate::held::HeldLease;
 use crate::lost::LostSignal;
 use crate::name::LockName;
+use crate::reentrancy::HoldTable;
 
 /// Holds a lock until dropped or [`unlock`](Self::unlock)ed.
 ///
@@ -23,7 +27,11 @@ use crate::name::LockName;
 /// A guard stays on the thread that locked: only the owning thread may unlock (Java's
 /// `ReentrantLock` rule), and the compiler enforces it.
 ///
-/// ```compile_fail
+/// A guard that is leaked (`mem::forget`) keeps its lock for as long as the process renews it —
+/// with renewal on (the default), until the process exits, as with Redisson's watchdog; with
+/// renewal off, until the lease runs out.
+///
+/// ```compile_fail,E0277
 /// # use lock_core::{LockClient, MemoryBackend};
 /// let client = LockClient::new(MemoryBackend::new());
 /// let lock = client.lock_named("x").unwrap();
@@ -37,6 +45,8 @@ use crate::name::LockName;
 pub struct LockGuard<B: DistributedLock> {
     shared: Arc<Shared<B>>,
     held: Arc<HeldLease<B>>,
+    /// The thread whose hold count this guard is part of.
+    thread: ThreadId,
     released: bool,
     /// Guards are neither `Send` nor `Sync`: hold counts are per thread.
     _not_send: PhantomData<*const ()>,
@@ -44,7 +54,13 @@ pub struct LockGuard<B: DistributedLock> {
 
 impl<B: DistributedLock> LockGuard<B> {
     pub(crate) fn new(shared: Arc<Shared<B>>, held: Arc<HeldLease<B>>) -> Self {
-        Self { shared, held, released: false, _not_send: PhantomData }
+        Self {
+            shared,
+            held,
+            thread: HoldTable::<B>::current_thread(),
+            released: false,
+            _not_send: PhantomData,
+        }
     }
 
     /// The lock's name.
@@ -76,9 +92,10 @@ impl<B: DistributedLock> LockGuard<B> {
     /// Releases the lock (or, for a nested guard of a reentrant lock, one hold of it).
     ///
     /// # Errors
-    /// [`Error::NotHeld`](crate::Error::NotHeld) when the lock was no longer held by this owner
-    /// (it expired and may belong to someone else now); the backend's error when the server could
-    /// not be asked (it then expires the lease on its own).
+    /// [`Error::NotHeld`] when the lock was no longer held by this owner (it expired, was taken
+    /// over or deleted — for a nested guard, when the lock is known to be lost); the backend's
+    /// error when the server could not be asked (a lease then runs out on its own, a session- or
+    /// connection-bound hold ends with its session).
     pub fn unlock(mut self) -> Result<()> {
         self.release()
     }
@@ -87,17 +104,31 @@ impl<B: DistributedLock> LockGuard<B> {
         if std::mem::replace(&mut self.released, true) {
             return Ok(());
         }
-        if !self.shared.holds.exit(&self.held.name) {
-            return Ok(());
+        if !self.shared.holds.exit(self.thread, &self.held.name) {
+            // A nested hold: the lock stays held by the outer guard, unless it is gone.
+            return if self.held.is_held() {
+                Ok(())
+            } else {
+                Err(Error::NotHeld { name: self.held.name.clone() })
+            };
         }
-        self.held.release(&self.shared.backend)
+        let released = self.held.release(&self.shared.backend);
+        self.shared.leases.note_released();
+        released
     }
 }
 
 impl<B: DistributedLock> Drop for LockGuard<B> {
     fn drop(&mut self) {
-        if let Err(error) = self.release() {
-            tracing::warn!(lock = %self.held.name, %error, "releasing a dropped lock guard failed");
+        // A panicking backend must not turn an unwinding panic into an abort.
+        match catch_unwind(AssertUnwindSafe(|| self.release())) {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::warn!(lock = %self.held.name, %error, "releasing a dropped lock guard failed")
+            }
+            Err(_) => {
+                tracing::error!(lock = %self.held.name, "the backend panicked while releasing a dropped guard")
+            }
         }
     }
 }

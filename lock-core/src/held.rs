@@ -1,5 +1,6 @@
 //! [`HeldLease`]: the state of one acquisition, shared by its guard and the renewal thread.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,8 @@ pub(crate) struct HeldLease<B: DistributedLock> {
     pub(crate) lease: Mutex<Option<B::Lease>>,
     released: AtomicBool,
     /// Until when the lease is known to be valid: the send time of the last request the server
-    /// confirmed, plus the lease. Only meaningful for [`HoldKind::Lease`].
+    /// confirmed, plus `valid_for`. For [`HoldKind::Session`] holds it only bounds how long
+    /// renewal (a liveness check there) may keep failing before the hold is reported lost.
     valid_until: Mutex<Instant>,
     pub(crate) fencing: Option<FencingToken>,
     pub(crate) lost: LostSignal,
@@ -89,7 +91,10 @@ impl<B: DistributedLock> HeldLease<B> {
         }
         tracing::warn!(lock = %self.name, why, "distributed lock lost");
         if let Some(callback) = &self.on_lost {
-            callback(&self.name);
+            // The callback runs on the shared renewal thread: its panic must not stop renewal.
+            if catch_unwind(AssertUnwindSafe(|| callback(&self.name))).is_err() {
+                tracing::error!(lock = %self.name, "the on_lost callback panicked");
+            }
         }
     }
 

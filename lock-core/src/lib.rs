@@ -55,7 +55,7 @@ pub use lock::Lock;
 pub use lost::LostSignal;
 pub use memory::{MemoryBackend, MemoryLease};
 pub use name::LockName;
-pub use options::{LockOptions, LockOptionsBuilder, OnLost};
+pub use options::{LockOptions, LockOptionsBuilder, OnLost, MAX_BACKOFF};
 pub use owner::OwnerToken;
 pub use renewal::RENEWAL_THREAD_NAME;
 

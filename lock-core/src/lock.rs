@@ -13,7 +13,7 @@ use crate::guard::LockGuard;
 use crate::held::HeldLease;
 use crate::name::LockName;
 use crate::owner::OwnerToken;
-use crate::reentrancy::Reentry;
+use crate::reentrancy::{HoldTable, Reentry};
 
 /// One named lock of a [`LockClient`]. Cheap to clone; clones are the same lock.
 ///
@@ -56,12 +56,15 @@ impl<B: DistributedLock> Lock<B> {
     /// holds the lock but has lost it; [`Error::WouldDeadlock`] when this thread already holds a
     /// non-reentrant lock.
     pub fn lock(&self) -> Result<LockGuard<B>> {
+        let (min, max) = self.client.shared.options.backoff();
+        let mut backoff = Backoff::new(min, max);
         loop {
             // An unbounded wait ends only with the lock or an error; a backend that returns
-            // early anyway is simply asked again.
+            // early anyway (breaking its contract) is asked again, after a pause.
             if let Some(guard) = self.acquire(Wait::Forever)? {
                 return Ok(guard);
             }
+            backoff.sleep_until(None);
         }
     }
 
@@ -79,7 +82,11 @@ impl<B: DistributedLock> Lock<B> {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<LockGuard<B>>> {
-        self.try_lock_until(Instant::now() + timeout)
+        match Instant::now().checked_add(timeout) {
+            Some(deadline) => self.try_lock_until(deadline),
+            // A timeout too long to represent is no timeout at all.
+            None => self.lock().map(Some),
+        }
     }
 
     /// Acquires the lock, waiting until `deadline` at the latest; `Ok(None)` if it stayed held.
@@ -103,8 +110,8 @@ impl<B: DistributedLock> Lock<B> {
     fn acquire(&self, wait: Wait) -> Result<Option<LockGuard<B>>> {
         let shared = &self.client.shared;
         match shared.holds.reenter(&self.name, shared.options.reentrant) {
-            Reentry::Entered(held) if held.lost.is_lost() => {
-                shared.holds.exit(&self.name);
+            Reentry::Entered(held) if !held.is_held() => {
+                shared.holds.exit(HoldTable::<B>::current_thread(), &self.name);
                 return Err(Error::NotHeld { name: self.name.clone() });
             }
             Reentry::Entered(held) => return Ok(Some(LockGuard::new(Arc::clone(shared), held))),

@@ -36,11 +36,17 @@ impl LostSignal {
 
     /// Blocks until the lock is lost or `timeout` passes; returns whether it was lost.
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        // A timeout too long to represent is no timeout at all.
+        let deadline = Instant::now().checked_add(timeout);
         let mut lost = self.inner.lost.lock();
         while !*lost {
-            if self.inner.changed.wait_until(&mut lost, deadline).timed_out() {
-                break;
+            match deadline {
+                Some(deadline) => {
+                    if self.inner.changed.wait_until(&mut lost, deadline).timed_out() {
+                        break;
+                    }
+                }
+                None => self.inner.changed.wait(&mut lost),
             }
         }
         *lost

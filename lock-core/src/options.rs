@@ -10,6 +10,9 @@ use crate::name::LockName;
 /// A callback run (on the renewal thread) when a held lock is lost. Keep it short.
 pub type OnLost = Arc<dyn Fn(&LockName) + Send + Sync>;
 
+/// The longest sleep between attempts a waiter may be configured with.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
 /// Validated settings of a [`LockClient`](crate::LockClient). Build them with
 /// [`LockOptions::builder`]; `LockOptions::default()` is the builder's defaults.
 #[derive(Clone)]
@@ -112,7 +115,8 @@ impl LockOptionsBuilder {
         self
     }
 
-    /// How often the renewal thread extends a held lease. Must be shorter than the lease.
+    /// How often the renewal thread extends a held lease. Must be shorter than the lease; at
+    /// more than half the lease, one failed renewal can already cost the lock.
     ///
     /// Defaults to a third of the lease.
     pub fn renew_interval(mut self, interval: Duration) -> Self {
@@ -142,15 +146,16 @@ impl LockOptionsBuilder {
     /// sleep doubles from `min` up to `max`, each drawn at random from its upper half (jitter), so
     /// waiters neither spin nor march in step.
     ///
-    /// Defaults to 1 ms and 100 ms.
+    /// Defaults to 1 ms and 100 ms; `max` may be at most [`MAX_BACKOFF`].
     pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
         self.backoff_min = min;
         self.backoff_max = max;
         self
     }
 
-    /// A callback run when a held lock is lost (renewal failed for a whole lease, or the server
-    /// said the lock is no longer held). It runs on the shared renewal thread: keep it short.
+    /// A callback run when a held lock is lost (renewal failed for a whole lease, the server said
+    /// the lock is no longer held, or the lease ran out with renewal off). It runs on the shared
+    /// renewal thread: keep it short (a panic in it is caught and logged).
     ///
     /// Defaults to none; the guard's [`LostSignal`](crate::LostSignal) fires either way.
     pub fn on_lost(mut self, callback: impl Fn(&LockName) + Send + Sync + 'static) -> Self {
@@ -162,24 +167,27 @@ impl LockOptionsBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] when the lease is outside 1 ms ..= 24 h, the renew interval is zero
-    /// or not shorter than the lease, or the backoff bounds are zero or reversed.
+    /// or not shorter than the lease, or the backoff bounds are zero, reversed or above
+    /// [`MAX_BACKOFF`].
     pub fn build(self) -> Result<LockOptions> {
-        check_lease(self.lease)?;
-        let renew_interval = self.renew_interval.unwrap_or(self.lease / 3);
-        if renew_interval.is_zero() || renew_interval >= self.lease {
+        // Servers count leases in whole milliseconds; so does the holder.
+        let lease = Duration::from_millis(u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX));
+        check_lease(lease)?;
+        let renew_interval = self.renew_interval.unwrap_or(lease / 3);
+        if renew_interval.is_zero() || renew_interval >= lease {
             return Err(Error::invalid_config(format!(
-                "renew interval {renew_interval:?} must be above zero and shorter than the lease {:?}",
-                self.lease
+                "renew interval {renew_interval:?} must be above zero and shorter than the lease {lease:?}"
             )));
         }
-        if self.backoff_min.is_zero() || self.backoff_min > self.backoff_max {
+        if self.backoff_min.is_zero() || self.backoff_min > self.backoff_max || self.backoff_max > MAX_BACKOFF
+        {
             return Err(Error::invalid_config(format!(
-                "backoff bounds {:?}..{:?} must be above zero and in order",
+                "backoff bounds {:?}..{:?} must be above zero, in order and at most {MAX_BACKOFF:?}",
                 self.backoff_min, self.backoff_max
             )));
         }
         Ok(LockOptions {
-            lease: self.lease,
+            lease,
             renew_interval,
             renewal: self.renewal,
             reentrant: self.reentrant,

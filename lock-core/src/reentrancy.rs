@@ -42,6 +42,12 @@ impl<B: DistributedLock> HoldTable<B> {
         (thread::current().id(), name.clone())
     }
 
+    /// The id under which the current thread's holds are kept; guards remember it, so releasing
+    /// needs no `thread::current()` (which may be gone in a thread-local destructor).
+    pub(crate) fn current_thread() -> ThreadId {
+        thread::current().id()
+    }
+
     /// Enters `name` again if the current thread holds it (and `reentrant` allows).
     pub(crate) fn reenter(&self, name: &LockName, reentrant: bool) -> Reentry<B> {
         match self.holds.lock().get_mut(&Self::key(name)) {
@@ -60,10 +66,10 @@ impl<B: DistributedLock> HoldTable<B> {
         self.holds.lock().insert(key, Hold { count: 1, held });
     }
 
-    /// Lowers the current thread's count for `name`; returns `true` when it reached zero (the
-    /// entry is then gone and the caller must release the lease).
-    pub(crate) fn exit(&self, name: &LockName) -> bool {
-        let key = Self::key(name);
+    /// Lowers `thread`'s count for `name`; returns `true` when it reached zero (the entry is then
+    /// gone and the caller must release the lease).
+    pub(crate) fn exit(&self, thread: ThreadId, name: &LockName) -> bool {
+        let key = (thread, name.clone());
         let mut holds = self.holds.lock();
         let Some(hold) = holds.get_mut(&key) else {
             // Guards are !Send, so only a guard of this thread can get here; no entry means it

@@ -6,6 +6,11 @@
 //! [`extend_many`](crate::DistributedLock::extend_many) call, so a backend can pipeline thousands
 //! of renewals per round trip. Without renewal, a lease is still scheduled once, at its expiry, to
 //! report it lost.
+//!
+//! One thread for everything has a cost: the tables are served one after another, so a backend
+//! call that blocks (a paused server) delays every other lease by up to that backend's I/O
+//! timeout. Keep I/O timeouts well below the leases they protect (the backends' defaults are).
+//! A panic in a backend or an `on_lost` callback is caught and logged; it never stops the thread.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -35,11 +40,18 @@ pub(crate) trait RenewalTable: Send + Sync {
 /// The held leases of one client, ordered by due time.
 pub(crate) struct LeaseTable<B: DistributedLock> {
     backend: Arc<B>,
-    queue: Mutex<BinaryHeap<Reverse<Due<B>>>>,
+    queue: Mutex<Queue<B>>,
+}
+
+struct Queue<B: DistributedLock> {
+    heap: BinaryHeap<Reverse<Due<B>>>,
+    /// Entries of released leases still in `heap` (they are dropped when they come due, or all at
+    /// once when they outnumber the live ones, so a high release rate cannot grow the heap).
+    released: usize,
 }
 
 /// What happens to a lease when it comes due.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Task {
     /// Extend it, every `interval`.
     Renew { interval: Duration },
@@ -47,6 +59,8 @@ enum Task {
     Expire,
 }
 
+/// One scheduled visit to a lease. Each lease has at most one in the queue at any time (the
+/// renewal batch locks every lease it extends, so a duplicate would deadlock it).
 struct Due<B: DistributedLock> {
     at: Instant,
     task: Task,
@@ -72,8 +86,13 @@ impl<B: DistributedLock> Ord for Due<B> {
 
 impl<B: DistributedLock> LeaseTable<B> {
     /// A table for `backend`, registered with the renewal thread for as long as it lives.
+    ///
+    /// # Panics
+    /// When the renewal thread cannot be spawned (the OS is out of threads): no lease could be
+    /// renewed, so no lock is handed out.
     pub(crate) fn new(backend: Arc<B>) -> Arc<Self> {
-        let table = Arc::new(Self { backend, queue: Mutex::new(BinaryHeap::new()) });
+        let table =
+            Arc::new(Self { backend, queue: Mutex::new(Queue { heap: BinaryHeap::new(), released: 0 }) });
         let weak: Weak<dyn RenewalTable> = Arc::downgrade(&table) as Weak<dyn RenewalTable>;
         renewer().register(weak);
         table
@@ -89,24 +108,36 @@ impl<B: DistributedLock> LeaseTable<B> {
             // A session-bound hold without renewal has nothing to renew and no expiry to report.
             None => return,
         };
-        self.schedule(due);
+        let at = due.at;
+        self.queue.lock().heap.push(Reverse(due));
+        renewer().wake_by(at);
     }
 
-    fn schedule(&self, due: Due<B>) {
-        let at = due.at;
-        self.queue.lock().push(Reverse(due));
-        renewer().wake_by(at);
+    /// Notes that a tracked lease was released; prunes the queue when released entries dominate.
+    pub(crate) fn note_released(&self) {
+        let mut queue = self.queue.lock();
+        queue.released += 1;
+        if queue.released * 2 > queue.heap.len() {
+            queue.heap.retain(|Reverse(due)| !due.held.is_released());
+            queue.released = 0;
+        }
     }
 
     fn take_due(&self, now: Instant) -> Vec<Due<B>> {
         let mut queue = self.queue.lock();
         let mut due = Vec::new();
-        while queue.peek().is_some_and(|Reverse(next)| next.at <= now) {
-            if let Some(Reverse(next)) = queue.pop() {
+        while queue.heap.peek().is_some_and(|Reverse(next)| next.at <= now) {
+            if let Some(Reverse(next)) = queue.heap.pop() {
                 due.push(next);
             }
         }
         due
+    }
+
+    /// Puts a lease back in the queue. Called from the renewal thread itself, which reads the
+    /// next due time off the queue when it finishes, so no wake-up is needed.
+    fn reschedule(&self, due: Due<B>) {
+        self.queue.lock().heap.push(Reverse(due));
     }
 
     /// Extends every lease in `batch` in one backend call and reschedules or reports each.
@@ -121,47 +152,49 @@ impl<B: DistributedLock> LeaseTable<B> {
                 .zip(&batch)
                 .filter_map(|(guard, (held, _))| guard.as_mut().map(|lease| Extension::new(lease, held.ttl)))
                 .collect();
-            // A panicking backend must not take the renewal thread (and every lease) with it.
+            let expected = extensions.len();
             let backend = self.backend.backend_name();
-            let mut results = catch_unwind(AssertUnwindSafe(|| self.backend.extend_many(&mut extensions)))
-                .unwrap_or_else(|_| {
+            // A panicking backend must not take the renewal thread (and every lease) with it, and
+            // a result that cannot be matched to its lease must not confirm the wrong one.
+            let results = match catch_unwind(AssertUnwindSafe(|| self.backend.extend_many(&mut extensions))) {
+                Ok(results) if results.len() == expected => results,
+                Ok(results) => {
+                    tracing::error!(backend, expected, got = results.len(), "extend_many broke its contract");
+                    Vec::new()
+                }
+                Err(_) => {
                     tracing::error!(backend, "extend_many panicked");
                     Vec::new()
-                })
-                .into_iter();
+                }
+            };
+            let mut results = results.into_iter();
             live.into_iter()
                 .map(|live| {
                     live.then(|| {
-                        results
-                            .next()
-                            .unwrap_or_else(|| Err(Error::backend(backend, "extend_many gave no result")))
+                        results.next().unwrap_or_else(|| Err(Error::backend(backend, "no renewal result")))
                     })
                 })
                 .collect()
         };
         let now = Instant::now();
-        for ((held, interval), result) in batch.into_iter().zip(outcomes) {
-            match result {
+        for ((held, interval), outcome) in batch.into_iter().zip(outcomes) {
+            match outcome {
                 // Released while the batch was being assembled: nothing more to do.
                 None => {}
                 Some(Ok(true)) => {
                     held.confirm(sent_at);
-                    self.schedule(Due { at: sent_at + interval, task: Task::Renew { interval }, held });
+                    self.reschedule(Due { at: sent_at + interval, task: Task::Renew { interval }, held });
                 }
                 Some(Ok(false)) => held.mark_lost("the server says the lock is no longer held"),
                 Some(Err(error)) => {
+                    // Keep trying while the last confirmed lease (or session timeout) lasts.
                     let valid_until = held.valid_until();
-                    if held.hold_kind == HoldKind::Lease && now >= valid_until {
+                    if now >= valid_until {
                         held.mark_lost("renewal kept failing until the lease ran out");
                     } else {
                         tracing::warn!(lock = %held.name, %error, "lease renewal failed; retrying");
-                        let retry = (interval / 2).max(MIN_RETRY);
-                        let at = if held.hold_kind == HoldKind::Lease {
-                            (now + retry).min(valid_until)
-                        } else {
-                            now + retry
-                        };
-                        self.schedule(Due { at, task: Task::Renew { interval }, held });
+                        let at = (now + (interval / 2).max(MIN_RETRY)).min(valid_until);
+                        self.reschedule(Due { at, task: Task::Renew { interval }, held });
                     }
                 }
             }
@@ -184,7 +217,7 @@ impl<B: DistributedLock> RenewalTable for LeaseTable<B> {
         if !batch.is_empty() {
             self.renew(batch);
         }
-        self.queue.lock().peek().map(|Reverse(next)| next.at)
+        self.queue.lock().heap.peek().map(|Reverse(next)| next.at)
     }
 }
 
@@ -197,42 +230,39 @@ struct Renewer {
 #[derive(Default)]
 struct RenewerState {
     tables: Vec<Weak<dyn RenewalTable>>,
-    /// When the thread will next wake by itself; `None` while it is running tables (so every new
-    /// due time makes it look again) or idle with nothing due.
+    /// When the thread will wake by itself; `None` while it is running the tables (so that every
+    /// new due time makes it look again) or idle with nothing due.
     sleeping_until: Option<Instant>,
-    running: bool,
     /// Set when something became due earlier than the thread planned.
     rescan: bool,
-    started: bool,
 }
 
 fn renewer() -> &'static Renewer {
     static RENEWER: OnceLock<Renewer> = OnceLock::new();
-    RENEWER.get_or_init(|| Renewer { state: Mutex::new(RenewerState::default()), wake: Condvar::new() })
+    static THREAD: OnceLock<()> = OnceLock::new();
+    let shared =
+        RENEWER.get_or_init(|| Renewer { state: Mutex::new(RenewerState::default()), wake: Condvar::new() });
+    THREAD.get_or_init(|| {
+        // If the thread cannot be spawned no lease can be renewed: fail loudly, at once (a panic
+        // here leaves THREAD unset, so the next client tries again).
+        thread::Builder::new()
+            .name(RENEWAL_THREAD_NAME.into())
+            .spawn(move || shared.run())
+            .expect("spawn the distlock lease-renewal thread");
+    });
+    shared
 }
 
 impl Renewer {
-    fn register(&'static self, table: Weak<dyn RenewalTable>) {
+    fn register(&self, table: Weak<dyn RenewalTable>) {
         let mut state = self.state.lock();
+        state.tables.retain(|table| table.strong_count() > 0);
         state.tables.push(table);
-        if !state.started {
-            state.started = true;
-            // If the thread cannot be spawned, no lease can be renewed: fail loudly, at once.
-            thread::Builder::new()
-                .name(RENEWAL_THREAD_NAME.into())
-                .spawn(move || self.run())
-                .expect("spawn the distlock lease-renewal thread");
-        }
     }
 
     fn wake_by(&self, at: Instant) {
         let mut state = self.state.lock();
-        let earlier = match state.sleeping_until {
-            _ if state.running => true,
-            Some(planned) => at < planned,
-            None => true,
-        };
-        if earlier {
+        if state.sleeping_until.is_none_or(|planned| at < planned) {
             state.rescan = true;
             self.wake.notify_one();
         }
@@ -242,15 +272,22 @@ impl Renewer {
         loop {
             let tables: Vec<_> = {
                 let mut state = self.state.lock();
-                state.running = true;
+                state.sleeping_until = None;
                 state.rescan = false;
                 state.tables.retain(|table| table.strong_count() > 0);
                 state.tables.iter().filter_map(Weak::upgrade).collect()
             };
-            let next = tables.iter().filter_map(|table| table.run_due()).min();
+            let next = tables
+                .iter()
+                .filter_map(|table| {
+                    catch_unwind(AssertUnwindSafe(|| table.run_due())).unwrap_or_else(|_| {
+                        tracing::error!("a lease table panicked during renewal; retrying it shortly");
+                        Some(Instant::now() + MIN_RETRY)
+                    })
+                })
+                .min();
             drop(tables);
             let mut state = self.state.lock();
-            state.running = false;
             if state.rescan {
                 continue;
             }
@@ -261,7 +298,6 @@ impl Renewer {
                 }
                 None => self.wake.wait(&mut state),
             }
-            state.sleeping_until = None;
         }
     }
 }

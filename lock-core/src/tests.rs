@@ -66,11 +66,11 @@ fn non_reentrant_lock_refuses_the_same_thread() {
 #[test]
 fn renewal_keeps_a_short_lease_alive() {
     let backend = FakeBackend::default();
-    let client = LockClient::with_options(backend.clone(), options(150, true));
-    let rival = LockClient::with_options(backend.clone(), options(150, true));
+    let client = LockClient::with_options(backend.clone(), options(1_000, true));
+    let rival = LockClient::with_options(backend.clone(), options(1_000, true));
     let lock = client.lock_named(&name("renewed")).unwrap();
     let guard = lock.lock().unwrap();
-    thread::sleep(MS * 600);
+    thread::sleep(MS * 2_500);
     assert!(guard.is_held());
     assert!(crate::Lock::new(&rival, lock.name().clone()).try_lock().unwrap().is_none());
     assert!(backend.switches.extends.load(Ordering::SeqCst) >= 3);
@@ -107,11 +107,11 @@ fn renewal_failure_marks_the_lock_lost_and_fires_the_signal() {
 #[test]
 fn server_saying_not_held_marks_the_lock_lost_within_one_interval() {
     let backend = FakeBackend::default();
-    let client = LockClient::with_options(backend.clone(), options(300, true));
+    let client = LockClient::with_options(backend.clone(), options(1_500, true));
     let lock = client.lock_named(&name("deleted")).unwrap();
     let guard = lock.lock().unwrap();
     assert!(backend.inner.force_release(lock.name()));
-    assert!(guard.lost_signal().wait_timeout(MS * 150), "one renew interval is 100 ms");
+    assert!(guard.lost_signal().wait_timeout(MS * 1_500), "one renew interval is 500 ms");
     assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
 }
 
@@ -186,4 +186,95 @@ fn handoff<B: crate::DistributedLock + Clone>(backend: B) {
         drop(guard);
         assert!(waiting.join().unwrap() > first);
     });
+}
+
+#[test]
+fn a_panicking_lost_callback_does_not_stop_renewal() {
+    let backend = FakeBackend::default();
+    let panicking = LockOptions::builder()
+        .lease(MS * 300)
+        .renewal(false)
+        .on_lost(|_| panic!("callback panics on purpose"))
+        .build()
+        .unwrap();
+    let doomed = LockClient::with_options(backend.clone(), panicking);
+    let guard = doomed.lock_named(&name("panicking-callback")).unwrap().lock().unwrap();
+    assert!(guard.lost_signal().wait_timeout(MS * 2_000));
+    // The renewal thread survived: another client's short lease is still renewed.
+    let client = LockClient::with_options(backend.clone(), options(1_000, true));
+    let lock = client.lock_named(&name("after-panic")).unwrap();
+    let held = lock.lock().unwrap();
+    thread::sleep(MS * 2_000);
+    assert!(held.is_held() && !held.lost_signal().is_lost());
+    assert!(backend.inner.remaining_lease(lock.name()).is_some());
+}
+
+#[test]
+fn a_session_hold_whose_liveness_check_keeps_failing_is_reported_lost() {
+    let backend = FakeBackend::default();
+    backend.switches.session.store(true, Ordering::SeqCst);
+    let client = LockClient::with_options(backend.clone(), options(1_000, true));
+    let guard = client.lock_named(&name("session")).unwrap().lock().unwrap();
+    backend.switches.fail_extend.store(true, Ordering::SeqCst);
+    assert!(guard.is_held(), "sessions do not expire by the clock");
+    assert!(guard.lost_signal().wait_timeout(MS * 3_000), "lost once errors outlast the session timeout");
+    assert!(!guard.is_held());
+}
+
+#[test]
+fn a_batch_with_a_missing_result_confirms_no_lease() {
+    let backend = FakeBackend::default();
+    let client = LockClient::with_options(backend.clone(), options(1_000, true));
+    let guard = client.lock_named(&name("short-batch")).unwrap().lock().unwrap();
+    backend.switches.short_batches.store(true, Ordering::SeqCst);
+    // Every batch now looks failed: the lease is reported lost when it runs out, never confirmed.
+    assert!(guard.lost_signal().wait_timeout(MS * 3_000));
+}
+
+#[test]
+fn a_panicking_extend_many_is_a_failed_renewal() {
+    let backend = FakeBackend::default();
+    let client = LockClient::with_options(backend.clone(), options(1_000, true));
+    let guard = client.lock_named(&name("panicking-extend")).unwrap().lock().unwrap();
+    backend.switches.panic_on_extend.store(true, Ordering::SeqCst);
+    assert!(guard.lost_signal().wait_timeout(MS * 3_000));
+    backend.switches.panic_on_extend.store(false, Ordering::SeqCst);
+    // ...and the thread lives on.
+    let other = client.lock_named(&name("after-extend-panic")).unwrap().lock().unwrap();
+    thread::sleep(MS * 1_500);
+    assert!(other.is_held());
+}
+
+#[test]
+fn reentering_an_expired_lease_is_refused() {
+    let backend = MemoryBackend::new();
+    let client = LockClient::with_options(backend.clone(), options(200, false));
+    let lock = client.lock_named(&name("expired-reentry")).unwrap();
+    let guard = lock.lock().unwrap();
+    thread::sleep(MS * 300);
+    // Someone else takes the lock; this thread must not get a second guard for the old lease.
+    let rival = LockClient::new(backend);
+    let _taken =
+        crate::Lock::new(&rival, lock.name().clone()).try_lock().unwrap().expect("free after expiry");
+    assert!(matches!(lock.try_lock(), Err(Error::NotHeld { .. })));
+    assert_eq!(lock.hold_count(), 1, "the refused reentry does not count");
+    drop(guard);
+}
+
+#[test]
+fn unrepresentable_timeouts_mean_no_timeout() {
+    // `Instant + Duration::MAX` overflows; these must not panic.
+    let client = LockClient::new(MemoryBackend::new());
+    let lock = client.lock_named(&name("max-timeout")).unwrap();
+    let guard = lock.try_lock_for(Duration::MAX).unwrap().expect("a free lock is acquired");
+    drop(guard);
+    let signal = crate::LostSignal::new();
+    let waiter = {
+        let signal = signal.clone();
+        thread::spawn(move || signal.wait_timeout(Duration::MAX))
+    };
+    thread::sleep(MS * 20);
+    assert!(!waiter.is_finished(), "an unbounded wait returned early");
+    signal.fire();
+    assert!(waiter.join().unwrap());
 }
