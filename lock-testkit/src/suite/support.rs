@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lock_core::{LockClient, LockName, LockOptions, OwnerToken};
+use lock_core::{DistributedLock, Lock, LockClient, LockGuard, LockName, LockOptions, OwnerToken};
 
 use crate::suite::{Failure, SuiteTarget};
 
@@ -23,6 +23,16 @@ pub(crate) fn client<T: SuiteTarget>(
     options: LockOptions,
 ) -> Result<LockClient<T::Backend>, Failure> {
     Ok(LockClient::with_options(target.backend()?, options))
+}
+
+/// The longest a scenario waits for a lock it expects to get: far beyond any correct hand-off,
+/// short enough that a broken backend fails the scenario instead of hanging the run.
+pub(crate) const ACQUIRE_BOUND: Duration = Duration::from_secs(30);
+
+/// Acquires `lock`, waiting at most [`ACQUIRE_BOUND`]; not getting it is a failure.
+pub(crate) fn acquire<B: DistributedLock>(lock: &Lock<B>) -> Result<LockGuard<B>, Failure> {
+    lock.try_lock_for(ACQUIRE_BOUND)?
+        .ok_or_else(|| Failure(format!("could not acquire {} within {ACQUIRE_BOUND:?}", lock.name())))
 }
 
 pub(crate) const MS: Duration = Duration::from_millis(1);

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 
 use crate::suite::outcome::ensure;
-use crate::suite::support::{client, options, unique_name, MS, SECOND};
+use crate::suite::support::{acquire, client, options, unique_name, MS, SECOND};
 use crate::suite::{Failure, ScenarioResult, SuiteTarget, Verdict};
 
 const THREADS: usize = 8;
@@ -29,7 +29,7 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
                 let (counter, holders, most_holders) = (&counter, &holders, &most_holders);
                 s.spawn(move || -> Result<(), Failure> {
                     for _ in 0..ROUNDS {
-                        let guard = lock.lock()?;
+                        let guard = acquire(&lock)?;
                         let inside = holders.fetch_add(1, Ordering::SeqCst) + 1;
                         most_holders.fetch_max(inside, Ordering::SeqCst);
                         // The unsafe read-modify-write the lock must protect.

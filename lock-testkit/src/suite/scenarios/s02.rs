@@ -7,13 +7,13 @@ use std::time::Instant;
 use lock_core::Lock;
 
 use crate::suite::outcome::ensure;
-use crate::suite::support::{client, options, unique_name, SECOND};
+use crate::suite::support::{acquire, client, options, unique_name, SECOND};
 use crate::suite::{ScenarioResult, SuiteTarget, Verdict};
 
 pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
     let name = unique_name("s02");
     let (a, b) = (client(target, options(10 * SECOND, true))?, client(target, options(10 * SECOND, true))?);
-    let held = Lock::new(&a, name.clone()).lock()?;
+    let held = acquire(&Lock::new(&a, name.clone()))?;
     let contender = Lock::new(&b, name);
     // From another thread too, so per-thread reentrancy cannot hide a missing server check.
     let (attempt, took) = thread::scope(|s| {

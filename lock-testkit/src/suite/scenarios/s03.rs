@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use lock_core::Lock;
 
 use crate::suite::outcome::ensure;
-use crate::suite::support::{client, options, unique_name, MS, SECOND};
+use crate::suite::support::{acquire, client, options, unique_name, MS, SECOND};
 use crate::suite::{Failure, ScenarioResult, SuiteTarget, Verdict};
 
 const WAIT: Duration = Duration::from_millis(200);
@@ -17,7 +17,7 @@ const SLACK: Duration = Duration::from_millis(800);
 pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
     let name = unique_name("s03");
     let (a, b) = (client(target, options(10 * SECOND, true))?, client(target, options(10 * SECOND, true))?);
-    let held = Lock::new(&a, name.clone()).lock()?;
+    let held = acquire(&Lock::new(&a, name.clone()))?;
     let waiter = Lock::new(&b, name);
 
     let started = Instant::now();

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use lock_core::{Lock, LockName};
 
 use crate::suite::outcome::{applicable, ensure};
-use crate::suite::support::{client, options, unique_name, SECOND};
+use crate::suite::support::{acquire, client, options, unique_name, SECOND};
 use crate::suite::{Failure, ScenarioResult, SuiteTarget, Verdict};
 
 /// Set in the child: the name of the lock to hold.
@@ -93,7 +93,7 @@ fn hold_until_killed<T: SuiteTarget>(target: &T, name: &str) -> ! {
     let outcome = (|| -> Result<(), Failure> {
         let client = client(target, options(LEASE, true))?;
         let name = LockName::new(name)?;
-        let guard = Lock::new(&client, name).lock()?;
+        let guard = acquire(&Lock::new(&client, name))?;
         println!("{HELD_LINE}");
         std::io::stdout().flush().map_err(|e| Failure(e.to_string()))?;
         thread::sleep(CHILD_LIFETIME);

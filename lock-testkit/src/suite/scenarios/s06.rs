@@ -15,7 +15,7 @@ use std::time::Duration;
 use lock_core::{DistributedLock, Error, HoldKind, Lock};
 
 use crate::suite::outcome::ensure;
-use crate::suite::support::{client, options, unique_name, MS, SECOND};
+use crate::suite::support::{acquire, client, options, unique_name, MS, SECOND};
 use crate::suite::{Failure, ScenarioResult, SuiteTarget, Verdict};
 
 const LEASE: Duration = Duration::from_millis(400);
@@ -37,7 +37,7 @@ fn release_after_takeover<T: SuiteTarget>(target: &T) -> ScenarioResult {
         client(target, options(10 * SECOND, true))?,
         client(target, options(10 * SECOND, true))?,
     );
-    let stale = Lock::new(&a, name.clone()).lock()?;
+    let stale = acquire(&Lock::new(&a, name.clone()))?;
     thread::sleep(LEASE + 300 * MS); // A "pauses" past its lease.
     let lock_b = Lock::new(&b, name.clone());
     let held_b = lock_b.try_lock_for(2 * SECOND)?;
@@ -57,7 +57,7 @@ fn release_after_takeover<T: SuiteTarget>(target: &T) -> ScenarioResult {
 fn lease_runs_out_during_release<T: SuiteTarget>(target: &T) -> ScenarioResult {
     let name = unique_name("s06b");
     let (a, c) = (client(target, options(LEASE, false))?, client(target, options(10 * SECOND, true))?);
-    let stale = Lock::new(&a, name.clone()).lock()?;
+    let stale = acquire(&Lock::new(&a, name.clone()))?;
     let stop = AtomicBool::new(false);
     thread::scope(|s| -> ScenarioResult {
         // B keeps trying to take the lock and, once it has it, holds it until told to stop.
@@ -67,15 +67,22 @@ fn lease_runs_out_during_release<T: SuiteTarget>(target: &T) -> ScenarioResult {
             let b = client(target, options(10 * SECOND, true))?;
             let lock = Lock::new(&b, name.clone());
             while !stop.load(Ordering::SeqCst) {
-                if let Some(guard) = lock.try_lock()? {
-                    let _ = acquired_tx.send(());
-                    while !stop.load(Ordering::SeqCst) {
-                        thread::sleep(5 * MS);
+                match lock.try_lock() {
+                    Ok(Some(guard)) => {
+                        let _ = acquired_tx.send(Ok(()));
+                        while !stop.load(Ordering::SeqCst) {
+                            thread::sleep(5 * MS);
+                        }
+                        drop(guard);
+                        return Ok(());
                     }
-                    drop(guard);
-                    return Ok(());
+                    Ok(None) => thread::sleep(5 * MS),
+                    Err(error) => {
+                        // Report it where the verdict is made, not as "B never acquired".
+                        let _ = acquired_tx.send(Err(Failure::from(error)));
+                        return Ok(());
+                    }
                 }
-                thread::sleep(5 * MS);
             }
             Ok(())
         });
@@ -83,7 +90,8 @@ fn lease_runs_out_during_release<T: SuiteTarget>(target: &T) -> ScenarioResult {
         let _ = stale.unlock(); // Either answer is honest here: it may have expired meanwhile.
         let outcome = match acquired.recv_timeout(LEASE + 2 * SECOND) {
             Err(_) => Err(Failure("B never acquired the lock A released".into())),
-            Ok(()) => match Lock::new(&c, name.clone()).try_lock() {
+            Ok(Err(failure)) => Err(Failure(format!("B's attempts failed: {failure}"))),
+            Ok(Ok(())) => match Lock::new(&c, name.clone()).try_lock() {
                 Ok(Some(_)) => {
                     Err(Failure("C acquired the lock while B held it: A's release removed B's lock".into()))
                 }

@@ -7,7 +7,7 @@ use std::thread;
 use lock_core::Lock;
 
 use crate::suite::outcome::ensure;
-use crate::suite::support::{client, options, unique_name, SECOND};
+use crate::suite::support::{acquire, client, options, unique_name, SECOND};
 use crate::suite::{Failure, ScenarioResult, SuiteTarget, Verdict};
 
 pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
@@ -16,8 +16,8 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
         (client(target, options(10 * SECOND, true))?, client(target, options(10 * SECOND, true))?);
     let lock = Lock::new(&owner, name.clone());
     let rival = Lock::new(&other, name);
-    let outer = lock.lock()?;
-    let inner = lock.lock()?;
+    let outer = acquire(&lock)?;
+    let inner = acquire(&lock)?;
     ensure!(lock.hold_count() == 2, "hold count is {} after locking twice", lock.hold_count());
     ensure!(outer.fencing_token() == inner.fencing_token(), "reentry must not be a new acquisition");
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use lock_core::{DistributedLock, Error, HoldKind, Lock};
 
 use crate::suite::outcome::ensure;
-use crate::suite::support::{client, options, unique_name, MS, SECOND};
+use crate::suite::support::{acquire, client, options, unique_name, MS, SECOND};
 use crate::suite::{ScenarioResult, SuiteTarget, Verdict};
 
 const LEASE: Duration = Duration::from_secs(1);
@@ -20,7 +20,7 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
     // Renewal on: the lock outlives its lease as long as the holder works.
     let name = unique_name("s08-on");
     let holder = client(target, options(LEASE, true))?;
-    let guard = Lock::new(&holder, name.clone()).lock()?;
+    let guard = acquire(&Lock::new(&holder, name.clone()))?;
     let rival = Lock::new(&rival_client, name);
     let started = Instant::now();
     while started.elapsed() < CRITICAL_SECTION {
@@ -42,7 +42,7 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
     // Renewal off: the lease runs out under the working holder, and the holder is told.
     let name = unique_name("s08-off");
     let holder = client(target, options(LEASE, false))?;
-    let guard = Lock::new(&holder, name.clone()).lock()?;
+    let guard = acquire(&Lock::new(&holder, name.clone()))?;
     let lost = guard.lost_signal();
     let rival = Lock::new(&rival_client, name);
     let started = Instant::now();
@@ -50,6 +50,7 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
     let after = started.elapsed();
     ensure!(taken.is_some(), "without renewal, no one could acquire within {CRITICAL_SECTION:?}");
     ensure!(after >= LEASE / 2, "without renewal, another client acquired after only {after:?}");
+    ensure!(after <= LEASE + SECOND, "without renewal, the lease of {LEASE:?} lasted {after:?}");
     ensure!(lost.wait_timeout(SECOND), "the first holder was not told its lock was lost");
     ensure!(!guard.is_held(), "the first holder still believes it holds the lock");
     let released = guard.unlock();

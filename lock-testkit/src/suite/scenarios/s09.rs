@@ -8,8 +8,8 @@ use std::time::Duration;
 use lock_core::{DistributedLock, Lock};
 
 use crate::suite::outcome::ensure;
-use crate::suite::support::{client, options, unique_name, MS, SECOND};
-use crate::suite::{FencedResource, ScenarioResult, SuiteTarget, Verdict};
+use crate::suite::support::{acquire, client, options, unique_name, MS, SECOND};
+use crate::suite::{Failure, FencedResource, ScenarioResult, SuiteTarget, Verdict};
 
 const LEASE: Duration = Duration::from_millis(500);
 
@@ -20,17 +20,19 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
     let name = unique_name("s09");
     let resource = FencedResource::new();
     let (one, two) = (client(target, options(LEASE, false))?, client(target, options(10 * SECOND, true))?);
+    let token_of = |guard: &lock_core::LockGuard<T::Backend>| {
+        guard.fencing_token().ok_or_else(|| Failure("a fencing backend issued no token".into()))
+    };
 
-    let first = Lock::new(&one, name.clone()).lock()?;
-    let token1 = first
-        .fencing_token()
-        .ok_or_else(|| crate::suite::Failure("no token from a fencing backend".into()))?;
-    thread::sleep(LEASE + 300 * MS); // holder 1 "pauses" (the docs' GC pause) past its lease
-
-    let second = Lock::new(&two, name.clone()).try_lock_for(2 * SECOND)?;
-    let second = second.ok_or_else(|| crate::suite::Failure("holder 2 could not acquire".into()))?;
-    let token2 =
-        second.fencing_token().ok_or_else(|| crate::suite::Failure("no token for holder 2".into()))?;
+    // The docs' story: holder 1 writes, pauses (a GC pause) past its lease, holder 2 takes over
+    // and writes, holder 1 resumes and writes with its old token.
+    let first = acquire(&Lock::new(&one, name.clone()))?;
+    let token1 = token_of(&first)?;
+    ensure!(resource.write(token1, "holder 1").is_ok(), "the resource rejected the first holder");
+    thread::sleep(LEASE + 300 * MS);
+    ensure!(!first.is_held(), "holder 1 still believes it holds the lock after its lease ran out");
+    let second = acquire(&Lock::new(&two, name.clone()))?;
+    let token2 = token_of(&second)?;
     ensure!(token2 > token1, "token {token2} of holder 2 does not exceed token {token1} of holder 1");
     ensure!(resource.write(token2, "holder 2").is_ok(), "the resource rejected the current holder");
     ensure!(
@@ -40,12 +42,37 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
     second.unlock()?;
     drop(first);
 
+    // More holders, alternating clients, and one acquisition after a lease ran out with no one
+    // else in between: every token exceeds the one before.
+    let mut last = token2;
+    for (round, client) in [&one, &two, &one, &two].into_iter().enumerate() {
+        let guard = acquire(&Lock::new(client, name.clone()))?;
+        let token = token_of(&guard)?;
+        ensure!(token > last, "acquisition {round}: token {token} does not exceed {last}");
+        last = token;
+        guard.unlock()?;
+    }
+    let expiring = acquire(&Lock::new(&one, name.clone()))?;
+    let before = token_of(&expiring)?;
+    thread::sleep(LEASE + 300 * MS);
+    let released = expiring.unlock();
+    ensure!(
+        matches!(released, Err(lock_core::Error::NotHeld { .. })),
+        "releasing an expired lease gave {released:?}"
+    );
+    let after_expiry = acquire(&Lock::new(&one, name.clone()))?;
+    let after = token_of(&after_expiry)?;
+    ensure!(
+        before > last && after > before,
+        "tokens {last}, {before}, {after} across an expiry do not increase"
+    );
+    drop(after_expiry);
+
     // A "restarted" client (a brand-new backend connection) continues the sequence.
     drop((one, two));
     let restarted = client(target, options(10 * SECOND, true))?;
-    let third = Lock::new(&restarted, name).lock()?;
-    let token3 =
-        third.fencing_token().ok_or_else(|| crate::suite::Failure("no token after restart".into()))?;
-    ensure!(token3 > token2, "after a client restart, token {token3} does not exceed {token2}");
+    let third = acquire(&Lock::new(&restarted, name))?;
+    let token3 = token_of(&third)?;
+    ensure!(token3 > after, "after a client restart, token {token3} does not exceed {after}");
     Ok(Verdict::Pass)
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use lock_core::{Lock, LockOptions};
 
 use crate::suite::outcome::{applicable, ensure};
-use crate::suite::support::{client, unique_name, SECOND};
+use crate::suite::support::{acquire, client, unique_name, SECOND};
 use crate::suite::{ScenarioResult, SuiteTarget, Verdict};
 
 const LEASE: Duration = Duration::from_secs(3);
@@ -17,7 +17,7 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
     let name = unique_name("s10");
     let options = LockOptions::builder().lease(LEASE).renew_interval(RENEW_INTERVAL).build()?;
     let holder = client(target, options)?;
-    let guard = Lock::new(&holder, name.clone()).lock()?;
+    let guard = acquire(&Lock::new(&holder, name.clone()))?;
     applicable!(target.break_lock(&name))?;
     // One interval until the next renewal, plus slack for the renewal's own round trip.
     ensure!(

@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use lock_core::{Error, Lock, LockClient, LockName};
 
 use crate::suite::outcome::ensure;
-use crate::suite::support::{client, options, unique_name, SECOND};
+use crate::suite::support::{acquire, client, options, unique_name, SECOND};
 use crate::suite::{Failure, ScenarioResult, SuiteTarget, Verdict};
 
 /// Names that break naive key, path or query building. Pairs that a careless escape would map to
@@ -38,7 +38,7 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
 
     // Independent names: holding one does not block the other.
     let (one, two) = (unique_name("s12-one"), unique_name("s12-two"));
-    let held_one = Lock::new(&a, one).lock()?;
+    let held_one = acquire(&Lock::new(&a, one))?;
     ensure!(Lock::new(&b, two).try_lock()?.is_some(), "holding one name blocked another");
     drop(held_one);
 

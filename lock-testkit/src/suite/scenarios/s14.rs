@@ -8,7 +8,7 @@ use std::time::Duration;
 use lock_core::{DistributedLock, Error, HoldKind, Lock};
 
 use crate::suite::outcome::ensure;
-use crate::suite::support::{client, options, unique_name, MS, SECOND};
+use crate::suite::support::{acquire, client, options, unique_name, MS, SECOND};
 use crate::suite::{ScenarioResult, SuiteTarget, Verdict};
 
 const SHORT_LEASE: Duration = Duration::from_millis(500);
@@ -18,15 +18,15 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
 
     // Drop releases.
     let name = unique_name("s14-drop");
-    drop(Lock::new(&a, name.clone()).lock()?);
+    drop(acquire(&Lock::new(&a, name.clone()))?);
     ensure!(Lock::new(&b, name).try_lock()?.is_some(), "dropping the guard did not release the lock");
 
-    // Explicit unlock returns the result; a second release (nested guard, then the lock again)
-    // is harmless and leaves the lock free.
+    // Explicit unlock returns the result; releasing a reentrant lock twice (the nested hold, then
+    // the outer one) is harmless: one server release, and the lock is free.
     let name = unique_name("s14-unlock");
     let lock = Lock::new(&a, name.clone());
-    let outer = lock.lock()?;
-    let inner = lock.lock()?;
+    let outer = acquire(&lock)?;
+    let inner = acquire(&lock)?;
     inner.unlock()?;
     ensure!(outer.unlock().is_ok(), "explicit unlock of a held lock failed");
     ensure!(lock.hold_count() == 0, "hold count {} after unlocking", lock.hold_count());
@@ -41,14 +41,15 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
     // Release after expiry reports "not held".
     let short = client(target, options(SHORT_LEASE, false))?;
     let name = unique_name("s14-expired");
-    let guard = Lock::new(&short, name).lock()?;
+    let guard = acquire(&Lock::new(&short, name))?;
     thread::sleep(SHORT_LEASE + 300 * MS);
     let released = guard.unlock();
     ensure!(matches!(released, Err(Error::NotHeld { .. })), "unlock after expiry returned {released:?}");
 
-    // A leaked guard's lock expires.
+    // A leaked guard's lock expires — with renewal off. (With renewal on, a leaked guard is renewed
+    // as long as its process lives, like Redisson's watchdog: LockGuard's docs say so.)
     let name = unique_name("s14-leaked");
-    std::mem::forget(Lock::new(&short, name.clone()).lock()?);
+    std::mem::forget(acquire(&Lock::new(&short, name.clone()))?);
     let taken = Lock::new(&b, name).try_lock_for(SHORT_LEASE + 2 * SECOND)?;
     ensure!(taken.is_some(), "a leaked guard's lock never expired");
     Ok(Verdict::Pass)
