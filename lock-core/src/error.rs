@@ -1,7 +1,5 @@
 //! The one error type of every distlock operation.
 
-use std::time::Duration;
-
 use crate::name::LockName;
 
 /// A boxed error from a backend's driver, kept as the [`std::error::Error::source`].
@@ -118,25 +116,3 @@ impl Error {
         Error::Backend { backend, source: source.into() }
     }
 }
-
-/// Checks that a lease duration can be sent to a server that counts whole milliseconds.
-///
-/// # Errors
-/// [`Error::InvalidConfig`] when `lease` is under 1 ms, over [`MAX_LEASE`], or not a whole
-/// number of milliseconds (the server would cut it shorter than the holder believes).
-pub fn check_lease(lease: Duration) -> Result<()> {
-    if lease < Duration::from_millis(1) {
-        return Err(Error::invalid_config(format!("lease {lease:?} is under 1 ms")));
-    }
-    if !lease.subsec_nanos().is_multiple_of(1_000_000) {
-        return Err(Error::invalid_config(format!("lease {lease:?} is not a whole number of milliseconds")));
-    }
-    if lease > MAX_LEASE {
-        return Err(Error::invalid_config(format!("lease {lease:?} is over the {MAX_LEASE:?} maximum")));
-    }
-    Ok(())
-}
-
-/// The longest lease accepted: a lock that outlives a crashed holder by more than a day is a
-/// configuration mistake, not a lease.
-pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);

@@ -49,13 +49,13 @@ mod renewal;
 
 pub use backend::{Acquired, DistributedLock, Extension, Fencing, FencingToken, HoldKind, NativeWait};
 pub use client::LockClient;
-pub use error::{check_lease, BoxError, Error, Result, MAX_LEASE};
+pub use error::{BoxError, Error, Result};
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use lost::LostSignal;
 pub use memory::{MemoryBackend, MemoryLease};
 pub use name::LockName;
-pub use options::{LockOptions, LockOptionsBuilder, OnLost, MAX_BACKOFF};
+pub use options::{check_lease, LockOptions, LockOptionsBuilder, OnLost, MAX_BACKOFF, MAX_LEASE};
 pub use owner::OwnerToken;
 pub use renewal::RENEWAL_THREAD_NAME;
 

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::backend::{Acquired, DistributedLock, Fencing, FencingToken, NativeWait};
-use crate::error::{check_lease, Result};
+use crate::error::Result;
 use crate::name::LockName;
+use crate::options::check_lease;
 use crate::owner::OwnerToken;
 
 /// Locks kept in this process's memory, with the same semantics as the server backends: leases

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{check_lease, Error, Result};
+use crate::error::{Error, Result};
 use crate::name::LockName;
 
 /// A callback run (on the renewal thread) when a held lock is lost. Keep it short.
@@ -197,6 +197,28 @@ impl LockOptionsBuilder {
         })
     }
 }
+
+/// Checks that a lease duration can be sent to a server that counts whole milliseconds.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] when `lease` is under 1 ms, over [`MAX_LEASE`], or not a whole
+/// number of milliseconds (the server would cut it shorter than the holder believes).
+pub fn check_lease(lease: Duration) -> Result<()> {
+    if lease < Duration::from_millis(1) {
+        return Err(Error::invalid_config(format!("lease {lease:?} is under 1 ms")));
+    }
+    if !lease.subsec_nanos().is_multiple_of(1_000_000) {
+        return Err(Error::invalid_config(format!("lease {lease:?} is not a whole number of milliseconds")));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::invalid_config(format!("lease {lease:?} is over the {MAX_LEASE:?} maximum")));
+    }
+    Ok(())
+}
+
+/// The longest lease accepted: a lock that outlives a crashed holder by more than a day is a
+/// configuration mistake, not a lease.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 
 #[cfg(test)]
 mod tests {
