@@ -11,3 +11,7 @@ lock_testkit::conformance_tests!(memory, lock_testkit::suite::MemoryTarget::new(
 lock_testkit::conformance_tests!(redis_set_nx, lock_testkit::redis::RedisTarget::set_nx());
 #[cfg(feature = "redis")]
 lock_testkit::conformance_tests!(redis_hash, lock_testkit::redis::RedisTarget::reentrant_hash());
+
+// Redlock over five independent shared harness nodes (or `DISTLOCK_REDIS_NODES`).
+#[cfg(feature = "redis")]
+lock_testkit::conformance_tests!(redlock, lock_testkit::redlock::RedlockTarget::shared());

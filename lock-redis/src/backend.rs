@@ -12,7 +12,7 @@ use redis::RedisResult;
 
 use crate::builder::RedisLockBuilder;
 use crate::connection::{ConnectionPool, PooledConnection};
-use crate::error::{self, RedisFailure, BACKEND};
+use crate::error::{self, error_chain, RedisFailure, BACKEND};
 use crate::keys::RedisKeys;
 use crate::lua::{self, LockScripts};
 use crate::waiter::{Registration, WaitHub};
@@ -473,18 +473,6 @@ fn same_error(error: &Error) -> Error {
         Error::InvalidConfig { reason } => Error::InvalidConfig { reason: reason.clone() },
         _ => Error::Backend { backend: BACKEND, source: source() },
     }
-}
-
-/// `error` and its sources, as one line.
-fn error_chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 impl NativeWait for RedisBackend {

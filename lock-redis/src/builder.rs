@@ -169,7 +169,7 @@ impl RedisLockBuilder {
     }
 }
 
-fn check_timeout(what: &str, timeout: Duration) -> Result<()> {
+pub(crate) fn check_timeout(what: &str, timeout: Duration) -> Result<()> {
     if timeout < Duration::from_millis(1) {
         return Err(Error::invalid_config(format!("{what} {timeout:?} is under 1 ms")));
     }
@@ -179,7 +179,7 @@ fn check_timeout(what: &str, timeout: Duration) -> Result<()> {
     Ok(())
 }
 
-fn check_prefix(prefix: &str) -> Result<()> {
+pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
     if prefix.is_empty() || prefix.len() > MAX_PREFIX_LEN {
         return Err(Error::invalid_config(format!("key_prefix must be 1 to {MAX_PREFIX_LEN} bytes")));
     }
@@ -193,7 +193,7 @@ fn check_prefix(prefix: &str) -> Result<()> {
 /// rustls needs a process-wide crypto provider before the first TLS handshake, or it panics.
 /// Installs ring's, once; if the application installed one already, that one stays.
 #[cfg(feature = "tls")]
-fn install_tls_provider() {
+pub(crate) fn install_tls_provider() {
     static INSTALL: std::sync::Once = std::sync::Once::new();
     INSTALL.call_once(|| {
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -201,7 +201,7 @@ fn install_tls_provider() {
 }
 
 #[cfg(not(feature = "tls"))]
-fn install_tls_provider() {}
+pub(crate) fn install_tls_provider() {}
 
 impl fmt::Debug for RedisLockBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -24,6 +24,10 @@ const STALE_AFTER: Duration = Duration::from_secs(2);
 /// connect timeout.
 const FAILURE_POLL: Duration = Duration::from_millis(20);
 
+/// The shortest read wait of [`RedisConnection::recv_until`], even past its deadline: a reply
+/// that is already in the socket buffer is still taken.
+const MIN_READ_WAIT: Duration = Duration::from_millis(1);
+
 /// Threads that open connections for one pool. Two, so a connect that hangs on an unresponsive
 /// server does not hold up the next attempt entirely.
 const CONNECTOR_THREADS: usize = 2;
@@ -65,6 +69,43 @@ impl RedisConnection {
         result
     }
 
+    /// Writes an already packed request (one command or a pipeline) without reading a reply;
+    /// [`recv_until`](Self::recv_until) reads the replies. A failed write marks the connection
+    /// broken: part of the request may have gone out.
+    pub(crate) fn send_packed(&mut self, request: &[u8]) -> RedisResult<()> {
+        let result = self.inner.send_packed_command(request);
+        if result.is_err() {
+            self.broken = true;
+        }
+        self.last_used = Instant::now();
+        result
+    }
+
+    /// Reads one reply, waiting until `deadline` at the latest (but always long enough to pick
+    /// up a reply that has already arrived). A server's error reply is a
+    /// [`Value::ServerError`](redis::Value::ServerError), not an `Err`; a timeout or an I/O error
+    /// marks the connection broken, since the reply may still be on its way.
+    ///
+    /// The socket keeps the read timeout of the last wait: a connection read this way is only
+    /// ever read this way (Redlock's pools), never through [`run`](Self::run).
+    pub(crate) fn recv_until(&mut self, deadline: Instant) -> RedisResult<redis::Value> {
+        let left = deadline.saturating_duration_since(Instant::now()).max(MIN_READ_WAIT);
+        let result = self.inner.set_read_timeout(Some(left)).and_then(|()| self.inner.recv_response());
+        if let Err(error) = &result {
+            if !error::leaves_connection_usable(error) {
+                self.broken = true;
+            }
+        }
+        self.last_used = Instant::now();
+        result
+    }
+
+    /// Marks the connection broken: the pool discards it instead of taking it back (for a
+    /// connection that still owes replies).
+    pub(crate) fn discard(&mut self) {
+        self.broken = true;
+    }
+
     /// Like [`run`](Self::run), with the read timeout raised to `read_timeout` for this command
     /// (for `WAIT`, which the server answers only after its own timeout).
     pub(crate) fn run_with_read_timeout<T>(
@@ -94,6 +135,10 @@ pub(crate) struct ConnectionManager {
 struct Failures {
     count: u64,
     latest: Option<RedisError>,
+    /// When the latest failure happened.
+    latest_at: Option<Instant>,
+    /// When the latest connection attempt that succeeded finished.
+    connected_at: Option<Instant>,
 }
 
 /// Connection failures, counted, with the latest kept: shared by the manager (which records them
@@ -112,6 +157,16 @@ impl FailureLog {
     fn since(&self, seen: u64) -> Option<RedisError> {
         let failures = self.failures.lock();
         (failures.count > seen).then(|| failures.latest.clone()).flatten()
+    }
+
+    /// The latest failure, if no connection attempt has succeeded since.
+    fn unresolved(&self) -> Option<RedisError> {
+        let failures = self.failures.lock();
+        match (failures.latest_at, failures.connected_at) {
+            (Some(failed), Some(connected)) if connected >= failed => None,
+            (Some(_), _) => failures.latest.clone(),
+            (None, _) => None,
+        }
     }
 }
 
@@ -132,16 +187,21 @@ impl r2d2::ManageConnection for ConnectionManager {
 
     fn connect(&self) -> Result<RedisConnection, RedisError> {
         match Self::open(&self.client, &self.settings) {
-            Ok(inner) => Ok(RedisConnection {
-                inner,
-                broken: false,
-                last_used: Instant::now(),
-                read_timeout: self.settings.read_timeout,
-            }),
+            Ok(inner) => {
+                let now = Instant::now();
+                self.failures.lock().connected_at = Some(now);
+                Ok(RedisConnection {
+                    inner,
+                    broken: false,
+                    last_used: now,
+                    read_timeout: self.settings.read_timeout,
+                })
+            }
             Err(error) => {
                 let mut failures = self.failures.lock();
                 failures.count += 1;
                 failures.latest = Some(error.clone());
+                failures.latest_at = Some(Instant::now());
                 Err(error)
             }
         }
@@ -205,6 +265,47 @@ impl ConnectionPool {
     /// The read timeout of every pooled connection.
     pub(crate) fn read_timeout(&self) -> Duration {
         self.settings.read_timeout
+    }
+
+    /// An idle connection if there is one, without waiting; otherwise starts opening one in the
+    /// background (unless one is being opened already) and returns `None`.
+    ///
+    /// Unlike [`get`](Self::get), an idle connection is not pinged, however long it was idle:
+    /// callers that must not add a round trip detect a dead connection on use.
+    pub(crate) fn try_get(&self) -> Option<PooledConnection> {
+        self.pool.get_timeout(Duration::ZERO).ok()
+    }
+
+    /// An idle connection if there is one; never opens one (so polling it does not pile up
+    /// connection attempts to a server that does not answer).
+    pub(crate) fn idle(&self) -> Option<PooledConnection> {
+        self.pool.try_get()
+    }
+
+    /// Closes every idle connection: after one of them turned out dead (the server restarted),
+    /// the others, opened before, are suspect too.
+    pub(crate) fn discard_idle(&self) {
+        // Bounded: connections other threads give back meanwhile need not all be caught.
+        for _ in 0..self.settings.max_size {
+            let Some(mut connection) = self.pool.try_get() else { break };
+            connection.discard();
+        }
+    }
+
+    /// How many connection attempts have failed so far.
+    pub(crate) fn failure_count(&self) -> u64 {
+        self.failures.count()
+    }
+
+    /// The latest failed connection attempt, if there was one after `seen` failures.
+    pub(crate) fn failure_since(&self, seen: u64) -> Option<RedisError> {
+        self.failures.since(seen)
+    }
+
+    /// The latest failed connection attempt if none has succeeded since: the server is known
+    /// to be down (or to refuse us) until a background attempt gets through.
+    pub(crate) fn known_down(&self) -> Option<RedisError> {
+        self.failures.unresolved()
     }
 
     /// A connection, within the connect timeout.

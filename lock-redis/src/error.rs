@@ -104,6 +104,18 @@ pub(crate) fn leaves_connection_usable(error: &RedisError) -> bool {
         && !protocol_error
 }
 
+/// `error` and its sources, as one line.
+pub(crate) fn error_chain(error: &Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,8 @@
-//! The Redis backend of distlock: [`RedisBackend`] implements
+//! The Redis backends of distlock: [`RedisBackend`] (one server) and [`RedlockBackend`]
+//! (Redlock over N independent servers) implement
 //! [`DistributedLock`](lock_core::DistributedLock) with [`Fencing`](lock_core::Fencing) and
-//! [`NativeWait`](lock_core::NativeWait), so a [`LockClient`](lock_core::LockClient) over it
-//! gets blocking, timed and non-blocking locks, per-thread reentrancy, lease renewal and
+//! [`NativeWait`](lock_core::NativeWait), so a [`LockClient`](lock_core::LockClient) over
+//! either gets blocking, timed and non-blocking locks, per-thread reentrancy, lease renewal and
 //! fencing tokens.
 //!
 //! ```no_run
@@ -44,8 +45,68 @@
 //!
 //! # Limits
 //! A single Redis server (or primary) is a single point of truth: with asynchronous replication
-//! a failover can lose a lock (seed 001), which `WAIT` narrows but does not close. Fencing
-//! tokens are what keep a resource safe from a holder that lost its lock without knowing.
+//! a failover can lose a lock (seed 001), which `WAIT` narrows but does not close. The fencing
+//! counter is replicated just as asynchronously, so after such a failover the next holder may
+//! get the same token again. Fencing tokens keep a resource safe from a holder that lost its
+//! lock without knowing only as long as the counter itself survives.
+//!
+//! # Redlock
+//! [`RedlockBackend`] takes the lock on a majority of N independent nodes (no replication
+//! between them), asking all of them at once, and counts it valid for `lease − elapsed − drift`
+//! (drift = 1 % of the lease + 2 ms). It survives `(N − 1) / 2` nodes being down; with more down
+//! it fails fast with [`Error::Connection`](lock_core::Error::Connection), leaving no hold
+//! behind. See [`RedlockBackend`] and [`RedlockBuilder`].
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_core::{LockClient, LockOptions};
+//! use lock_redis::RedlockBackend;
+//!
+//! # fn main() -> Result<(), lock_core::Error> {
+//! let backend = RedlockBackend::builder([
+//!     "redis://10.0.0.1:6379/",
+//!     "redis://10.0.0.2:6379/",
+//!     "redis://10.0.0.3:6379/",
+//!     "redis://10.0.0.4:6379/",
+//!     "redis://10.0.0.5:6379/",
+//! ])
+//! .build()?;
+//! let options = LockOptions::builder().lease(Duration::from_secs(10)).build()?;
+//! let client = LockClient::with_options(backend, options);
+//! let guard = client.lock_named("inventory:sku-1")?.lock()?;
+//! // A best-effort token: see "What Redlock cannot guarantee".
+//! let token = guard.fencing_token();
+//! # let _ = token;
+//! guard.unlock()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What Redlock cannot guarantee
+//! Redlock is no consensus protocol, and this crate does not pretend otherwise (seed 002 quotes
+//! Martin Kleppmann's critique; seed 003 lists the node-restart failure):
+//! - **Timing assumptions.** Safety rests on bounded network delay, bounded process pauses and
+//!   clocks that drift by less than the allowance. A GC pause, a stopped VM or a clock jump
+//!   longer than that lets a holder act after its lease ran out on the nodes — while it still
+//!   believes it holds the lock.
+//! - **Node restarts without persistence.** A node that restarts empty (or with `appendfsync`
+//!   anything but `always`) forgets the lock; with the nodes of one majority plus that node, a
+//!   second client forms another majority while the first still holds the lock (scenario R02:
+//!   A on nodes 1–3, node 3 restarts, B on nodes 3–5). Persist the nodes, or keep a restarted
+//!   node out for longer than the longest lease (antirez's "delayed restart").
+//! - **No safe fencing tokens.** Redlock has no single counter that every acquisition passes
+//!   through, so it cannot produce tokens that always increase. This crate's tokens are a best
+//!   effort: each node counts, every answer (grant or refusal) contributes its count, and
+//!   extending or releasing raises every node's counter to the holder's token. A later holder's
+//!   token is higher whenever it hears from at least one node that saw the earlier token — which
+//!   catches R02's stale write. But a partition, or restarts of every node that saw a token, can
+//!   make tokens repeat or go backwards, and then a resource accepts a stale write.
+//! - **No fair queue.** Waiters retry when any node announces a release; whoever's requests
+//!   reach a majority first wins.
+//!
+//! If correctness depends on the lock, use a consensus system (ZooKeeper, etcd) or a
+//! transactional database, and fence every write. Use Redlock (or the single-node lock) where an
+//! occasional double holder is tolerable — an efficiency lock.
 #![warn(missing_docs)]
 
 mod backend;
@@ -54,6 +115,7 @@ mod connection;
 mod error;
 mod keys;
 mod lua;
+mod redlock;
 mod reentrant_hash;
 mod set_nx;
 mod waiter;
@@ -64,4 +126,5 @@ pub use connection::CONNECTOR_THREAD_NAME;
 pub use keys::RedisKeys;
 /// The Redis driver this backend is built on, for callers that need to reach the same server.
 pub use redis;
+pub use redlock::{RedlockBackend, RedlockBuilder, RedlockLease};
 pub use waiter::SUBSCRIBER_THREAD_NAME;

@@ -14,6 +14,9 @@
 //!
 //! The thread starts with the first wait and exits (within [`TICK`]) once the last clone of its
 //! backend is dropped.
+//!
+//! Redlock has one hub per node, and registers each waiter's one [`Slot`] with all of them: a
+//! release message from any node wakes it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -70,7 +73,10 @@ struct Channel {
 }
 
 /// One waiting thread: what it waits for and how it is woken.
-struct Slot {
+///
+/// A slot may be registered with several hubs at once (Redlock waits on every node): a message
+/// from any of them wakes it.
+pub(crate) struct Slot {
     /// The waiter's owner token, as the release message names it.
     token: String,
     state: Mutex<SlotState>,
@@ -84,9 +90,43 @@ struct SlotState {
 }
 
 impl Slot {
+    /// A slot for the waiter with owner token `token`.
+    pub(crate) fn new(token: &str) -> Arc<Self> {
+        Arc::new(Slot { token: token.to_owned(), state: Mutex::default(), changed: Condvar::new() })
+    }
+
     fn update(&self, change: impl FnOnce(&mut SlotState)) {
         change(&mut self.state.lock());
         self.changed.notify_all();
+    }
+
+    /// Waits until a hub has subscribed the channel, or until `until`; returns whether one has.
+    pub(crate) fn wait_subscribed(&self, until: Instant) -> bool {
+        let mut state = self.state.lock();
+        while !state.subscribed {
+            if self.changed.wait_until(&mut state, until).timed_out() {
+                return state.subscribed;
+            }
+        }
+        true
+    }
+
+    /// Waits until a message wakes this waiter, or until `until`; returns whether it was woken.
+    /// A wake-up that came since the last call (or [`clear`](Self::clear)) returns at once.
+    pub(crate) fn wait(&self, until: Instant) -> bool {
+        let mut state = self.state.lock();
+        while !state.woken {
+            if self.changed.wait_until(&mut state, until).timed_out() {
+                break;
+            }
+        }
+        std::mem::take(&mut state.woken)
+    }
+
+    /// Forgets wake-ups received so far: the caller is about to look at the lock itself, so
+    /// they are answered by what it sees.
+    pub(crate) fn clear(&self) {
+        self.state.lock().woken = false;
     }
 }
 
@@ -115,8 +155,12 @@ impl WaitHub {
     /// needed. The second value says whether the caller should poke the thread (publish on the
     /// control channel) because the channel still needs subscribing.
     pub(crate) fn register(&self, channel: &str, token: &str) -> (Registration<'_>, bool) {
-        let slot =
-            Arc::new(Slot { token: token.to_owned(), state: Mutex::default(), changed: Condvar::new() });
+        self.register_slot(channel, Slot::new(token))
+    }
+
+    /// Like [`register`](Self::register), with a slot the caller may register with other hubs
+    /// too.
+    pub(crate) fn register_slot(&self, channel: &str, slot: Arc<Slot>) -> (Registration<'_>, bool) {
         let mut state = self.shared.state.lock();
         let entry = state.channels.entry(channel.to_owned()).or_default();
         entry.waiters.push(Arc::clone(&slot));
@@ -154,25 +198,13 @@ impl WaitHub {
 impl Registration<'_> {
     /// Waits until the channel is subscribed, or until `until`; returns whether it is.
     pub(crate) fn wait_subscribed(&self, until: Instant) -> bool {
-        let mut state = self.slot.state.lock();
-        while !state.subscribed {
-            if self.slot.changed.wait_until(&mut state, until).timed_out() {
-                return state.subscribed;
-            }
-        }
-        true
+        self.slot.wait_subscribed(until)
     }
 
     /// Waits until a message wakes this waiter, or until `until`; returns whether it was woken.
     /// A wake-up that came since the last call returns at once.
     pub(crate) fn wait(&self, until: Instant) -> bool {
-        let mut state = self.slot.state.lock();
-        while !state.woken {
-            if self.slot.changed.wait_until(&mut state, until).timed_out() {
-                break;
-            }
-        }
-        std::mem::take(&mut state.woken)
+        self.slot.wait(until)
     }
 }
 

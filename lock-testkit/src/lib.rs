@@ -7,7 +7,9 @@
 //!   [`conformance_tests!`].
 //! - [`workload`]: the benchmark workloads W1–W4, run by the `distlock-bench` binary.
 //! - `redis` (feature `redis`): the Redis backend as a suite and workload target.
-//! - `negative` (feature `redis`): the docs' broken Redis recipes N01–N04, which must fail the
+//! - `redlock` (feature `redis`): Redlock as a suite and workload target, and scenario R02 as a
+//!   function any Redlock variant can be run through.
+//! - `negative` (feature `redis`): the docs' broken recipes N01–N04 and N06, which must fail the
 //!   scenario they break.
 #![warn(missing_docs)]
 
@@ -16,5 +18,7 @@ pub mod harness;
 pub mod negative;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "redis")]
+pub mod redlock;
 pub mod suite;
 pub mod workload;

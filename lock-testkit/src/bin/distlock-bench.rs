@@ -34,6 +34,12 @@ struct Args {
 enum Backend {
     /// The in-process reference backend.
     Memory,
+    /// Redis, single node, `SET NX PX` layout (feature `redis`).
+    Redis,
+    /// Redis, single node, reentrant-hash layout (feature `redis`).
+    RedisHash,
+    /// Redlock over five independent Redis nodes (feature `redis`).
+    Redlock,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -50,15 +56,23 @@ struct Peer {
     round_trip: Option<Duration>,
     /// How the limit was measured, for the raw records.
     description: String,
+    /// For Redlock: the single-node W1 pair p50 measured in the same run, the yardstick of
+    /// "Redlock W1 p50 ≤ 2 × single-node p50".
+    single_node_w1_p50: Option<Duration>,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     let outcome = match args.backend {
         Backend::Memory => {
-            let peer = Peer { round_trip: None, description: "in-process (no server round trip)".into() };
+            let peer = Peer {
+                round_trip: None,
+                description: "in-process (no server round trip)".into(),
+                single_node_w1_p50: None,
+            };
             run_all(&MemoryTarget::new(), &peer, &args)
         }
+        Backend::Redis | Backend::RedisHash | Backend::Redlock => servers::run(args.backend, &args),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -95,6 +109,15 @@ fn run_all<T: SuiteTarget>(target: &T, peer: &Peer, args: &Args) -> Result<(), S
                         show_ns(p50),
                         show_ns(p99)
                     );
+                    if let Some(single) = peer.single_node_w1_p50 {
+                        let times = p50 as f64 / single.as_nanos() as f64;
+                        println!(
+                            "                pair p50 {} = {times:.2} × single-node W1 pair p50 {} (target ≤ 2.00: {})",
+                            show_ns(p50),
+                            show(single),
+                            if times <= 2.0 { "met" } else { "NOT met" }
+                        );
+                    }
                     report.to_json()
                 }
                 Workload::W2 => {
@@ -177,6 +200,7 @@ fn write_raw(
             serde_json::json!({
                 "round_trip_ns": peer.round_trip.map(|rtt| rtt.as_nanos() as u64),
                 "measured": peer.description,
+                "single_node_w1_p50_ns": peer.single_node_w1_p50.map(|p50| p50.as_nanos() as u64),
             }),
         );
     }
@@ -195,4 +219,97 @@ fn show(duration: Duration) -> String {
 
 fn show_ns(ns: u64) -> String {
     show(Duration::from_nanos(ns))
+}
+
+/// The server backends: each starts its own harness servers (or uses the ones `DISTLOCK_REDIS_URL`
+/// / `DISTLOCK_REDIS_NODES` name) and measures their round trip in the same run.
+#[cfg(feature = "redis")]
+mod servers {
+    use std::time::{Duration, Instant};
+
+    use lock_testkit::redis::RedisTarget;
+    use lock_testkit::redlock::{self, RedlockTarget};
+    use lock_testkit::suite::SuiteTarget as _;
+    use lock_testkit::workload::{self, Percentiles};
+
+    use super::{run_all, show, Args, Backend, Peer};
+
+    /// How many PINGs measure the round trip (after as many again to warm up).
+    const PINGS: usize = 10_000;
+
+    pub(super) fn run(backend: Backend, args: &Args) -> Result<(), String> {
+        match backend {
+            Backend::Redlock => {
+                // The yardstick first: single-node W1 on a server of its own, in this same run.
+                let single = RedisTarget::set_nx();
+                println!("single-node reference: W1 on {} at {}", single.label(), single.url());
+                let report = workload::w1_uncontended(&single).map_err(|e| format!("single-node W1: {e}"))?;
+                let p50 = Duration::from_nanos(report.latency().p50);
+                println!("single-node W1 pair p50 {}", show(p50));
+                let target = RedlockTarget::shared();
+                let first = target.urls().first().ok_or("no Redlock nodes")?.clone();
+                let round_trip = ping_p50(&first)?;
+                let peer = Peer {
+                    round_trip: Some(round_trip),
+                    description: format!(
+                        "p50 of {PINGS} PINGs on one connection to node 1 of {} ({first}), as `redis-benchmark -c 1 -t ping`",
+                        target.urls().len()
+                    ),
+                    single_node_w1_p50: Some(p50),
+                };
+                run_all(&target, &peer, args)
+            }
+            Backend::RedisHash => single(RedisTarget::reentrant_hash(), args),
+            _ => single(RedisTarget::set_nx(), args),
+        }
+    }
+
+    fn single(target: RedisTarget, args: &Args) -> Result<(), String> {
+        let round_trip = ping_p50(target.url())?;
+        let peer = Peer {
+            round_trip: Some(round_trip),
+            description: format!(
+                "p50 of {PINGS} PINGs on one connection to {}, as `redis-benchmark -c 1 -t ping`",
+                target.url()
+            ),
+            single_node_w1_p50: None,
+        };
+        run_all(&target, &peer, args)
+    }
+
+    /// The median round trip of `PING` on one connection to `url`.
+    fn ping_p50(url: &str) -> Result<Duration, String> {
+        let mut connection = redlock::probe(url).map_err(|e| format!("connecting to {url}: {e}"))?;
+        let mut ping = || redis_ping(&mut connection);
+        for _ in 0..PINGS {
+            ping()?;
+        }
+        let mut samples = Vec::with_capacity(PINGS);
+        for _ in 0..PINGS {
+            let started = Instant::now();
+            ping()?;
+            samples.push(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        }
+        Ok(Duration::from_nanos(Percentiles::of(&samples).p50))
+    }
+
+    fn redis_ping(connection: &mut lock_redis::redis::Connection) -> Result<(), String> {
+        lock_redis::redis::cmd("PING").query::<()>(connection).map_err(|e| format!("PING: {e}"))
+    }
+}
+
+#[cfg(not(feature = "redis"))]
+mod servers {
+    use super::{Args, Backend};
+
+    pub(super) fn run(backend: Backend, _: &Args) -> Result<(), String> {
+        Err(format!(
+            "{backend:?} needs the bench built with the `redis` feature: run `cargo xtask bench {}`",
+            match backend {
+                Backend::RedisHash => "redis-hash",
+                Backend::Redlock => "redlock",
+                _ => "redis",
+            }
+        ))
+    }
 }

@@ -11,6 +11,10 @@
 //! | N02 | `DEL` without checking the owner (seeds 000, 001) | S06 |
 //! | N03 | every holder writes `1`, compare-and-delete release (seed 004) | S06 |
 //! | N04 | `GET`, compare, then `DEL`, three commands (seed 003) | S06, with a pause between `GET` and `DEL` |
+//! | N06 | Redlock without fencing while a node restarts (seeds 002, 003) | R02 ([`crate::redlock::r02`]) |
+//!
+//! N01–N04 are [`Recipe`]s run as suite targets ([`NegativeTarget`]); N06 is a Redlock variant
+//! ([`UnfencedRedlock`]) run through the R02 function, which needs five nodes it can restart.
 //!
 //! ```no_run
 //! use lock_testkit::negative::{NegativeTarget, Recipe};
@@ -26,10 +30,12 @@ mod n01;
 mod n02;
 mod n03;
 mod n04;
+mod n06;
 mod target;
 
 pub use lock::{BrokenLease, BrokenRedisLock};
 pub use n04::RELEASE_PAUSE;
+pub use n06::UnfencedRedlock;
 pub use target::NegativeTarget;
 
 /// One of the docs' broken recipes.
