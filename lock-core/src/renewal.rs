@@ -28,6 +28,9 @@ use crate::held::HeldLease;
 /// The name of the renewal thread, as `ps -L` and `/proc/*/task/*/comm` show it.
 pub const RENEWAL_THREAD_NAME: &str = "distlock-renewal";
 
+/// Released entries tolerated in a lease queue before it is pruned.
+const PRUNE_AFTER: usize = 1024;
+
 /// Shortest wait before retrying a renewal that failed.
 const MIN_RETRY: Duration = Duration::from_millis(10);
 
@@ -114,10 +117,14 @@ impl<B: DistributedLock> LeaseTable<B> {
     }
 
     /// Notes that a tracked lease was released; prunes the queue when released entries dominate.
+    ///
+    /// A few released entries are left to fall out when they come due: pruning the queue empty
+    /// after every release would make the next acquisition wake the idle renewal thread, a
+    /// context switch on every acquire/release pair.
     pub(crate) fn note_released(&self) {
         let mut queue = self.queue.lock();
         queue.released += 1;
-        if queue.released * 2 > queue.heap.len() {
+        if queue.released >= PRUNE_AFTER && queue.released * 2 > queue.heap.len() {
             queue.heap.retain(|Reverse(due)| !due.held.is_released());
             queue.released = 0;
         }

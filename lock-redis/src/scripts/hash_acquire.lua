@@ -7,8 +7,26 @@
 -- Returns {1, fencing token} when acquired, {0, retry hint in ms} otherwise.
 local lock_key, fence_key, queue_key, timeout_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, lease, waiting, entry_ttl = ARGV[1], ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
-local now_ms, now_us = server_time()
+local queued = redis.call('EXISTS', queue_key) == 1
 
+if redis.call('EXISTS', lock_key) == 0 then
+  -- Fast path, the uncontended case: with nobody queued a free lock goes to the caller at once,
+  -- without reading the clock or touching the queue.
+  if not queued then
+    redis.call('HINCRBY', lock_key, token, 1)
+    redis.call('PEXPIRE', lock_key, lease)
+    return {1, redis.call('INCR', fence_key)}
+  end
+elseif redis.call('HEXISTS', lock_key, token) == 1 then
+  -- Reentry: nobody else can have acquired since this token did, so the counter still holds
+  -- the token issued then.
+  redis.call('HINCRBY', lock_key, token, 1)
+  redis.call('PEXPIRE', lock_key, lease)
+  return {1, tonumber(redis.call('GET', fence_key) or '0')}
+end
+
+-- The lock is held by someone else, or free with waiters queued: the queue decides.
+local now_ms, now_us = server_time()
 prune_queue(queue_key, timeout_key, now_ms)
 if redis.call('EXISTS', lock_key) == 0 then
   local head = queue_head(queue_key)
@@ -18,12 +36,6 @@ if redis.call('EXISTS', lock_key) == 0 then
     leave_queue(queue_key, timeout_key, token)
     return {1, redis.call('INCR', fence_key)}
   end
-elseif redis.call('HEXISTS', lock_key, token) == 1 then
-  -- Reentry: nobody else can have acquired since this token did, so the counter still holds
-  -- the token issued then.
-  redis.call('HINCRBY', lock_key, token, 1)
-  redis.call('PEXPIRE', lock_key, lease)
-  return {1, tonumber(redis.call('GET', fence_key) or '0')}
 end
 if waiting then
   join_queue(queue_key, timeout_key, token, now_ms, now_us, entry_ttl)

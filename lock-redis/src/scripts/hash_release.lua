@@ -11,6 +11,8 @@ if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) > 0 then
   return 1
 end
 redis.call('DEL', KEYS[1])
-local now_ms = server_time()
-announce_release(KEYS[2], KEYS[3], ARGV[2], now_ms)
+-- Every blocking waiter joins the queue before it waits: no queue, nobody to wake.
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  announce_release(KEYS[2], KEYS[3], ARGV[2], server_time())
+end
 return 1

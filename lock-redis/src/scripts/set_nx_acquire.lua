@@ -6,8 +6,15 @@
 -- Returns {1, fencing token} when acquired, {0, retry hint in ms} otherwise.
 local lock_key, fence_key, queue_key, timeout_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, lease, waiting, entry_ttl = ARGV[1], ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
-local now_ms, now_us = server_time()
 
+-- Fast path, the uncontended case: with nobody queued a free lock goes to the caller at once,
+-- without reading the clock or touching the queue (three commands instead of nine).
+local queued = redis.call('EXISTS', queue_key) == 1
+if not queued and redis.call('SET', lock_key, token, 'NX', 'PX', lease) then
+  return {1, redis.call('INCR', fence_key)}
+end
+
+local now_ms, now_us = server_time()
 prune_queue(queue_key, timeout_key, now_ms)
 if redis.call('EXISTS', lock_key) == 0 then
   -- A free lock goes to the longest-waiting live waiter; a newcomer (or a non-waiting try) only
