@@ -42,6 +42,13 @@ enum Backend {
     Redlock,
 }
 
+impl Backend {
+    /// The name on the command line (`redis-hash`), which also names its raw-record directory.
+    fn name(self) -> String {
+        self.to_possible_value().map_or_else(|| format!("{self:?}"), |value| value.get_name().to_owned())
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Workload {
     W1,
@@ -175,7 +182,7 @@ fn run_all<T: SuiteTarget>(target: &T, peer: &Peer, args: &Args) -> Result<(), S
                 }
             };
             if let Some(dir) = &args.raw_dir {
-                write_raw(dir, &label, workload, run, raw, peer)?;
+                write_raw(dir, &args.backend.name(), &label, workload, run, raw, peer)?;
             }
         }
     }
@@ -184,13 +191,14 @@ fn run_all<T: SuiteTarget>(target: &T, peer: &Peer, args: &Args) -> Result<(), S
 
 fn write_raw(
     dir: &Path,
+    backend: &str,
     label: &str,
     workload: Workload,
     run: usize,
     mut raw: Value,
     peer: &Peer,
 ) -> Result<(), String> {
-    let dir = dir.join(label.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_"));
+    let dir = dir.join(backend);
     fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     if let Value::Object(fields) = &mut raw {
         fields.insert("backend".into(), label.into());
