@@ -1,6 +1,7 @@
 //! [`RedisTarget`]: the Redis backend ([`lock_redis`]) as a conformance-suite and workload
 //! target, on the shared harness server (or the one `DISTLOCK_REDIS_URL` names).
 
+use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use lock_redis::redis;
 use lock_redis::{RedisBackend, RedisKeys, RedisLockKind};
 
 use crate::harness::shared::{self, REDIS_URL_VARIABLE};
-use crate::harness::{free_port, RedisOptions, RedisServer};
+use crate::harness::{RedisOptions, RedisServer};
 use crate::suite::{NotApplicable, SuiteTarget};
 
 /// The connect timeout of every client the target makes: short, so S13's unreachable-server
@@ -112,15 +113,14 @@ impl SuiteTarget for RedisTarget {
         Ok(vec![(REDIS_URL_VARIABLE.to_owned(), self.url.clone())])
     }
 
-    fn unreachable_backend(&self) -> Result<lock_core::Result<RedisBackend>, NotApplicable> {
-        // A port that was free a moment ago: nothing listens, so connecting is refused.
-        let port = match free_port() {
-            Ok(port) => port,
-            Err(error) => return Ok(Err(Error::backend("harness", error))),
+    fn backend_at(&self, addresses: &[SocketAddr]) -> Result<lock_core::Result<RedisBackend>, NotApplicable> {
+        let Some(address) = addresses.first() else {
+            return Ok(Err(Error::invalid_config("no server address")));
         };
-        Ok(RedisBackend::builder(format!("redis://127.0.0.1:{port}/"))
+        Ok(RedisBackend::builder(format!("redis://{address}/"))
             .kind(self.kind)
             .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(CONNECT_TIMEOUT)
             .build())
     }
 
@@ -139,7 +139,7 @@ impl SuiteTarget for RedisTarget {
             .build())
     }
 
-    fn connect_timeout_bound(&self) -> Duration {
+    fn unreachable_report_bound(&self) -> Duration {
         CONNECT_TIMEOUT + Duration::from_secs(3)
     }
 }

@@ -3,6 +3,7 @@
 //! scenario R02 as a function ([`r02`]) that any Redlock variant can be run through — the real
 //! one must pass it, the negative control N06 (Redlock without fencing) must fail it.
 
+use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use lock_redis::redis;
 use lock_redis::{RedisKeys, RedlockBackend, RedlockBuilder};
 
 use crate::harness::shared::{self, REDIS_NODES_VARIABLE};
-use crate::harness::{free_port, RedisOptions, RedisServer};
+use crate::harness::{RedisOptions, RedisServer};
 use crate::redis::CONNECT_TIMEOUT;
 use crate::suite::{
     unique_name, Failure, FencedResource, NotApplicable, ScenarioResult, SuiteTarget, Verdict,
@@ -147,17 +148,11 @@ impl SuiteTarget for RedlockTarget {
         Ok(vec![(REDIS_NODES_VARIABLE.to_owned(), self.urls.join(","))])
     }
 
-    fn unreachable_backend(&self) -> Result<lock_core::Result<RedlockBackend>, NotApplicable> {
-        // Ports that were free a moment ago: nothing listens, so connecting is refused.
-        let mut ports = Vec::with_capacity(NODES);
-        while ports.len() < NODES {
-            match free_port() {
-                Ok(port) if !ports.contains(&port) => ports.push(port),
-                Ok(_) => {}
-                Err(error) => return Ok(Err(Error::backend("harness", error))),
-            }
-        }
-        Ok(RedlockBackend::builder(ports.iter().map(|port| format!("redis://127.0.0.1:{port}/"))).build())
+    fn backend_at(
+        &self,
+        addresses: &[SocketAddr],
+    ) -> Result<lock_core::Result<RedlockBackend>, NotApplicable> {
+        Ok(RedlockBackend::builder(addresses.iter().map(|address| format!("redis://{address}/"))).build())
     }
 
     fn wrong_password_backend(&self) -> Result<lock_core::Result<RedlockBackend>, NotApplicable> {
@@ -177,7 +172,7 @@ impl SuiteTarget for RedlockTarget {
         Ok(RedlockBackend::builder(urls).build())
     }
 
-    fn connect_timeout_bound(&self) -> Duration {
+    fn unreachable_report_bound(&self) -> Duration {
         CONNECT_TIMEOUT + Duration::from_secs(3)
     }
 }

@@ -1,5 +1,6 @@
 //! [`SuiteTarget`]: what a backend registration gives the suite.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use lock_core::{DistributedLock, LockName, MemoryBackend};
@@ -65,11 +66,17 @@ pub trait SuiteTarget: Send + Sync + 'static {
         lease + Duration::from_secs(1)
     }
 
-    /// S13: a client of a server that does not answer (a closed port).
+    /// S13: a client of the servers at `addresses` (a single-server backend uses the first; a
+    /// multi-node one uses all). The scenario passes closed ports, and listeners that accept
+    /// connections but never answer.
     ///
     /// # Errors
     /// [`NotApplicable`] for in-process backends.
-    fn unreachable_backend(&self) -> Result<lock_core::Result<Self::Backend>, NotApplicable> {
+    fn backend_at(
+        &self,
+        addresses: &[SocketAddr],
+    ) -> Result<lock_core::Result<Self::Backend>, NotApplicable> {
+        let _ = addresses;
         Err(NotApplicable("in-process backend: there is no server to be unreachable"))
     }
 
@@ -81,9 +88,9 @@ pub trait SuiteTarget: Send + Sync + 'static {
         Err(NotApplicable("the backend has no authentication"))
     }
 
-    /// S13: the longest a client may take to report an unreachable server (its connect timeout,
-    /// plus slack).
-    fn connect_timeout_bound(&self) -> Duration {
+    /// S13: the longest a client from [`backend_at`](Self::backend_at) may take to report a
+    /// server that refuses connections or never answers (its connect or read timeout, plus slack).
+    fn unreachable_report_bound(&self) -> Duration {
         Duration::from_secs(10)
     }
 }
