@@ -1,7 +1,8 @@
-//! distlock: one blocking distributed-lock API over Redis, SQL and ZooKeeper backends.
+//! distlock: one blocking distributed-lock API over many backends, each proven by one shared
+//! conformance suite.
 //!
 //! This facade re-exports [`lock_core`] (the API and the in-memory backend) and, behind Cargo
-//! features, each backend crate.
+//! features, each backend crate: today `redis` (single-node locks and Redlock).
 //!
 //! ```
 //! use distlock::{LockClient, MemoryBackend};
@@ -15,9 +16,10 @@
 
 pub use lock_core::*;
 
-/// The Redis backend (feature `redis`): [`RedisBackend`](lock_redis::RedisBackend) with the
-/// single-node `SET NX PX` and the reentrant-hash layouts, fencing tokens, pub/sub wake-ups and
-/// a fair wait queue.
+/// The Redis backends (feature `redis`): [`RedisBackend`](lock_redis::RedisBackend) with the
+/// single-node `SET NX PX` and the reentrant-hash layouts, fencing tokens, pub/sub wake-ups, a
+/// fair wait queue and the `WAIT` option; and [`RedlockBackend`](lock_redis::RedlockBackend)
+/// over independent nodes (read its limits before relying on it).
 ///
 /// ```no_run
 /// use distlock::redis::RedisBackend;
