@@ -59,8 +59,11 @@ enum Workload {
 
 /// The measured limit every result is compared with.
 struct Peer {
-    /// The median round trip to the server, if there is a server.
-    round_trip: Option<Duration>,
+    /// Measures the round trip to the server now; `None` for in-process backends. It is measured
+    /// right before and right after each workload, and the workload is compared with the mean:
+    /// on a shared machine the round trip drifts, and a single early measurement would flatter or
+    /// wrong the result at random.
+    probe: Option<Probe>,
     /// How the limit was measured, for the raw records.
     description: String,
     /// For Redlock: the single-node W1 pair p50 measured in the same run, the yardstick of
@@ -68,12 +71,41 @@ struct Peer {
     single_node_w1_p50: Option<Duration>,
 }
 
+/// A round-trip measurement.
+type Probe = Box<dyn Fn() -> Result<Duration, String>>;
+
+/// The round trip measured before and after one workload.
+#[derive(Clone, Copy)]
+struct RoundTrip {
+    before: Duration,
+    after: Duration,
+}
+
+impl RoundTrip {
+    fn mean(self) -> Duration {
+        (self.before + self.after) / 2
+    }
+}
+
+impl Peer {
+    /// Runs `workload` between two round-trip measurements.
+    fn around<R>(
+        &self,
+        workload: impl FnOnce() -> Result<R, String>,
+    ) -> Result<(R, Option<RoundTrip>), String> {
+        let Some(probe) = &self.probe else { return Ok((workload()?, None)) };
+        let before = probe()?;
+        let result = workload()?;
+        Ok((result, Some(RoundTrip { before, after: probe()? })))
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let outcome = match args.backend {
         Backend::Memory => {
             let peer = Peer {
-                round_trip: None,
+                probe: None,
                 description: "in-process (no server round trip)".into(),
                 single_node_w1_p50: None,
             };
@@ -93,23 +125,21 @@ fn main() -> ExitCode {
 fn run_all<T: SuiteTarget>(target: &T, peer: &Peer, args: &Args) -> Result<(), String> {
     let label = target.label();
     println!("backend: {label}");
-    match peer.round_trip {
-        Some(rtt) => println!("limit:   server round trip p50 {} ({})", show(rtt), peer.description),
-        None => println!("limit:   {}", peer.description),
-    }
+    println!("limit:   {}", peer.description);
     let mut w1_rate = None;
     for run in 1..=args.runs {
         if args.runs > 1 {
             println!("-- run {run} of {}", args.runs);
         }
         for &workload in &args.workloads {
-            let raw = match workload {
+            let (raw, round_trip) = match workload {
                 Workload::W1 => {
-                    let report = workload::w1_uncontended(target).map_err(|e| format!("W1: {e}"))?;
+                    let (report, round_trip) =
+                        peer.around(|| workload::w1_uncontended(target).map_err(|e| format!("W1: {e}")))?;
                     let rate = report.pairs_per_second();
                     w1_rate = Some(rate);
                     let Percentiles { p50, p99 } = report.latency();
-                    let limit = peer.round_trip.map(|rtt| 1.0 / (2.0 * rtt.as_secs_f64()));
+                    let limit = round_trip.map(|rtt| 1.0 / (2.0 * rtt.mean().as_secs_f64()));
                     println!(
                         "W1 uncontended  {rate:>10.0} pairs/s{}  pair p50 {} p99 {}",
                         ratio(rate, limit, "1/(2×RTT)"),
@@ -125,14 +155,16 @@ fn run_all<T: SuiteTarget>(target: &T, peer: &Peer, args: &Args) -> Result<(), S
                             if times <= 2.0 { "met" } else { "NOT met" }
                         );
                     }
-                    report.to_json()
+                    print_round_trip(round_trip);
+                    (report.to_json(), round_trip)
                 }
                 Workload::W2 => {
-                    let report = workload::w2_contended(target).map_err(|e| format!("W2: {e}"))?;
+                    let (report, round_trip) =
+                        peer.around(|| workload::w2_contended(target).map_err(|e| format!("W2: {e}")))?;
                     let handoffs = report.handoffs();
                     let (min, max) = report.per_worker_min_max();
                     let fairness = if max == 0 { 0.0 } else { min as f64 / max as f64 };
-                    let rtt4 = peer.round_trip.map(|rtt| 4.0 * rtt.as_secs_f64() * 1e9);
+                    let rtt4 = round_trip.map(|rtt| 4.0 * rtt.mean().as_secs_f64() * 1e9);
                     println!(
                         "W2 contended    {:>10.0} acq/s  lost updates {}  overlaps {}  errors {}/{}",
                         report.acquisitions_per_second(),
@@ -153,7 +185,8 @@ fn run_all<T: SuiteTarget>(target: &T, peer: &Peer, args: &Args) -> Result<(), S
                         show_ns(handoffs.cross_worker.p99),
                         handoffs.cross_worker_share * 100.0
                     );
-                    report.to_json()
+                    print_round_trip(round_trip);
+                    (report.to_json(), round_trip)
                 }
                 Workload::W3 => {
                     let report = workload::w3_independent(target).map_err(|e| format!("W3: {e}"))?;
@@ -165,24 +198,25 @@ fn run_all<T: SuiteTarget>(target: &T, peer: &Peer, args: &Args) -> Result<(), S
                         show_ns(p50),
                         show_ns(p99)
                     );
-                    report.to_json()
+                    (report.to_json(), None)
                 }
                 Workload::W4 => {
                     let report = workload::w4_renewal_scale(target).map_err(|e| format!("W4: {e}"))?;
                     println!(
-                        "W4 renewal      {} locks of 1 s held 30 s: {} lost; {} renewal thread(s) of {} threads; RSS {:.1} MiB; acquired in {}",
+                        "W4 renewal      {} locks of 1 s held 30 s: {} lost; {} renewal thread(s) of {} threads; RSS {:.1} MiB, +{:.1} MiB for the held locks; acquired in {}",
                         report.locks,
                         report.lost,
                         report.renewal_threads,
                         report.process_threads,
                         report.rss_kib as f64 / 1024.0,
+                        report.rss_kib.saturating_sub(report.rss_before_kib) as f64 / 1024.0,
                         show_ns(report.acquire_ns)
                     );
-                    report.to_json()
+                    (report.to_json(), None)
                 }
             };
             if let Some(dir) = &args.raw_dir {
-                write_raw(dir, &args.backend.name(), &label, workload, run, raw, peer)?;
+                write_raw(dir, &args.backend.name(), &label, workload, run, raw, peer, round_trip)?;
             }
         }
     }
@@ -197,6 +231,7 @@ fn write_raw(
     run: usize,
     mut raw: Value,
     peer: &Peer,
+    round_trip: Option<RoundTrip>,
 ) -> Result<(), String> {
     let dir = dir.join(backend);
     fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
@@ -206,7 +241,9 @@ fn write_raw(
         fields.insert(
             "peer".into(),
             serde_json::json!({
-                "round_trip_ns": peer.round_trip.map(|rtt| rtt.as_nanos() as u64),
+                "round_trip_ns": round_trip.map(|rtt| rtt.mean().as_nanos() as u64),
+                "round_trip_before_ns": round_trip.map(|rtt| rtt.before.as_nanos() as u64),
+                "round_trip_after_ns": round_trip.map(|rtt| rtt.after.as_nanos() as u64),
                 "measured": peer.description,
                 "single_node_w1_p50_ns": peer.single_node_w1_p50.map(|p50| p50.as_nanos() as u64),
             }),
@@ -215,6 +252,18 @@ fn write_raw(
     let name = format!("{}_r{run}.json", format!("{workload:?}").to_lowercase());
     let path = dir.join(name);
     fs::write(&path, raw.to_string()).map_err(|e| format!("write {}: {e}", path.display()))
+}
+
+/// Prints the round trip a workload was compared with.
+fn print_round_trip(round_trip: Option<RoundTrip>) {
+    if let Some(rtt) = round_trip {
+        println!(
+            "                round trip p50 {} before, {} after: compared with their mean {}",
+            show(rtt.before),
+            show(rtt.after),
+            show(rtt.mean())
+        );
+    }
 }
 
 fn ratio(value: f64, limit: Option<f64>, what: &str) -> String {
@@ -256,11 +305,11 @@ mod servers {
                 println!("single-node W1 pair p50 {}", show(p50));
                 let target = RedlockTarget::shared();
                 let first = target.urls().first().ok_or("no Redlock nodes")?.clone();
-                let round_trip = ping_p50(&first)?;
+                let probe_url = first.clone();
                 let peer = Peer {
-                    round_trip: Some(round_trip),
+                    probe: Some(Box::new(move || ping_p50(&probe_url))),
                     description: format!(
-                        "p50 of {PINGS} PINGs on one connection to node 1 of {} ({first}), as `redis-benchmark -c 1 -t ping`",
+                        "round trip = p50 of {PINGS} PINGs on one connection to node 1 of {} ({first}), as `redis-benchmark -c 1 -t ping`, before and after each workload",
                         target.urls().len()
                     ),
                     single_node_w1_p50: Some(p50),
@@ -273,11 +322,11 @@ mod servers {
     }
 
     fn single(target: RedisTarget, args: &Args) -> Result<(), String> {
-        let round_trip = ping_p50(target.url())?;
+        let url = target.url().to_owned();
         let peer = Peer {
-            round_trip: Some(round_trip),
+            probe: Some(Box::new(move || ping_p50(&url))),
             description: format!(
-                "p50 of {PINGS} PINGs on one connection to {}, as `redis-benchmark -c 1 -t ping`",
+                "round trip = p50 of {PINGS} PINGs on one connection to {}, as `redis-benchmark -c 1 -t ping`, before and after each workload",
                 target.url()
             ),
             single_node_w1_p50: None,

@@ -24,8 +24,12 @@ pub struct W4Report {
     pub renewal_threads: usize,
     /// Threads in this process while the locks were held.
     pub process_threads: usize,
-    /// Resident set size while the locks were held, in KiB.
+    /// Resident set size while the locks were held, in KiB (the whole process: earlier workloads'
+    /// records count too).
     pub rss_kib: u64,
+    /// Resident set size just before acquiring, in KiB; `rss_kib` minus this is what holding the
+    /// locks costs.
+    pub rss_before_kib: u64,
     /// Nanoseconds to acquire all locks.
     pub acquire_ns: u64,
 }
@@ -36,6 +40,7 @@ impl W4Report {
         json!({"workload": "w4", "locks": self.locks, "lease_ms": LEASE.as_millis() as u64,
                "hold_s": HOLD.as_secs(), "lost": self.lost, "renewal_threads": self.renewal_threads,
                "process_threads": self.process_threads, "rss_kib": self.rss_kib,
+               "rss_before_kib": self.rss_before_kib,
                "acquire_ns": self.acquire_ns})
     }
 }
@@ -47,6 +52,7 @@ impl W4Report {
 pub fn run<T: SuiteTarget>(target: &T) -> lock_core::Result<W4Report> {
     let client = LockClient::with_options(target.backend()?, LockOptions::builder().lease(LEASE).build()?);
     let prefix = unique_name("w4");
+    let rss_before_kib = rss_kib();
     let started = Instant::now();
     let mut guards = Vec::with_capacity(LOCKS);
     for index in 0..LOCKS {
@@ -64,7 +70,7 @@ pub fn run<T: SuiteTarget>(target: &T) -> lock_core::Result<W4Report> {
     for guard in guards {
         let _ = guard.unlock();
     }
-    Ok(W4Report { locks: LOCKS, lost, renewal_threads, process_threads, rss_kib, acquire_ns })
+    Ok(W4Report { locks: LOCKS, lost, renewal_threads, process_threads, rss_kib, rss_before_kib, acquire_ns })
 }
 
 /// (threads named like the renewal thread, all threads) of this process, from /proc.
