@@ -216,7 +216,15 @@ fn run_all<T: SuiteTarget>(target: &T, peer: &Peer, args: &Args) -> Result<(), S
                 }
             };
             if let Some(dir) = &args.raw_dir {
-                write_raw(dir, &args.backend.name(), &label, workload, run, raw, peer, round_trip)?;
+                write_raw(
+                    dir,
+                    &args.backend.name(),
+                    &label,
+                    workload,
+                    run,
+                    with_round_trip(raw, round_trip),
+                    peer,
+                )?;
             }
         }
     }
@@ -231,7 +239,6 @@ fn write_raw(
     run: usize,
     mut raw: Value,
     peer: &Peer,
-    round_trip: Option<RoundTrip>,
 ) -> Result<(), String> {
     let dir = dir.join(backend);
     fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
@@ -241,9 +248,6 @@ fn write_raw(
         fields.insert(
             "peer".into(),
             serde_json::json!({
-                "round_trip_ns": round_trip.map(|rtt| rtt.mean().as_nanos() as u64),
-                "round_trip_before_ns": round_trip.map(|rtt| rtt.before.as_nanos() as u64),
-                "round_trip_after_ns": round_trip.map(|rtt| rtt.after.as_nanos() as u64),
                 "measured": peer.description,
                 "single_node_w1_p50_ns": peer.single_node_w1_p50.map(|p50| p50.as_nanos() as u64),
             }),
@@ -252,6 +256,16 @@ fn write_raw(
     let name = format!("{}_r{run}.json", format!("{workload:?}").to_lowercase());
     let path = dir.join(name);
     fs::write(&path, raw.to_string()).map_err(|e| format!("write {}: {e}", path.display()))
+}
+
+/// `raw` with the round trip it was compared with (if any) as `round_trip_{before,after,mean}_ns`.
+fn with_round_trip(mut raw: Value, round_trip: Option<RoundTrip>) -> Value {
+    if let (Value::Object(fields), Some(rtt)) = (&mut raw, round_trip) {
+        for (key, value) in [("before", rtt.before), ("after", rtt.after), ("mean", rtt.mean())] {
+            fields.insert(format!("round_trip_{key}_ns"), (value.as_nanos() as u64).into());
+        }
+    }
+    raw
 }
 
 /// Prints the round trip a workload was compared with.
