@@ -27,6 +27,8 @@ pub(crate) struct HeldLease<B: DistributedLock> {
     /// `None` once released.
     pub(crate) lease: Mutex<Option<B::Lease>>,
     released: AtomicBool,
+    /// Set the moment the hold is known lost, before the callback runs and the signal fires.
+    lost_flag: AtomicBool,
     /// Until when the lease is known to be valid: the send time of the last request the server
     /// confirmed, plus `valid_for`. For [`HoldKind::Session`] holds it only bounds how long
     /// renewal (a liveness check there) may keep failing before the hold is reported lost.
@@ -55,6 +57,7 @@ impl<B: DistributedLock> HeldLease<B> {
             hold_kind: backend.hold_kind(),
             lease: Mutex::new(Some(lease)),
             released: AtomicBool::new(false),
+            lost_flag: AtomicBool::new(false),
             valid_until: Mutex::new(sent_at + valid_for),
             fencing,
             lost: LostSignal::new(),
@@ -66,7 +69,7 @@ impl<B: DistributedLock> HeldLease<B> {
     /// and (for leases) not past the last confirmed expiry by this process's clock.
     pub(crate) fn is_held(&self) -> bool {
         !self.released.load(Ordering::Acquire)
-            && !self.lost.is_lost()
+            && !self.lost_flag.load(Ordering::Acquire)
             && (self.hold_kind == HoldKind::Session || Instant::now() < self.valid_until())
     }
 
@@ -84,9 +87,10 @@ impl<B: DistributedLock> HeldLease<B> {
         *valid_until = (*valid_until).max(sent_at + self.valid_for);
     }
 
-    /// Fires the lost signal and the callback, once.
+    /// Reports the hold lost, once: from then on it is not held; the callback runs; then the
+    /// signal fires (so whoever the signal wakes sees the callback's effects).
     pub(crate) fn mark_lost(&self, why: &str) {
-        if self.is_released() || !self.lost.fire() {
+        if self.is_released() || self.lost_flag.swap(true, Ordering::AcqRel) {
             return;
         }
         tracing::warn!(lock = %self.name, why, "distributed lock lost");
@@ -96,6 +100,7 @@ impl<B: DistributedLock> HeldLease<B> {
                 tracing::error!(lock = %self.name, "the on_lost callback panicked");
             }
         }
+        self.lost.fire();
     }
 
     /// Releases the lease on the backend.

@@ -155,7 +155,8 @@ impl LockOptionsBuilder {
 
     /// A callback run when a held lock is lost (renewal failed for a whole lease, the server said
     /// the lock is no longer held, or the lease ran out with renewal off). It runs on the shared
-    /// renewal thread: keep it short (a panic in it is caught and logged).
+    /// renewal thread, before the guard's [`LostSignal`](crate::LostSignal) fires: keep it short
+    /// (a panic in it is caught and logged).
     ///
     /// Defaults to none; the guard's [`LostSignal`](crate::LostSignal) fires either way.
     pub fn on_lost(mut self, callback: impl Fn(&LockName) + Send + Sync + 'static) -> Self {
