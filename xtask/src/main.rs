@@ -32,7 +32,8 @@ enum Task {
     ///
     /// The steps: make sure redis-server, PostgreSQL, MariaDB and ZooKeeper are installed (with
     /// apt-get on Debian/Ubuntu, only what is missing); `cargo fmt --all -- --check`;
-    /// `cargo clippy --workspace --all-targets --all-features -- -D warnings`;
+    /// `cargo clippy --workspace --all-targets --all-features -- -D warnings`; `cargo doc` with
+    /// warnings denied;
     /// `cargo test --workspace --all-features` with DISTLOCK_REQUIRE_SERVERS=1, so tests fail
     /// rather than skip when they cannot get a server. The first failing step stops the run.
     Test(TestArgs),

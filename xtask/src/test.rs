@@ -77,6 +77,11 @@ fn plan(args: &TestArgs) -> Vec<Step> {
         clippy.args(["clippy", "--workspace", "--all-targets", "--all-features"]);
         clippy.args(["--", "-D", "warnings"]);
         steps.push(Step { name: "clippy", action: Action::Run(clippy) });
+        // Broken intra-doc links and malformed docs fail like lints do.
+        let mut doc = cmd::cargo();
+        doc.args(["doc", "--workspace", "--all-features", "--no-deps", "--quiet"])
+            .env("RUSTDOCFLAGS", "-D warnings");
+        steps.push(Step { name: "doc", action: Action::Run(doc) });
     }
     // Not `--all-targets`: that would leave out the doctests.
     let mut test = cmd::cargo();
@@ -122,6 +127,11 @@ mod tests {
                 ("install servers", String::new()),
                 ("fmt", "cargo fmt --all -- --check".to_owned()),
                 ("clippy", "cargo clippy --workspace --all-targets --all-features -- -D warnings".to_owned()),
+                (
+                    "doc",
+                    "RUSTDOCFLAGS=-D warnings cargo doc --workspace --all-features --no-deps --quiet"
+                        .to_owned()
+                ),
                 ("test", "DISTLOCK_REQUIRE_SERVERS=1 cargo test --workspace --all-features".to_owned()),
                 ("seckill", "cargo run --quiet --all-features --example seckill".to_owned()),
                 ("reentrant", "cargo run --quiet --all-features --example reentrant".to_owned()),
