@@ -167,8 +167,8 @@ mod tests {
     #[test]
     fn display_quotes_only_what_needs_it() {
         let mut command = Command::new("cargo");
-        command.args(["test", "--", "it's a test", ""]).env("DISTLOCK_REQUIRE_SERVERS", "1");
-        assert_eq!(display(&command), r"DISTLOCK_REQUIRE_SERVERS=1 cargo test -- 'it'\''s a test' ''");
+        command.args(["test", "--", "it's a test", ""]).env("RUST_LOG", "1");
+        assert_eq!(display(&command), r"RUST_LOG=1 cargo test -- 'it'\''s a test' ''");
     }
 
     #[test]

@@ -34,8 +34,8 @@ enum Task {
     /// apt-get on Debian/Ubuntu, only what is missing); `cargo fmt --all -- --check`;
     /// `cargo clippy --workspace --all-targets --all-features -- -D warnings`; `cargo doc` with
     /// warnings denied;
-    /// `cargo test --workspace --all-features` with DISTLOCK_REQUIRE_SERVERS=1, so tests fail
-    /// rather than skip when they cannot get a server. The first failing step stops the run.
+    /// `cargo test --workspace --all-features` (a test that cannot get its server fails; none
+    /// skips); then the seckill and reentrant examples. The first failing step stops the run.
     Test(TestArgs),
     /// Run the benchmark workloads W1–W4 against one backend, in release mode, each result
     /// printed beside the limit measured in the same run (the server's round trip).
