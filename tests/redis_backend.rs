@@ -325,11 +325,13 @@ fn extend_many_renews_thousands_of_leases_in_one_batch() {
     }
 }
 
-/// The renewal thread keeps thousands of short leases alive through the pipelined batches.
+/// The renewal thread keeps thousands of short (3 s) leases alive through the pipelined batches.
 #[test]
-fn renewal_keeps_thousands_of_one_second_leases() {
+fn renewal_keeps_thousands_of_short_leases() {
     const LOCKS: usize = 5_000;
-    let options = LockOptions::builder().lease(SECOND).build().unwrap();
+    // 3 s leases: short enough to need renewal within the test, long enough that a loaded CI
+    // machine taking 5,000 locks one by one does not lose the first before the renewal starts.
+    let options = LockOptions::builder().lease(3 * SECOND).build().unwrap();
     let client = LockClient::with_options(backend(&shared_url(), RedisLockKind::SetNx), options);
     let prefix = unique_name("renew");
     let guards: Vec<_> = (0..LOCKS)
@@ -337,7 +339,8 @@ fn renewal_keeps_thousands_of_one_second_leases() {
             client.lock_named(&format!("{prefix}-{index}")).unwrap().try_lock().unwrap().expect("free")
         })
         .collect();
-    thread::sleep(Duration::from_millis(2500));
+    // Longer than a lease: every lease has been renewed at least once.
+    thread::sleep(4 * SECOND);
     let lost = guards.iter().filter(|guard| !guard.is_held()).count();
     assert_eq!(lost, 0, "{lost} of {LOCKS} renewed leases were lost");
     for guard in guards {
@@ -436,5 +439,152 @@ fn acl_users_and_wrong_passwords() {
                 .map_err(|e| format!("{e}: {:?}", std::error::Error::source(&e)))
         );
         assert!(started.elapsed() < SECOND, "{url}: reporting took {:?}", started.elapsed());
+    }
+}
+
+/// How often the server has run EVALSHA, from `INFO commandstats`.
+fn evalsha_calls(raw: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(raw).unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+/// A queue member without a lapse time (an orphan: in the queue, not in the timeouts set) never
+/// lapses by itself; it must not wedge a free lock, nor make a waiter poll the server.
+#[test]
+fn an_orphan_queue_head_does_not_wedge_the_lock() {
+    let server = RedisServer::start().expect("private server");
+    let url = server.url();
+    let mut raw = connection(&url);
+    for kind in [RedisLockKind::SetNx, RedisLockKind::ReentrantHash] {
+        let locks = backend(&url, kind);
+        let name = unique_name("orphan");
+        let keys = locks.keys(&name);
+        // Arrival 1 µs after the epoch: ahead of every real waiter.
+        let _: () = raw.zadd(keys.queue(), OwnerToken::random().to_hex(), 1).unwrap();
+
+        let before = evalsha_calls(&mut raw);
+        let started = Instant::now();
+        let acquired = locks
+            .acquire_until(&name, &OwnerToken::random(), 10 * SECOND, Some(Instant::now() + 5 * SECOND))
+            .unwrap()
+            .expect("the free lock is acquired despite the orphan");
+        let took = started.elapsed();
+        let calls = evalsha_calls(&mut raw) - before;
+        assert!(took < Duration::from_millis(500), "{kind:?}: acquiring took {took:?}");
+        assert!(calls <= 3, "{kind:?}: {calls} EVALSHA calls for one free lock");
+        let queued: i64 = raw.zcard(keys.queue()).unwrap();
+        assert_eq!(queued, 0, "{kind:?}: the orphan was dropped");
+        assert!(locks.release(acquired.lease).unwrap());
+
+        // A non-waiting try does not find the lock wedged either.
+        let _: () = raw.zadd(keys.queue(), OwnerToken::random().to_hex(), 1).unwrap();
+        let lease = locks.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap();
+        assert!(lease.is_some(), "{kind:?}: a try_acquire behind an orphan");
+        assert!(locks.release(lease.unwrap()).unwrap());
+    }
+}
+
+/// A waiter behind an orphan head while the lock is held: its retry hint is the lease, never a
+/// 1 ms busy poll.
+#[test]
+fn a_waiter_behind_an_orphan_does_not_busy_poll() {
+    let server = RedisServer::start().expect("private server");
+    let url = server.url();
+    let mut raw = connection(&url);
+    let locks = backend(&url, RedisLockKind::SetNx);
+    let name = unique_name("orphan-held");
+    let keys = locks.keys(&name);
+    let holder = locks.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap().unwrap();
+    let _: () = raw.zadd(keys.queue(), OwnerToken::random().to_hex(), 1).unwrap();
+    let before = evalsha_calls(&mut raw);
+    let waiter = {
+        let (locks, name) = (locks.clone(), name.clone());
+        thread::spawn(move || {
+            locks.acquire_until(&name, &OwnerToken::random(), 10 * SECOND, Some(Instant::now() + 10 * SECOND))
+        })
+    };
+    thread::sleep(Duration::from_millis(600));
+    let released_at = Instant::now();
+    assert!(locks.release(holder).unwrap());
+    let acquired = waiter.join().unwrap().unwrap().expect("the waiter got the lock");
+    let handoff = released_at.elapsed();
+    let calls = evalsha_calls(&mut raw) - before;
+    assert!(handoff < Duration::from_millis(500), "hand-off took {handoff:?}");
+    // Two or three attempts, the release and the winner's: far from one per millisecond.
+    assert!(calls <= 10, "{calls} EVALSHA calls while waiting 0.6 s");
+    assert!(locks.release(acquired.lease).unwrap());
+}
+
+/// R04: a reentry never shortens the hash's lease, and giving back an inner hold leaves the TTL
+/// alone.
+#[test]
+fn a_reentry_never_shortens_the_lease() {
+    let url = shared_url();
+    let locks = backend(&url, RedisLockKind::ReentrantHash);
+    let mut raw = connection(&url);
+    let name = unique_name("reentry-ttl");
+    let keys = locks.keys(&name);
+    let owner = OwnerToken::random();
+    let outer = locks.try_acquire(&name, &owner, 60 * SECOND).unwrap().expect("held");
+    let inner = locks.try_acquire(&name, &owner, Duration::from_millis(100)).unwrap().expect("reentered");
+    let pttl: i64 = raw.pttl(keys.lock()).unwrap();
+    assert!(pttl > 50_000, "a 100 ms reentry cut the 60 s lease to PTTL {pttl}");
+    // A longer reentry does raise it.
+    let _: bool = raw.pexpire(keys.lock(), 5_000).unwrap();
+    let longer = locks.try_acquire(&name, &owner, 60 * SECOND).unwrap().expect("reentered");
+    let pttl: i64 = raw.pttl(keys.lock()).unwrap();
+    assert!(pttl > 50_000, "a 60 s reentry raises a 5 s lease: PTTL {pttl}");
+    // Partial releases leave the TTL alone.
+    let _: bool = raw.pexpire(keys.lock(), 40_000).unwrap();
+    assert!(locks.release(longer).unwrap());
+    assert!(locks.release(inner).unwrap());
+    let pttl: i64 = raw.pttl(keys.lock()).unwrap();
+    assert!((30_000..=40_000).contains(&pttl), "a partial release changed the TTL: PTTL {pttl}");
+    assert!(locks.release(outer).unwrap());
+    let exists: bool = raw.exists(keys.lock()).unwrap();
+    assert!(!exists);
+}
+
+/// An ACL user without channel rights (Redis 7's default for new users): PUBLISH is refused, yet
+/// release reports the release it did, and a waiter still gets the lock by re-checking.
+#[test]
+fn an_acl_user_without_channel_rights_releases_and_waiters_still_acquire() {
+    let server = RedisServer::start_with(RedisOptions::new().password("admin-secret")).expect("server");
+    let mut admin = connection(&server.url());
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "nochan", "on", ">nochan-secret", "~*", "resetchannels", "+@all"])
+        .query(&mut admin)
+        .unwrap();
+    let port = server.port();
+    let url = format!("redis://nochan:nochan-secret@127.0.0.1:{port}/");
+    for kind in [RedisLockKind::SetNx, RedisLockKind::ReentrantHash] {
+        let locks = backend(&url, kind);
+        let name = unique_name("acl-nochan");
+        let holder = locks.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap().expect("free");
+        let waiter = {
+            let (locks, name) = (locks.clone(), name.clone());
+            thread::spawn(move || {
+                locks.acquire_until(
+                    &name,
+                    &OwnerToken::random(),
+                    10 * SECOND,
+                    Some(Instant::now() + 5 * SECOND),
+                )
+            })
+        };
+        let keys = locks.keys(&name);
+        assert!(
+            eventually(5 * SECOND, || admin.zcard::<_, i64>(keys.queue()).unwrap() == 1),
+            "{kind:?}: the waiter queued"
+        );
+        let released_at = Instant::now();
+        assert!(locks.release(holder).expect("release despite the refused PUBLISH"), "{kind:?}");
+        let acquired = waiter.join().unwrap().unwrap().expect("the waiter got the lock");
+        let took = released_at.elapsed();
+        assert!(took < Duration::from_millis(1500), "{kind:?}: the waiter took {took:?} after the release");
+        assert!(locks.release(acquired.lease).unwrap(), "{kind:?}");
     }
 }

@@ -16,7 +16,7 @@ use crate::error::{self, error_chain, RedisFailure, BACKEND};
 use crate::keys::RedisKeys;
 use crate::lua::{self, LockScripts};
 use crate::waiter::{Registration, WaitHub};
-use crate::{reentrant_hash, set_nx};
+use crate::{millis, reentrant_hash, set_nx};
 
 /// The longest a waiter waits for a release message before it re-checks on its own.
 ///
@@ -319,6 +319,10 @@ impl RedisBackend {
     ) -> Result<Option<Acquired<RedisLease>>> {
         let mut registration: Option<Registration<'_>> = None;
         loop {
+            if let Some(waiting) = &registration {
+                // Wake-ups so far are answered by what this attempt sees.
+                waiting.clear();
+            }
             let sent_at = Instant::now();
             let retry_in = match self.attempt(name, keys, owner, ttl, true)? {
                 Attempt::Acquired(lease) => return Ok(Some(Acquired::new(lease, sent_at))),
@@ -347,12 +351,6 @@ impl RedisBackend {
             }
         }
     }
-}
-
-/// Milliseconds, as the server counts them. Leases were checked to be whole-millisecond-sized
-/// (≥ 1 ms, ≤ a day); a fraction is cut, so the server's lease is never longer than the client's.
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl DistributedLock for RedisBackend {
@@ -516,12 +514,6 @@ impl fmt::Debug for RedisBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn millis_truncates() {
-        assert_eq!(millis(Duration::from_micros(1_999)), 1);
-        assert_eq!(millis(Duration::from_secs(2)), 2_000);
-    }
 
     #[test]
     fn a_batch_error_is_copied_with_its_meaning() {

@@ -1,10 +1,13 @@
 //! Connections: an r2d2 pool with a connection manager of our own.
 //!
 //! redis-rs ships an r2d2 manager, but it connects without a timeout, and its `has_broken` only
-//! asks `is_open()`. After a read timeout a connection still looks open, yet the late reply is
-//! still on its way and would be read as the answer to the *next* command. So here every
-//! connection carries a `broken` flag, set on any error other than a complete server reply, and a
-//! broken connection is discarded when it goes back to the pool.
+//! asks `is_open()`. After a read timeout a connection still looks open while a late reply is on
+//! its way. redis-rs 1.8 does skip one late reply by itself after a timed-out single command; we
+//! do not rely on that: after a timed-out *pipeline* (renewal batches) several replies are owed,
+//! after a failed write part of a request may have gone out, and Redlock reads replies through
+//! its own deadline loop. So here every connection carries a `broken` flag, set on any error
+//! other than a complete server reply, and a broken connection is discarded when it goes back to
+//! the pool: a connection is only ever reused in step with the server.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -327,7 +330,11 @@ impl ConnectionPool {
                     Ok(()) => return Ok(connection),
                     // A server that does not answer is reported, not waited out again.
                     Err(error) if error.is_timeout() => return Err(RedisFailure::command("connect", error)),
-                    // Closed underneath us: dropping it discards it (it is marked broken).
+                    // Closed underneath us: it is marked broken, and dropping it discards it.
+                    // A server error reply instead (LOADING, NOPERM on PING…) leaves it in
+                    // step and not marked broken: it goes back to the pool, and the next look
+                    // (its last use now fresh) hands it out without another PING, so the
+                    // command itself reports whatever the server has to say.
                     Err(_) => continue,
                 }
             }

@@ -34,8 +34,12 @@
 //!   and client restarts. Extend and release compare the owner token first, in the same script.
 //! - **Keys** ([`RedisKeys`]): `<prefix>:{<escaped name>}:lock|fence|queue|queue-timeouts`, one
 //!   Redis Cluster hash tag per lock.
-//! - **Waiting**: a release publishes on the lock's channel; one subscriber connection per
-//!   backend wakes the waiting threads. Waiters queue in Redis in arrival order (a sorted set),
+//! - **Waiting**: a release publishes on the lock's channel (`<prefix>:{<escaped name>}:…`);
+//!   one subscriber connection per backend wakes the waiting threads. An ACL user needs rights
+//!   on those channels, `&<prefix>:*` (Redis 7 gives new users none: `acl-pubsub-default
+//!   resetchannels`). Without them locking still works — a release whose PUBLISH is refused
+//!   still releases — but nobody is woken: waiters re-check on their own, about once a second
+//!   (the subscriber logs a warning once per channel). Waiters queue in Redis in arrival order (a sorted set),
 //!   so a holder that releases and re-locks at once cannot starve them; a waiter that dies leaves
 //!   the queue within 3 s. A lost message delays a waiter by at most a second.
 //! - **Renewal** of many leases is one pipeline per batch.
@@ -48,7 +52,23 @@
 //! a failover can lose a lock (seed 001), which `WAIT` narrows but does not close. The fencing
 //! counter is replicated just as asynchronously, so after such a failover the next holder may
 //! get the same token again. Fencing tokens keep a resource safe from a holder that lost its
-//! lock without knowing only as long as the counter itself survives.
+//! lock without knowing only as long as the counter itself survives. Further:
+//! - **An acquisition that times out may still have happened.** If the server ran the acquire
+//!   script but its reply did not come within the read timeout, the caller gets
+//!   [`Error::Timeout`](lock_core::Error::Timeout) while the lock is held under its token until
+//!   the lease ends: nobody owns it, nobody releases it, everyone else waits for it to expire.
+//!   Keep leases short enough that this costs little.
+//! - **`WAIT` covers the acquisition only** ([`RedisLockBuilder::wait_for_replicas`]): renewals
+//!   (extend) are not confirmed by replicas, so a failover can roll a renewed lease back to the
+//!   lease the replica saw.
+//! - **Eviction breaks locks.** Run the server with `maxmemory-policy noeviction` (or no
+//!   `maxmemory`): an evicted lock key lets a second holder in, an evicted fencing counter
+//!   restarts at 1 and tokens stop increasing. The fencing key of every distinct lock name stays
+//!   forever (it must, for tokens to keep increasing): a workload of ever-new names grows the
+//!   keyspace by one small key per name.
+//! - **Leases run by the server's wall clock.** Redis expires keys by its system time, so a
+//!   clock jump forward on the server (a manual change, a bad NTP step) ends leases early —
+//!   while their holders still count them valid.
 //!
 //! # Redlock
 //! [`RedlockBackend`] takes the lock on a majority of N independent nodes (no replication
@@ -102,7 +122,18 @@
 //!   catches R02's stale write. But a partition, or restarts of every node that saw a token, can
 //!   make tokens repeat or go backwards, and then a resource accepts a stale write.
 //! - **No fair queue.** Waiters retry when any node announces a release; whoever's requests
-//!   reach a majority first wins.
+//!   reach a majority first wins. This is an explicit exception to distlock's no-starvation goal:
+//!   under steady contention a Redlock waiter can lose every race (use the single-node backend,
+//!   which queues waiters in arrival order, where that matters).
+//! - **One operation takes several node timeouts, not one.** An acquisition checks out
+//!   connections (up to one node timeout), exchanges the request (one more, and a retry on a
+//!   fresh connection for a node whose idle connection turned out dead: one more), reloads the
+//!   script on nodes that answered `NOSCRIPT` (one more), and on failure undoes the attempt (up
+//!   to two more: reconnect and exchange). Count on up to about six node timeouts for an
+//!   operation that fails; the lease's validity always counts the real elapsed time.
+//! - **Duplicate nodes are detected lexically.** The builder rejects the same `host:port` written
+//!   twice, but not two spellings of one server (`localhost` and `127.0.0.1`, a hostname and its address): such
+//!   a node would count twice towards the quorum. List every node once, spelled one way.
 //!
 //! If correctness depends on the lock, use a consensus system (ZooKeeper, etcd) or a
 //! transactional database, and fence every write. Use Redlock (or the single-node lock) where an
@@ -128,3 +159,26 @@ pub use keys::RedisKeys;
 pub use redis;
 pub use redlock::{RedlockBackend, RedlockBuilder, RedlockLease};
 pub use waiter::SUBSCRIBER_THREAD_NAME;
+
+/// A duration in whole milliseconds, as the server counts them (`PX`, `PEXPIRE`, `WAIT`).
+///
+/// A fractional millisecond is cut (rounded down). For a lease that would be the *unsafe*
+/// direction — the server would keep the lock for less than the holder believes — which is why
+/// leases never get here with a fraction: [`lock_core::check_lease`] rejects them (callers check
+/// every lease first). For other durations (the `WAIT` timeout, the queue entry lifetime) the cut
+/// is harmless. Durations beyond `u64::MAX` ms saturate.
+pub(crate) fn millis(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn millis_rounds_down() {
+        assert_eq!(super::millis(Duration::from_micros(1_999)), 1);
+        assert_eq!(super::millis(Duration::from_secs(2)), 2_000);
+        assert_eq!(super::millis(Duration::MAX), u64::MAX);
+    }
+}

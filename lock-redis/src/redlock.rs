@@ -6,6 +6,11 @@
 //!    number, one atomic step per node) to **every node at once**: the request is written to one
 //!    connection per node, then every reply is read, all within one deadline (the
 //!    [node timeout](RedlockBuilder::node_timeout), 50 ms by default) — no thread per call.
+//!    That is one round; a whole operation can take several: checking out connections (up to
+//!    one node timeout), the exchange (one), a retry on a fresh connection where an idle one
+//!    turned out dead (one), a `SCRIPT LOAD` round on nodes that answered `NOSCRIPT` (one), and
+//!    for a failed acquisition the undo (reconnect and exchange, up to two) — about six node
+//!    timeouts at worst. Validity always counts the real elapsed time.
 //! 2. The lock is acquired when a quorum (`N/2 + 1`) granted it **and** time is left:
 //!    validity = lease − elapsed − drift, drift = 1 % of the lease + 2 ms
 //!    ([`RedlockBackend::clock_drift`], also the backend's
@@ -62,6 +67,7 @@ use tally::{NodeError, Tally, BACKEND};
 
 use crate::backend::FALLBACK_RECHECK;
 use crate::keys::RedisKeys;
+use crate::millis;
 use crate::waiter::{Registration, Slot};
 
 /// The part of the lease allowed for clock drift, in percent.
@@ -128,7 +134,9 @@ impl RedlockLease {
         &self.keys
     }
 
-    /// The owner token stored with the lock on each node, as 32 hex digits.
+    /// The value stored with the lock on each node: the owner token (32 hex digits), a colon and
+    /// 16 hex digits unique to the acquisition attempt that took it (see
+    /// [`attempt_value`]). Extend and release compare against it.
     pub fn owner_token(&self) -> &str {
         &self.token
     }
@@ -312,7 +320,10 @@ impl RedlockBackend {
         ttl: Duration,
     ) -> Result<Attempt> {
         let started = Instant::now();
-        let token = owner.to_hex();
+        // A fresh value per attempt: the undo of a failed attempt (which may run late, behind the
+        // acquisition on a connection whose reply did not come in time) deletes only that
+        // attempt's grants, never a grant of the same owner's next attempt.
+        let token = attempt_value(owner);
         let mut fanout = self.fanout();
         if fanout.ready() < self.inner.quorum {
             // Too few nodes can even be asked: fail before holding anything anywhere.
@@ -387,7 +398,8 @@ impl RedlockBackend {
     }
 
     /// Releases a failed attempt on every node `may_hold` marks: those that granted it, and
-    /// those that did not answer.
+    /// those that did not answer. `token` is that attempt's own value, so the undo cannot touch
+    /// another attempt's grant.
     fn undo_attempt(
         &self,
         fanout: &mut Fanout<'_>,
@@ -582,10 +594,16 @@ fn parse_vote(value: Value) -> std::result::Result<Vote, NodeError> {
     }
 }
 
-/// Milliseconds, as the nodes count them; a fraction is cut, so a node's lease is never longer
-/// than the client's.
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+/// The value one acquisition attempt stores on the nodes: the owner token, a colon, and 64 random
+/// bits (16 hex digits) of this attempt.
+///
+/// Redlock's owner value must be unique per acquisition, not just per owner: a failed attempt is
+/// undone by compare-and-delete, and that undo can reach a node late (it is written behind the
+/// unanswered acquisition on the same connection). Were the value the same for the owner's next
+/// attempt, the late undo would delete that attempt's grant, and the owner would count a quorum
+/// it does not have.
+fn attempt_value(owner: &OwnerToken) -> String {
+    format!("{}:{:016x}", owner.to_hex(), rand::rng().random::<u64>())
 }
 
 impl DistributedLock for RedlockBackend {
@@ -800,6 +818,15 @@ mod tests {
         assert_eq!((vote.fence, vote.remaining_ms), (8, 1500));
         assert!(parse_vote(Value::Array(vec![Value::Int(2), Value::Int(1), Value::Int(0)])).is_err());
         assert!(parse_vote(Value::Okay).is_err());
+    }
+
+    #[test]
+    fn every_attempt_stores_a_value_of_its_own() {
+        let owner = OwnerToken::random();
+        let (first, second) = (attempt_value(&owner), attempt_value(&owner));
+        assert_ne!(first, second);
+        assert!(first.starts_with(&format!("{}:", owner.to_hex())));
+        assert_eq!(first.len(), 32 + 1 + 16);
     }
 
     #[test]

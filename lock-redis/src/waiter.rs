@@ -7,7 +7,9 @@
 //! subscribed for a while after its last waiter leaves, so a hot lock is not re-subscribed on
 //! every wait.
 //!
-//! Messages are fire-and-forget: one can be lost (a reconnect, a slow subscriber). So waiters
+//! Messages are fire-and-forget: one can be lost (a reconnect, a slow subscriber), and a user
+//! without ACL rights on the channels gets none at all (the server refuses the subscription; the
+//! thread logs that once per channel and does not report the channel subscribed). So waiters
 //! never rely on them alone; they also re-check on their own after a bounded time (see
 //! `backend.rs`). On a lost connection the thread reconnects, resubscribes and wakes every waiter
 //! to re-check.
@@ -36,6 +38,13 @@ pub(crate) const TICK: Duration = Duration::from_millis(250);
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(5);
 
+/// How long a channel whose subscription the server refused (ACL) is left before trying again.
+const REFUSED_RETRY: Duration = Duration::from_secs(5);
+
+/// The payload of the permission probe published on the control channel (see
+/// [`ChannelRights`]); the subscriber ignores everything on that channel anyway.
+const PROBE_PAYLOAD: &str = "-";
+
 /// Longest pause between reconnection attempts of the subscriber.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
@@ -62,6 +71,8 @@ struct HubState {
     thread_running: bool,
     /// Set when the last backend clone is dropped; the thread exits.
     closed: bool,
+    /// Channels whose refused subscription was logged already (a warning once per channel).
+    warned: std::collections::HashSet<String>,
 }
 
 #[derive(Default)]
@@ -70,6 +81,8 @@ struct Channel {
     subscribed: bool,
     /// When the last waiter left; `None` while there are waiters.
     idle_since: Option<Instant>,
+    /// When the server last refused to subscribe it (no ACL rights on the channel).
+    refused_at: Option<Instant>,
 }
 
 /// One waiting thread: what it waits for and how it is woken.
@@ -206,6 +219,11 @@ impl Registration<'_> {
     pub(crate) fn wait(&self, until: Instant) -> bool {
         self.slot.wait(until)
     }
+
+    /// Forgets wake-ups received so far (see [`Slot::clear`]).
+    pub(crate) fn clear(&self) {
+        self.slot.clear();
+    }
 }
 
 impl Drop for Registration<'_> {
@@ -234,7 +252,10 @@ impl HubShared {
         let mut unsubscribe = Vec::new();
         for (name, channel) in &state.channels {
             let idle_for = channel.idle_since.map(|since| now.saturating_duration_since(since));
+            let refused_lately =
+                channel.refused_at.is_some_and(|at| now.saturating_duration_since(at) < REFUSED_RETRY);
             match (channel.subscribed, idle_for) {
+                (false, _) if refused_lately => {}
                 (false, _) => subscribe.push(name.clone()),
                 (true, Some(idle)) if idle >= LINGER => unsubscribe.push(name.clone()),
                 (true, _) => {}
@@ -243,23 +264,52 @@ impl HubShared {
         (subscribe, unsubscribe)
     }
 
+    /// The channel is subscribed: its waiters are told, and re-check once (a waiter that came
+    /// while the channel was being unsubscribed may have missed a release meanwhile).
     fn mark_subscribed(&self, name: &str) {
         if let Some(channel) = self.state.lock().channels.get_mut(name) {
             channel.subscribed = true;
+            channel.refused_at = None;
             for slot in &channel.waiters {
-                slot.update(|s| s.subscribed = true);
+                slot.update(|s| {
+                    s.subscribed = true;
+                    s.woken = true;
+                });
             }
         }
     }
 
-    /// Forgets an unsubscribed channel, unless a waiter came back meanwhile (then it is
-    /// subscribed again on the next round).
+    /// The server refused to subscribe `name` (no ACL rights on it): it stays unsubscribed, its
+    /// waiters keep re-checking on their own, and it is tried again after [`REFUSED_RETRY`].
+    /// Logged at warn once per channel.
+    fn mark_refused(&self, name: &str, error: &redis::RedisError) {
+        let mut state = self.state.lock();
+        if let Some(channel) = state.channels.get_mut(name) {
+            channel.subscribed = false;
+            channel.refused_at = Some(Instant::now());
+        }
+        if state.warned.insert(name.to_owned()) {
+            tracing::warn!(
+                channel = name,
+                %error,
+                "redis refused to subscribe to a lock channel (ACL channel rights?); its waiters re-check once a second instead of being woken"
+            );
+        }
+    }
+
+    /// Forgets an unsubscribed channel, unless a waiter came back meanwhile: then that waiter
+    /// (told "subscribed" when it registered) learns it is not, and the channel is subscribed
+    /// again on the next round, which wakes it to re-check.
     fn mark_unsubscribed(&self, name: &str) {
         let mut state = self.state.lock();
         let Some(channel) = state.channels.get_mut(name) else { return };
         channel.subscribed = false;
         if channel.waiters.is_empty() {
             state.channels.remove(name);
+        } else {
+            for slot in &channel.waiters {
+                slot.update(|s| s.subscribed = false);
+            }
         }
     }
 
@@ -314,8 +364,68 @@ fn run(shared: &HubShared) {
     shared.state.lock().thread_running = false;
 }
 
+/// Whether the server lets this client use the backend's channels, learnt by publishing
+/// [`PROBE_PAYLOAD`] on the hub's own control channel over a plain connection.
+///
+/// redis-rs's `PubSub::subscribe` swallows an error reply to SUBSCRIBE (it returns `Ok` either
+/// way), so a refusal has to be learnt another way. Redis grants PUBLISH and SUBSCRIBE by the
+/// same channel patterns, and the control channel (`<prefix>:subscriber:<id>`) lies under the
+/// documented grant `&<prefix>:*` just like every lock channel; probing it (nobody else listens
+/// there) does not put anything on the lock channels. A grant narrower than the prefix that
+/// still covers some lock channels is not told apart: those channels are then subscribed blind,
+/// as before, and their waiters still re-check at least once a second.
+struct ChannelRights {
+    probe: Option<Connection>,
+    /// The latest answer and when it came; `None` before the first probe.
+    answer: Option<(Result<(), redis::RedisError>, Instant)>,
+}
+
+impl ChannelRights {
+    fn new() -> Self {
+        Self { probe: None, answer: None }
+    }
+
+    /// The server's refusal, if it refuses; asked again once a refusal is [`REFUSED_RETRY`] old.
+    fn refusal(&mut self, shared: &HubShared) -> Option<&redis::RedisError> {
+        let ask = match &self.answer {
+            None => true,
+            Some((Err(_), at)) => at.elapsed() >= REFUSED_RETRY,
+            Some((Ok(()), _)) => false,
+        };
+        if ask {
+            self.answer = Some((self.ask(shared), Instant::now()));
+        }
+        self.answer.as_ref().and_then(|(answer, _)| answer.as_ref().err())
+    }
+
+    fn ask(&mut self, shared: &HubShared) -> Result<(), redis::RedisError> {
+        if self.probe.is_none() {
+            self.probe = ConnectionManager::open(&shared.client, &shared.settings).ok();
+        }
+        // Without a probe connection (it failed to open) the answer is yes: subscribe blind.
+        let Some(connection) = self.probe.as_mut() else { return Ok(()) };
+        let published =
+            redis::cmd("PUBLISH").arg(&shared.control_channel).arg(PROBE_PAYLOAD).query::<i64>(connection);
+        match published {
+            Ok(_) => Ok(()),
+            Err(error) if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => {
+                Err(error)
+            }
+            Err(error) => {
+                if !matches!(error.kind(), redis::ErrorKind::Server(_)) {
+                    // Out of step or closed: open another next time.
+                    self.probe = None;
+                }
+                tracing::debug!(%error, "probing the redis channel rights failed; subscribing blind");
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Serves one connection; returns `Ok` when the hub closed, the error when the connection broke.
 fn serve(shared: &HubShared, connection: &mut Connection) -> RedisResult<()> {
+    let mut rights = ChannelRights::new();
     let mut pubsub = connection.as_pubsub();
     pubsub.set_read_timeout(Some(TICK))?;
     pubsub.subscribe(&shared.control_channel)?;
@@ -328,12 +438,20 @@ fn serve(shared: &HubShared, connection: &mut Connection) -> RedisResult<()> {
         }
         let (subscribe, unsubscribe) = shared.pending(Instant::now());
         for name in subscribe {
+            // A channel the server would refuse is not reported subscribed: its waiters fall
+            // back to re-checking on their own.
+            if let Some(error) = rights.refusal(shared) {
+                shared.mark_refused(&name, error);
+                continue;
+            }
             // One channel per command: the reply confirms exactly that one, and only then are
             // its waiters told (they re-check after that, so no release can slip between).
             pubsub.subscribe(&name)?;
             shared.mark_subscribed(&name);
         }
         for name in unsubscribe {
+            // Reported unsubscribed even if the server answered with an error: a channel that
+            // stays subscribed only brings messages nobody waits for.
             pubsub.unsubscribe(&name)?;
             shared.mark_unsubscribed(&name);
         }

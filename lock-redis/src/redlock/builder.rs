@@ -47,7 +47,9 @@ impl RedlockBuilder {
     /// or `rediss://…`), with every default.
     ///
     /// The nodes must be independent masters — not replicas of one another, not one server
-    /// listed twice. Use an odd number, at least 3 (5 is usual): `n` nodes survive
+    /// listed twice. [`build`](Self::build) catches the same `host:port` written twice, but the
+    /// check is lexical: two spellings of one server (`localhost` and `127.0.0.1`, a name and its
+    /// address) are not detected, and that server would count twice towards the quorum. Use an odd number, at least 3 (5 is usual): `n` nodes survive
     /// `(n - 1) / 2` failures, and an even count buys no more tolerance than one node fewer.
     pub fn new<I, S>(urls: I) -> Self
     where
@@ -102,7 +104,8 @@ impl RedlockBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for an empty node list, a URL that does not parse (or
-    /// `rediss://` without the `tls` feature), the same node listed twice, a zero pool size, a
+    /// `rediss://` without the `tls` feature), the same `host:port` listed twice (compared as
+    /// written, see [`new`](Self::new)), a zero pool size, a
     /// zero or over-an-hour timeout, or a prefix that would break the key layout.
     pub fn build(self) -> Result<RedlockBackend> {
         if self.urls.is_empty() {

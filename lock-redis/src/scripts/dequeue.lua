@@ -7,9 +7,11 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 if removed == 1 and redis.call('EXISTS', KEYS[1]) == 0 then
   local now_ms = server_time()
   prune_queue(KEYS[2], KEYS[3], now_ms)
-  local head = queue_head(KEYS[2])
+  local head = queue_head(KEYS[2], KEYS[3])
   if head then
-    redis.call('PUBLISH', ARGV[2], head)
+    -- pcall: a client may lack rights on the channel; the dequeue itself stands (the next
+    -- waiter re-checks on its own).
+    redis.pcall('PUBLISH', ARGV[2], head)
   end
 end
 return removed

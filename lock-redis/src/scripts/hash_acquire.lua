@@ -19,9 +19,13 @@ if redis.call('EXISTS', lock_key) == 0 then
   end
 elseif redis.call('HEXISTS', lock_key, token) == 1 then
   -- Reentry: nobody else can have acquired since this token did, so the counter still holds
-  -- the token issued then.
+  -- the token issued then. The lease is only ever raised, never shortened: the outer hold may
+  -- have asked for a longer one than this reentry, and it is still held.
   redis.call('HINCRBY', lock_key, token, 1)
-  redis.call('PEXPIRE', lock_key, lease)
+  local pttl = redis.call('PTTL', lock_key)
+  if pttl >= 0 and pttl < tonumber(lease) then
+    redis.call('PEXPIRE', lock_key, lease)
+  end
   return {1, tonumber(redis.call('GET', fence_key) or '0')}
 end
 
@@ -29,7 +33,7 @@ end
 local now_ms, now_us = server_time()
 prune_queue(queue_key, timeout_key, now_ms)
 if redis.call('EXISTS', lock_key) == 0 then
-  local head = queue_head(queue_key)
+  local head = queue_head(queue_key, timeout_key)
   if head == nil or head == token then
     redis.call('HINCRBY', lock_key, token, 1)
     redis.call('PEXPIRE', lock_key, lease)

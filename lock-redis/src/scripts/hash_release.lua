@@ -1,13 +1,12 @@
 -- Reentrant hash lock: give back one hold of the caller's token. While holds remain the lease
--- is renewed (the holder is evidently alive); the last one deletes the lock and announces the
--- release to waiters.
--- KEYS: lock, queue, queue timeouts. ARGV: owner token, release channel, lease (ms).
+-- is left as it is (renewal is the holder's business, and an inner hold's shorter lease must not
+-- cut the outer one's); the last one deletes the lock and announces the release to waiters.
+-- KEYS: lock, queue, queue timeouts. ARGV: owner token, release channel, lease (ms; unused).
 -- Returns 1 if a hold was given back, 0 if the lock was not held under this token.
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return 1
 end
 redis.call('DEL', KEYS[1])

@@ -1,11 +1,15 @@
 -- The fair wait queue, shared by every lock script (prepended to each; Redis runs a script as
 -- one function, so these are its local helpers).
 --
--- Two sorted sets hold the waiters of one lock, both in the lock's hash slot:
---   the queue    (KEYS[3]): token -> arrival, server time in microseconds; fixes the order and is
---                           never changed by a refresh, so a waiter keeps its place;
---   the timeouts (KEYS[4]): token -> when the entry lapses, server time in milliseconds; a live
---                           waiter pushes it forward on every retry, a dead one stops doing so.
+-- Two sorted sets hold the waiters of one lock, both in the lock's hash slot (their KEYS index
+-- differs per script: KEYS[3] and KEYS[4] in the acquire scripts, KEYS[2] and KEYS[3] in the
+-- release and dequeue scripts; the helpers take them as arguments):
+--   the queue:    token -> arrival, server time in microseconds; fixes the order and is never
+--                 changed by a refresh, so a waiter keeps its place;
+--   the timeouts: token -> when the entry lapses, server time in milliseconds; a live waiter
+--                 pushes it forward on every retry, a dead one stops doing so.
+-- A queue member without a lapse time (an orphan: written by hand, or left by a partial write)
+-- could never lapse; queue_head drops such members, so they cannot hold up the lock.
 -- Times come from the server's clock (TIME), never a client's, so clients with skewed clocks
 -- agree on who has lapsed.
 
@@ -38,9 +42,16 @@ local function prune_queue(queue_key, timeout_key, now_ms)
   end
 end
 
--- The token of the longest-waiting live waiter, or nil.
-local function queue_head(queue_key)
-  return redis.call('ZRANGE', queue_key, 0, 0)[1]
+-- The token of the longest-waiting live waiter, or nil. Members at the head that have no lapse
+-- time in the timeouts set are orphans that would never lapse: they are dropped on the way.
+local function queue_head(queue_key, timeout_key)
+  while true do
+    local head = redis.call('ZRANGE', queue_key, 0, 0)[1]
+    if not head or redis.call('ZSCORE', timeout_key, head) then
+      return head
+    end
+    redis.call('ZREM', queue_key, head)
+  end
 end
 
 -- Joins the queue (keeping an earlier place) and pushes this waiter's lapse time forward.
@@ -59,27 +70,33 @@ local function leave_queue(queue_key, timeout_key, token)
 end
 
 -- Tells subscribers the lock is free. The payload names the waiter whose turn it is, so only
--- that one retries at once; an empty payload (no live waiter) wakes everyone.
+-- that one retries at once; an empty payload (no live waiter) wakes everyone. PUBLISH runs under
+-- pcall: a refusal (an ACL user without rights on the channel) must not turn the release, which
+-- already happened, into an error; waiters then find out by their own re-check.
 local function announce_release(queue_key, timeout_key, channel, now_ms)
   prune_queue(queue_key, timeout_key, now_ms)
-  redis.call('PUBLISH', channel, queue_head(queue_key) or '')
+  redis.pcall('PUBLISH', channel, queue_head(queue_key, timeout_key) or '')
 end
 
 -- How long a caller that did not get the lock should wait at most before retrying unprompted:
 -- the lock's remaining lease, or, while the lock is free but another waiter's turn, until that
--- waiter's entry would lapse. -1 when there is no bound (a lock without expiry).
+-- waiter's entry would lapse. -1 when there is no bound (a lock without expiry, or no lapse time
+-- known): the caller falls back to its normal re-check. Never 0, which would make it spin.
 local function retry_hint(lock_key, queue_key, timeout_key, now_ms)
   local pttl = redis.call('PTTL', lock_key)
-  if pttl >= 0 or pttl == -1 then
-    return pttl
+  if pttl == -1 then
+    return -1
   end
-  local head = queue_head(queue_key)
+  if pttl >= 0 then
+    return math.max(pttl, 1)
+  end
+  local head = queue_head(queue_key, timeout_key)
   if head then
     local lapses = tonumber(redis.call('ZSCORE', timeout_key, head))
     if lapses then
       return math.max(lapses - now_ms, 1)
     end
   end
-  return 0
+  return -1
 end
 

@@ -6,7 +6,9 @@
 raise_fence(KEYS[2], ARGV[2])
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[3], '')
+  -- pcall: a PUBLISH refused (an ACL user without rights on the channel) must not turn the
+  -- release, which happened, into an error; waiters re-check on their own.
+  redis.pcall('PUBLISH', ARGV[3], '')
   return 1
 end
 return 0

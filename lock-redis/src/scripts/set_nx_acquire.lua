@@ -19,7 +19,7 @@ prune_queue(queue_key, timeout_key, now_ms)
 if redis.call('EXISTS', lock_key) == 0 then
   -- A free lock goes to the longest-waiting live waiter; a newcomer (or a non-waiting try) only
   -- gets it when nobody is queued, so a releaser that re-locks at once cannot starve the queue.
-  local head = queue_head(queue_key)
+  local head = queue_head(queue_key, timeout_key)
   if head == nil or head == token then
     redis.call('SET', lock_key, token, 'PX', lease)
     leave_queue(queue_key, timeout_key, token)
