@@ -135,8 +135,8 @@ impl RedlockLease {
     }
 
     /// The value stored with the lock on each node: the owner token (32 hex digits), a colon and
-    /// 16 hex digits unique to the acquisition attempt that took it (see
-    /// [`attempt_value`]). Extend and release compare against it.
+    /// 16 hex digits unique to the acquisition attempt that took it, so that undoing one attempt
+    /// can never delete another's grant. Extend and release compare against it.
     pub fn owner_token(&self) -> &str {
         &self.token
     }
