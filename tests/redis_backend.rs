@@ -13,6 +13,7 @@ use distlock::redis::{RedisBackend, RedisKeys, RedisLockKind};
 use distlock::{
     DistributedLock, Error, Extension, Lock, LockClient, LockName, LockOptions, NativeWait, OwnerToken,
 };
+use lock_testkit::eventually;
 use lock_testkit::harness::{shared, RedisOptions, RedisServer};
 use lock_testkit::suite::unique_name;
 
@@ -30,18 +31,6 @@ fn connection(url: &str) -> redis::Connection {
     let connection = redis::Client::open(url).unwrap().get_connection_with_timeout(2 * SECOND).unwrap();
     connection.set_read_timeout(Some(5 * SECOND)).unwrap();
     connection
-}
-
-/// Polls `condition` every 10 ms for up to `within`.
-fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    condition()
 }
 
 /// R04: HINCRBY-counted holds per owner; unlock decrements and deletes at zero; the last

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use distlock::redis::redis::{self, Commands as _};
 use distlock::redis::{RedlockBackend, RedlockLease};
 use distlock::{DistributedLock, Error, Extension, Lock, LockClient, LockName, LockOptions, OwnerToken};
+use lock_testkit::eventually;
 use lock_testkit::harness::{shared, RedisServer};
 use lock_testkit::negative::UnfencedRedlock;
 use lock_testkit::redlock::{holders, probe, r02, KEY_PREFIX, NODES};
@@ -42,18 +43,6 @@ fn backend(urls: &[String]) -> RedlockBackend {
 /// A backend with [`RELAXED_NODE_TIMEOUT`], for tests that do not measure timing.
 fn relaxed_backend(urls: &[String]) -> RedlockBackend {
     RedlockBackend::builder(urls).node_timeout(RELAXED_NODE_TIMEOUT).build().expect("backend")
-}
-
-/// Polls `condition` every 10 ms for up to `within`.
-fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    condition()
 }
 
 fn keys(name: &LockName) -> distlock::redis::RedisKeys {

@@ -39,9 +39,9 @@
 //!   on those channels, `&<prefix>:*` (Redis 7 gives new users none: `acl-pubsub-default
 //!   resetchannels`). Without them locking still works — a release whose PUBLISH is refused
 //!   still releases — but nobody is woken: waiters re-check on their own, about once a second
-//!   (the subscriber logs a warning once per channel). Waiters queue in Redis in arrival order (a sorted set),
-//!   so a holder that releases and re-locks at once cannot starve them; a waiter that dies leaves
-//!   the queue within 3 s. A lost message delays a waiter by at most a second.
+//!   (the subscriber logs a warning once per channel). Waiters queue in Redis in arrival order
+//!   (a sorted set), so a holder that releases and re-locks at once cannot starve them; a waiter
+//!   that dies leaves the queue within 3 s. A lost message delays a waiter by at most a second.
 //! - **Renewal** of many leases is one pipeline per batch.
 //! - **Connections**: an r2d2 pool with connect, read and write timeouts; a connection that hit
 //!   an I/O error or a timeout is discarded, never reused with a late reply in flight.
@@ -132,8 +132,8 @@
 //!   to two more: reconnect and exchange). Count on up to about six node timeouts for an
 //!   operation that fails; the lease's validity always counts the real elapsed time.
 //! - **Duplicate nodes are detected lexically.** The builder rejects the same `host:port` written
-//!   twice, but not two spellings of one server (`localhost` and `127.0.0.1`, a hostname and its address): such
-//!   a node would count twice towards the quorum. List every node once, spelled one way.
+//!   twice, but not two spellings of one server (`localhost` and `127.0.0.1`, a hostname and its
+//!   address): such a node would count twice towards the quorum. List every node once, spelled one way.
 //!
 //! If correctness depends on the lock, use a consensus system (ZooKeeper, etcd) or a
 //! transactional database, and fence every write. Use Redlock (or the single-node lock) where an

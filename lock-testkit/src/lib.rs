@@ -16,9 +16,12 @@
 pub mod harness;
 #[cfg(feature = "redis")]
 pub mod negative;
+mod poll;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "redis")]
 pub mod redlock;
 pub mod suite;
 pub mod workload;
+
+pub use poll::eventually;

@@ -49,8 +49,10 @@ impl RedlockBuilder {
     /// The nodes must be independent masters — not replicas of one another, not one server
     /// listed twice. [`build`](Self::build) catches the same `host:port` written twice, but the
     /// check is lexical: two spellings of one server (`localhost` and `127.0.0.1`, a name and its
-    /// address) are not detected, and that server would count twice towards the quorum. Use an odd number, at least 3 (5 is usual): `n` nodes survive
-    /// `(n - 1) / 2` failures, and an even count buys no more tolerance than one node fewer.
+    /// address) are not detected, and that server would count twice towards the quorum.
+    ///
+    /// Use an odd number, at least 3 (5 is usual): `n` nodes survive `(n - 1) / 2` failures, and
+    /// an even count buys no more tolerance than one node fewer.
     pub fn new<I, S>(urls: I) -> Self
     where
         I: IntoIterator<Item = S>,

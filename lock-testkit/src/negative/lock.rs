@@ -76,6 +76,18 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// `SET key value NX PX ttl`: the atomic acquisition N02–N04 share (their flaws are elsewhere).
+pub(crate) fn set_nx_px(
+    lock: &BrokenRedisLock,
+    key: String,
+    value: String,
+    ttl: Duration,
+) -> Result<Option<BrokenLease>> {
+    let set: Option<String> =
+        lock.call(|c| redis::cmd("SET").arg(&key).arg(&value).arg("NX").arg("PX").arg(millis(ttl)).query(c))?;
+    Ok(set.map(|_| BrokenLease { key, value }))
+}
+
 impl DistributedLock for BrokenRedisLock {
     type Lease = BrokenLease;
 
@@ -88,9 +100,11 @@ impl DistributedLock for BrokenRedisLock {
         let key = Self::key(self.recipe, name);
         match self.recipe {
             Recipe::N01SetnxThenExpire => n01::acquire(self, key, ttl),
-            Recipe::N02DelWithoutOwnerCheck => n02::acquire(self, key, owner, ttl),
+            // N02 and N04 acquire correctly, with a unique token; their flaws are in release.
+            Recipe::N02DelWithoutOwnerCheck | Recipe::N04GetCompareDel => {
+                set_nx_px(self, key, owner.to_hex(), ttl)
+            }
             Recipe::N03SameValueForEveryHolder => n03::acquire(self, key, ttl),
-            Recipe::N04GetCompareDel => n04::acquire(self, key, owner, ttl),
         }
     }
 

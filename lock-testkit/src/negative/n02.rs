@@ -4,34 +4,13 @@
 
 use std::time::Duration;
 
-use lock_core::{OwnerToken, Result};
+use lock_core::Result;
 
 use crate::negative::lock::{millis, BrokenLease, BrokenRedisLock};
 
 /// Compare the stored value, then `PEXPIRE`, in one script (extending is not the flaw).
 const EXTEND: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
                       return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
-
-pub(crate) fn acquire(
-    lock: &BrokenRedisLock,
-    key: String,
-    owner: &OwnerToken,
-    ttl: Duration,
-) -> Result<Option<BrokenLease>> {
-    set_nx_px(lock, key, owner.to_hex(), ttl)
-}
-
-/// `SET key value NX PX ttl`: the atomic acquisition N02–N04 share.
-pub(crate) fn set_nx_px(
-    lock: &BrokenRedisLock,
-    key: String,
-    value: String,
-    ttl: Duration,
-) -> Result<Option<BrokenLease>> {
-    let set: Option<String> =
-        lock.call(|c| redis::cmd("SET").arg(&key).arg(&value).arg("NX").arg("PX").arg(millis(ttl)).query(c))?;
-    Ok(set.map(|_| BrokenLease { key, value }))
-}
 
 pub(crate) fn extend(lock: &BrokenRedisLock, lease: &BrokenLease, ttl: Duration) -> Result<bool> {
     let extended: i64 = lock.call(|c| {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use lock_core::Result;
 
+use crate::negative::lock::set_nx_px;
 use crate::negative::lock::{BrokenLease, BrokenRedisLock};
-use crate::negative::n02::set_nx_px;
 
 /// The docs' compare-and-delete script (it is the value that is wrong, not the script).
 const COMPARE_AND_DELETE: &str =

@@ -9,22 +9,12 @@
 use std::thread;
 use std::time::Duration;
 
-use lock_core::{OwnerToken, Result};
+use lock_core::Result;
 
 use crate::negative::lock::{BrokenLease, BrokenRedisLock};
-use crate::negative::n02::set_nx_px;
 
 /// The injected pause between the `GET` (and compare) and the `DEL` of a release.
 pub const RELEASE_PAUSE: Duration = Duration::from_millis(600);
-
-pub(crate) fn acquire(
-    lock: &BrokenRedisLock,
-    key: String,
-    owner: &OwnerToken,
-    ttl: Duration,
-) -> Result<Option<BrokenLease>> {
-    set_nx_px(lock, key, owner.to_hex(), ttl)
-}
 
 pub(crate) fn release(lock: &BrokenRedisLock, lease: BrokenLease) -> Result<bool> {
     let stored: Option<String> = lock.call(|c| redis::cmd("GET").arg(&lease.key).query(c))?;
