@@ -1,17 +1,22 @@
-//! The docs' conformance suite (`SCENARIOS.md`) against every backend enabled by feature.
+//! The docs' conformance suite (`SCENARIOS.md`) against every backend kind enabled by feature.
 //!
-//! One registration per backend: `conformance_tests!(module, target)` expands to one test per
-//! scenario S01–S14, so `cargo test memory::` runs one backend and `cargo test s06` one scenario
-//! on every backend.
+//! One registration per backend kind: `conformance_tests!(module, target)` expands to one test per
+//! scenario S01–S15, so `cargo test memory::` runs one backend and `cargo test s06` one scenario
+//! on every backend. Each backend's suite targets come from its crate's `testkit` feature, which
+//! this crate's `testkit` feature turns on for every enabled backend.
+
+#[cfg(all(feature = "redis", not(feature = "testkit")))]
+compile_error!("the backends' conformance tests need this crate's `testkit` feature: use --all-features");
 
 lock_testkit::conformance_tests!(memory, lock_testkit::suite::MemoryTarget::new());
 
-// Redis, both layouts, on the shared harness server (or `DISTLOCK_REDIS_URL`).
 #[cfg(feature = "redis")]
-lock_testkit::conformance_tests!(redis_set_nx, lock_testkit::redis::RedisTarget::set_nx());
-#[cfg(feature = "redis")]
-lock_testkit::conformance_tests!(redis_hash, lock_testkit::redis::RedisTarget::reentrant_hash());
+mod redis {
+    use distlock::redis::testkit::{RedisTarget, RedlockTarget};
 
-// Redlock over five independent shared harness nodes (or `DISTLOCK_REDIS_NODES`).
-#[cfg(feature = "redis")]
-lock_testkit::conformance_tests!(redlock, lock_testkit::redlock::RedlockTarget::shared());
+    // Both single-node layouts, on the shared harness server (or `DISTLOCK_REDIS_URL`).
+    lock_testkit::conformance_tests!(set_nx, RedisTarget::set_nx());
+    lock_testkit::conformance_tests!(hash, RedisTarget::reentrant_hash());
+    // Redlock over five independent shared harness nodes (or `DISTLOCK_REDIS_NODES`).
+    lock_testkit::conformance_tests!(redlock, RedlockTarget::shared());
+}

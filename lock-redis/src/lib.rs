@@ -149,6 +149,8 @@ mod lua;
 mod redlock;
 mod reentrant_hash;
 mod set_nx;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 mod waiter;
 
 pub use backend::{RedisBackend, RedisLease, RedisLockKind};

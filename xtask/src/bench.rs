@@ -1,5 +1,5 @@
-//! `cargo xtask bench <backend>`: builds the `distlock-bench` binary in release mode (with the
-//! backend's feature) and runs the workloads W1–W4 against the backend.
+//! `cargo xtask bench <kind>`: builds the `distlock` command in release mode (with every backend
+//! it knows) and runs `distlock bench <kind>`, the workloads W1–W4 against that backend kind.
 
 use clap::Args;
 
@@ -8,8 +8,8 @@ use crate::cmd::{self, Failure};
 /// Options of `cargo xtask bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// The backend to measure: `memory`, or a backend whose feature the bench knows (`redis`,
-    /// `redlock`).
+    /// The backend kind to measure (`distlock bench --help` lists them): `memory`, `redis`,
+    /// `redis-hash`, `redlock`, …
     pub backend: String,
     /// Also write the raw records to `DIR/<backend>/<workload>_r<run>.json`.
     #[arg(long, value_name = "DIR")]
@@ -22,25 +22,16 @@ pub struct BenchArgs {
     pub workloads: String,
 }
 
-/// The Cargo feature of `lock-testkit` a backend needs, if any.
-fn feature_of(backend: &str) -> Option<&'static str> {
-    match backend {
-        "redis" | "redis-hash" | "redlock" => Some("redis"),
-        _ => None,
-    }
-}
-
 /// Runs the benchmark.
 ///
 /// # Errors
 /// When building or running the bench binary fails.
 pub fn run(args: &BenchArgs) -> Result<(), Failure> {
     let mut command = cmd::cargo();
-    command.args(["run", "--release", "--quiet", "-p", "lock-testkit", "--bin", "distlock-bench"]);
-    if let Some(feature) = feature_of(&args.backend) {
-        command.args(["--features", feature]);
-    }
-    command.args(["--", &args.backend, "--runs", &args.runs.to_string(), "--workloads", &args.workloads]);
+    // The CLI's default features are every backend: the kind table says which feature a kind
+    // needs, so nothing here has to know.
+    command.args(["run", "--release", "--quiet", "-p", "distlock-cli", "--bin", "distlock", "--"]);
+    command.args(["bench", &args.backend, "--runs", &args.runs.to_string(), "--workloads", &args.workloads]);
     if let Some(dir) = &args.raw_dir {
         command.arg("--raw-dir").arg(dir);
     }

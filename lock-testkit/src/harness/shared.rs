@@ -21,9 +21,15 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
-use super::{
-    HarnessError, MariaDbServer, PostgresServer, RedisServer, ServerProcess, TestServer, ZooKeeperServer,
-};
+#[cfg(feature = "mariadb-server")]
+use super::MariaDbServer;
+#[cfg(feature = "postgres-server")]
+use super::PostgresServer;
+#[cfg(feature = "redis-server")]
+use super::RedisServer;
+#[cfg(feature = "zookeeper-server")]
+use super::ZooKeeperServer;
+use super::{HarnessError, ServerProcess, TestServer};
 
 /// Names an external Redis server for [`redis()`].
 pub const REDIS_URL_VARIABLE: &str = "DISTLOCK_REDIS_URL";
@@ -100,11 +106,13 @@ type Slot<S> = OnceLock<Result<SharedServer<S>, Arc<HarnessError>>>;
 /// # Errors
 ///
 /// [`HarnessError::Shared`] with the start failure (the same for every call).
+#[cfg(feature = "redis-server")]
 pub fn redis() -> Result<&'static SharedServer<RedisServer>, HarnessError> {
     static SLOT: Slot<RedisServer> = OnceLock::new();
     shared(&SLOT, REDIS_URL_VARIABLE)
 }
 
+#[cfg(feature = "postgres-server")]
 /// The shared PostgreSQL server, or the one `DISTLOCK_POSTGRES_URL` names.
 ///
 /// # Errors
@@ -115,6 +123,7 @@ pub fn postgres() -> Result<&'static SharedServer<PostgresServer>, HarnessError>
     shared(&SLOT, POSTGRES_URL_VARIABLE)
 }
 
+#[cfg(feature = "mariadb-server")]
 /// The shared MariaDB server, or the MySQL-protocol server `DISTLOCK_MYSQL_URL` names.
 ///
 /// # Errors
@@ -125,6 +134,7 @@ pub fn mariadb() -> Result<&'static SharedServer<MariaDbServer>, HarnessError> {
     shared(&SLOT, MYSQL_URL_VARIABLE)
 }
 
+#[cfg(feature = "zookeeper-server")]
 /// The shared standalone ZooKeeper server, or the ensemble `DISTLOCK_ZOOKEEPER` names.
 ///
 /// # Errors
@@ -176,6 +186,7 @@ fn external_address(variable: &'static str, value: Option<OsString>) -> Result<O
 /// [`HarnessError::InvalidEnvironment`] if `DISTLOCK_REDIS_NODES` names fewer than `count`
 /// servers; start failures as for [`RedisServer::start`] (not remembered: a later call tries
 /// again).
+#[cfg(feature = "redis-server")]
 pub fn redis_nodes(count: usize) -> Result<Vec<&'static SharedServer<RedisServer>>, HarnessError> {
     /// `None` until the first call has read the environment.
     static NODES: Mutex<Option<Nodes>> = Mutex::new(None);
@@ -189,12 +200,14 @@ pub fn redis_nodes(count: usize) -> Result<Vec<&'static SharedServer<RedisServer
 }
 
 /// The Redlock nodes handed out so far.
+#[cfg(feature = "redis-server")]
 struct Nodes {
     list: Vec<&'static SharedServer<RedisServer>>,
     /// Whether the list came from the environment, and so cannot grow.
     external: bool,
 }
 
+#[cfg(feature = "redis-server")]
 impl Nodes {
     fn from_environment() -> Result<Self, HarnessError> {
         let value = std::env::var_os(REDIS_NODES_VARIABLE);
@@ -226,6 +239,7 @@ impl Nodes {
 
 /// Gives a shared server the `'static` lifetime the other shared servers get from their
 /// statics; like them it is never dropped, and the spawner's death signal stops it.
+#[cfg(feature = "redis-server")]
 fn leak(server: SharedServer<RedisServer>) -> &'static SharedServer<RedisServer> {
     Box::leak(Box::new(server))
 }
@@ -233,8 +247,10 @@ fn leak(server: SharedServer<RedisServer>) -> &'static SharedServer<RedisServer>
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[cfg(feature = "postgres-server")]
     use crate::harness::ServerKind;
 
+    #[cfg(feature = "postgres-server")]
     #[test]
     fn an_environment_variable_names_an_external_server_without_process_controls() {
         let shared =
@@ -255,6 +271,7 @@ mod tests {
         assert_eq!(external_address(REDIS_URL_VARIABLE, Some("".into())).unwrap(), None);
     }
 
+    #[cfg(feature = "redis-server")]
     #[test]
     fn external_redis_nodes_cannot_grow() {
         let mut nodes = Nodes {

@@ -17,9 +17,9 @@ pub use fenced::{FencedResource, StaleToken};
 pub use outcome::{Failure, ScenarioResult, Verdict};
 pub use runner::{run, run_scenario, Scenario, SCENARIOS};
 pub use support::unique_name;
-pub use target::{MemoryTarget, NotApplicable, SuiteTarget};
+pub use target::{MemoryTarget, NotApplicable, OwnServers, PausableServers, SuiteTarget};
 
-/// Expands to one `#[test]` per scenario S01–S14 in a module named `$module`, each running the
+/// Expands to one `#[test]` per scenario S01–S15 in a module named `$module`, each running the
 /// scenario against the [`SuiteTarget`] that `$target` evaluates to (once per test: make it cheap,
 /// e.g. a handle to servers shared across the run).
 ///
@@ -48,6 +48,7 @@ macro_rules! conformance_tests {
                 s12_independent_and_safe_names "S12",
                 s13_bad_configuration "S13",
                 s14_guard_life_cycle "S14",
+                s15_loss_on_time "S15",
             );
         }
     };

@@ -15,7 +15,7 @@ pub struct Scenario {
 }
 
 /// Every core scenario, in order.
-pub const SCENARIOS: [Scenario; 14] = [
+pub const SCENARIOS: [Scenario; 15] = [
     Scenario { id: "S01", title: "mutual exclusion under contention" },
     Scenario { id: "S02", title: "try-lock on a held lock" },
     Scenario { id: "S03", title: "timed wait" },
@@ -30,26 +30,28 @@ pub const SCENARIOS: [Scenario; 14] = [
     Scenario { id: "S12", title: "independent names; safe names" },
     Scenario { id: "S13", title: "bad configuration" },
     Scenario { id: "S14", title: "guard life cycle" },
+    Scenario { id: "S15", title: "loss on time (a server stops answering)" },
 ];
 
 /// Runs scenario `id` against `target` without judging the result (negative controls need the
 /// raw result). `test_name` is the libtest path of the calling test (S04 re-runs it in a child).
 pub fn run<T: SuiteTarget>(target: &T, id: &str, test_name: &str) -> ScenarioResult {
     match id {
-        "S01" => scenarios::s01::run(target),
-        "S02" => scenarios::s02::run(target),
-        "S03" => scenarios::s03::run(target),
-        "S04" => scenarios::s04::run(target, test_name),
-        "S05" => scenarios::s05::run(target),
-        "S06" => scenarios::s06::run(target),
-        "S07" => scenarios::s07::run(target),
-        "S08" => scenarios::s08::run(target),
-        "S09" => scenarios::s09::run(target),
-        "S10" => scenarios::s10::run(target),
-        "S11" => scenarios::s11::run(target),
-        "S12" => scenarios::s12::run(target),
-        "S13" => scenarios::s13::run(target),
-        "S14" => scenarios::s14::run(target),
+        "S01" => scenarios::mutual_exclusion::run(target),
+        "S02" => scenarios::try_lock_on_held_lock::run(target),
+        "S03" => scenarios::timed_wait::run(target),
+        "S04" => scenarios::holder_crash::run(target, test_name),
+        "S05" => scenarios::atomic_acquire_and_expiry::run(target),
+        "S06" => scenarios::owner_safe_release::run(target),
+        "S07" => scenarios::reentrancy::run(target),
+        "S08" => scenarios::lease_renewal::run(target),
+        "S09" => scenarios::fencing_tokens::run(target),
+        "S10" => scenarios::lock_lost_underneath::run(target),
+        "S11" => scenarios::handoff_latency::run(target),
+        "S12" => scenarios::independent_and_safe_names::run(target),
+        "S13" => scenarios::bad_configuration::run(target),
+        "S14" => scenarios::guard_life_cycle::run(target),
+        "S15" => scenarios::loss_on_time::run(target),
         other => Err(crate::suite::Failure(format!("no scenario {other}"))),
     }
 }

@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use lock_core::{DistributedLock, LockName, MemoryBackend};
 
+use crate::harness::TestServer;
+use crate::workload::RoundTripProbe;
+
 /// Why a backend cannot support a scenario by design.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotApplicable(pub &'static str);
@@ -92,6 +95,64 @@ pub trait SuiteTarget: Send + Sync + 'static {
     /// server that refuses connections or never answers (its connect or read timeout, plus slack).
     fn unreachable_report_bound(&self) -> Duration {
         Duration::from_secs(10)
+    }
+
+    /// S15: a client of servers of the scenario's own, which it stops (SIGSTOP) while the client
+    /// holds a lease, and resumes afterwards.
+    ///
+    /// # Errors
+    /// [`NotApplicable`] for in-process backends.
+    fn own_servers(&self) -> Result<lock_core::Result<OwnServers<Self::Backend>>, NotApplicable> {
+        Err(NotApplicable("in-process backend: there is no server to stop answering"))
+    }
+
+    /// Benchmarks: the physical limit results are printed beside — one round trip to the
+    /// server, measured on demand. `None` for in-process backends.
+    fn round_trip(&self) -> Option<RoundTripProbe> {
+        None
+    }
+}
+
+/// S15: servers a scenario may stop and resume.
+pub trait PausableServers: Send + Sync {
+    /// Stops every server (SIGSTOP): connections stay open, nothing answers.
+    ///
+    /// # Errors
+    /// When a server cannot be signalled.
+    fn pause(&self) -> Result<(), String>;
+
+    /// Lets every server run again (SIGCONT).
+    ///
+    /// # Errors
+    /// When a server cannot be signalled.
+    fn resume(&self) -> Result<(), String>;
+}
+
+impl<S: TestServer + Send + Sync> PausableServers for Vec<S> {
+    fn pause(&self) -> Result<(), String> {
+        self.iter().try_for_each(|server| server.process().pause().map_err(|e| e.to_string()))
+    }
+
+    fn resume(&self) -> Result<(), String> {
+        self.iter().try_for_each(|server| server.process().resume().map_err(|e| e.to_string()))
+    }
+}
+
+/// S15: a client of servers of its own, the servers, and how long any of the client's calls may
+/// block when they stop answering.
+pub struct OwnServers<B> {
+    /// A client of `servers` only.
+    pub backend: B,
+    /// The servers, kept running (or stopped) for as long as this value lives.
+    pub servers: Box<dyn PausableServers>,
+    /// The longest one call of `backend` may take against stopped servers: its connect and read
+    /// timeouts, plus slack.
+    pub call_bound: Duration,
+}
+
+impl<B> std::fmt::Debug for OwnServers<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnServers").field("call_bound", &self.call_bound).finish_non_exhaustive()
     }
 }
 

@@ -1,23 +1,25 @@
 //! Benchmark workloads W1–W4 over [`DistributedLock`](lock_core::DistributedLock), exactly as
-//! the foundation issue defines them; `distlock-bench` (and `cargo xtask bench`) runs them.
+//! the foundation issue defines them; `distlock bench` (and `cargo xtask bench`) runs them.
 //!
 //! Every worker has its own client (built from a [`SuiteTarget`]), all
 //! times are read from one monotonic clock in nanoseconds ([`Clock`]), and each report can be
 //! written as the raw JSON the issue specifies.
 
 mod clock;
+mod contended;
+mod independent;
+mod renewal_scale;
+mod round_trip;
 mod stats;
-mod w1;
-mod w2;
-mod w3;
-mod w4;
+mod uncontended;
 
 pub use clock::Clock;
+pub use contended::{run as w2_contended, W2Report};
+pub use independent::{run as w3_independent, W3Report};
+pub use renewal_scale::{run as w4_renewal_scale, W4Report};
+pub use round_trip::{median_round_trip, RoundTripProbe};
 pub use stats::{percentile, Percentiles};
-pub use w1::{run as w1_uncontended, W1Report};
-pub use w2::{run as w2_contended, W2Report};
-pub use w3::{run as w3_independent, W3Report};
-pub use w4::{run as w4_renewal_scale, W4Report};
+pub use uncontended::{run as w1_uncontended, W1Report};
 
 use std::time::Duration;
 

@@ -1,16 +1,17 @@
 //! One file per scenario of `SCENARIOS.md`; each exports `run`.
 
-pub(crate) mod s01;
-pub(crate) mod s02;
-pub(crate) mod s03;
-pub(crate) mod s04;
-pub(crate) mod s05;
-pub(crate) mod s06;
-pub(crate) mod s07;
-pub(crate) mod s08;
-pub(crate) mod s09;
-pub(crate) mod s10;
-pub(crate) mod s11;
-pub(crate) mod s12;
-pub(crate) mod s13;
-pub(crate) mod s14;
+pub(crate) mod atomic_acquire_and_expiry;
+pub(crate) mod bad_configuration;
+pub(crate) mod fencing_tokens;
+pub(crate) mod guard_life_cycle;
+pub(crate) mod handoff_latency;
+pub(crate) mod holder_crash;
+pub(crate) mod independent_and_safe_names;
+pub(crate) mod lease_renewal;
+pub(crate) mod lock_lost_underneath;
+pub(crate) mod loss_on_time;
+pub(crate) mod mutual_exclusion;
+pub(crate) mod owner_safe_release;
+pub(crate) mod reentrancy;
+pub(crate) mod timed_wait;
+pub(crate) mod try_lock_on_held_lock;

@@ -6,13 +6,12 @@
 //! - With `wait_for_replicas`, acquiring returns only once the replica has the lock (so it
 //!   survives the same failover), and with the replica unable to acknowledge, acquiring fails
 //!   with `Error::NotReplicated` and leaves no lock behind.
-#![cfg(feature = "redis")]
 
 use std::time::{Duration, Instant};
 
-use distlock::redis::redis::{self, Commands as _};
-use distlock::redis::{RedisBackend, RedisKeys};
-use distlock::{Error, Lock, LockClient, LockName, LockOptions};
+use lock_core::{Error, Lock, LockClient, LockName, LockOptions};
+use lock_redis::redis::{self, Commands as _};
+use lock_redis::{RedisBackend, RedisKeys};
 use lock_testkit::harness::RedisServer;
 use lock_testkit::suite::unique_name;
 

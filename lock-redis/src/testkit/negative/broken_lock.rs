@@ -8,7 +8,9 @@ use lock_core::{check_lease, DistributedLock, Error, LockName, OwnerToken, Resul
 use parking_lot::Mutex;
 use redis::{Connection, RedisError, RedisResult};
 
-use crate::negative::{n01, n02, n03, n04, Recipe};
+use crate::testkit::negative::{
+    del_without_owner_check, get_compare_del, same_value_for_every_holder, setnx_then_expire, Recipe,
+};
 
 /// The backend label of every broken recipe.
 const BACKEND: &str = "redis (broken recipe)";
@@ -99,30 +101,30 @@ impl DistributedLock for BrokenRedisLock {
         check_lease(ttl)?;
         let key = Self::key(self.recipe, name);
         match self.recipe {
-            Recipe::N01SetnxThenExpire => n01::acquire(self, key, ttl),
+            Recipe::N01SetnxThenExpire => setnx_then_expire::acquire(self, key, ttl),
             // N02 and N04 acquire correctly, with a unique token; their flaws are in release.
             Recipe::N02DelWithoutOwnerCheck | Recipe::N04GetCompareDel => {
                 set_nx_px(self, key, owner.to_hex(), ttl)
             }
-            Recipe::N03SameValueForEveryHolder => n03::acquire(self, key, ttl),
+            Recipe::N03SameValueForEveryHolder => same_value_for_every_holder::acquire(self, key, ttl),
         }
     }
 
     fn extend(&self, lease: &mut BrokenLease, ttl: Duration) -> Result<bool> {
         check_lease(ttl)?;
         match self.recipe {
-            Recipe::N01SetnxThenExpire => n01::extend(self, lease, ttl),
+            Recipe::N01SetnxThenExpire => setnx_then_expire::extend(self, lease, ttl),
             // The other recipes store a value they can compare; extending is not their flaw.
-            _ => n02::extend(self, lease, ttl),
+            _ => del_without_owner_check::extend(self, lease, ttl),
         }
     }
 
     fn release(&self, lease: BrokenLease) -> Result<bool> {
         match self.recipe {
-            Recipe::N01SetnxThenExpire => n01::release(self, lease),
-            Recipe::N02DelWithoutOwnerCheck => n02::release(self, lease),
-            Recipe::N03SameValueForEveryHolder => n03::release(self, lease),
-            Recipe::N04GetCompareDel => n04::release(self, lease),
+            Recipe::N01SetnxThenExpire => setnx_then_expire::release(self, lease),
+            Recipe::N02DelWithoutOwnerCheck => del_without_owner_check::release(self, lease),
+            Recipe::N03SameValueForEveryHolder => same_value_for_every_holder::release(self, lease),
+            Recipe::N04GetCompareDel => get_compare_del::release(self, lease),
         }
     }
 }

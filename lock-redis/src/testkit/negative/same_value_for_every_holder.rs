@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use lock_core::Result;
 
-use crate::negative::lock::set_nx_px;
-use crate::negative::lock::{BrokenLease, BrokenRedisLock};
+use crate::testkit::negative::broken_lock::set_nx_px;
+use crate::testkit::negative::broken_lock::{BrokenLease, BrokenRedisLock};
 
 /// The docs' compare-and-delete script (it is the value that is wrong, not the script).
 const COMPARE_AND_DELETE: &str =

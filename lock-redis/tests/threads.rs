@@ -1,13 +1,12 @@
 //! Threads of the Redis backend come and go with the backend: every backend that waited has one
 //! subscriber thread and every backend two connector threads, and all of them end once the last
 //! clone of the backend is dropped. (Its own test binary: other tests' backends would be counted.)
-#![cfg(feature = "redis")]
 
 use std::thread;
 use std::time::{Duration, Instant};
 
-use distlock::redis::{RedisBackend, CONNECTOR_THREAD_NAME, SUBSCRIBER_THREAD_NAME};
-use distlock::{DistributedLock, NativeWait, OwnerToken};
+use lock_core::{DistributedLock, NativeWait, OwnerToken};
+use lock_redis::{RedisBackend, CONNECTOR_THREAD_NAME, SUBSCRIBER_THREAD_NAME};
 use lock_testkit::harness::shared;
 use lock_testkit::suite::unique_name;
 

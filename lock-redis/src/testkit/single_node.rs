@@ -1,21 +1,25 @@
-//! [`RedisTarget`]: the Redis backend ([`lock_redis`]) as a conformance-suite and workload
+//! [`RedisTarget`]: the Redis backend ([`crate`]) as a conformance-suite and workload
 //! target, on the shared harness server (or the one `DISTLOCK_REDIS_URL` names).
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::redis;
+use crate::{RedisBackend, RedisKeys, RedisLockKind};
 use lock_core::{Error, LockName};
-use lock_redis::redis;
-use lock_redis::{RedisBackend, RedisKeys, RedisLockKind};
 
-use crate::harness::shared::{self, REDIS_URL_VARIABLE};
-use crate::harness::{RedisOptions, RedisServer};
-use crate::suite::{NotApplicable, SuiteTarget};
+use lock_testkit::harness::shared::{self, REDIS_URL_VARIABLE};
+use lock_testkit::harness::{RedisOptions, RedisServer};
+use lock_testkit::suite::{NotApplicable, OwnServers, SuiteTarget};
+use lock_testkit::workload::{median_round_trip, RoundTripProbe};
 
 /// The connect timeout of every client the target makes: short, so S13's unreachable-server
 /// check is quick, and far above a loopback connect.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// S15: the connect and read timeouts of the client of the server the scenario stops.
+const OWN_SERVER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The password of the private server behind [`SuiteTarget::wrong_password_backend`].
 const PASSWORD: &str = "correct-horse-battery-staple";
@@ -50,7 +54,13 @@ impl RedisTarget {
     /// When the shared Redis server cannot be started.
     pub fn new(kind: RedisLockKind) -> Self {
         let server = shared::redis().expect("the shared redis-server for the Redis suite target");
-        Self { kind, url: server.address().to_owned() }
+        Self::at(kind, server.address())
+    }
+
+    /// `kind` on the server at `url` (a user's own server: the suite and workloads use fresh
+    /// random names under the backend's key prefix).
+    pub fn at(kind: RedisLockKind, url: impl Into<String>) -> Self {
+        Self { kind, url: url.into() }
     }
 
     /// The server's URL.
@@ -68,11 +78,7 @@ impl RedisTarget {
     /// # Errors
     /// When connecting fails.
     pub fn probe(&self) -> redis::RedisResult<redis::Connection> {
-        let connection =
-            redis::Client::open(self.url.as_str())?.get_connection_with_timeout(CONNECT_TIMEOUT)?;
-        connection.set_read_timeout(Some(CONNECT_TIMEOUT))?;
-        connection.set_write_timeout(Some(CONNECT_TIMEOUT))?;
-        Ok(connection)
+        probe(&self.url)
     }
 
     fn probe_query<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> lock_core::Result<T> {
@@ -142,4 +148,54 @@ impl SuiteTarget for RedisTarget {
     fn unreachable_report_bound(&self) -> Duration {
         CONNECT_TIMEOUT + Duration::from_secs(3)
     }
+
+    fn own_servers(&self) -> Result<lock_core::Result<OwnServers<RedisBackend>>, NotApplicable> {
+        let server = match RedisServer::start() {
+            Ok(server) => server,
+            Err(error) => return Ok(Err(Error::backend("harness", error.to_string()))),
+        };
+        let backend = RedisBackend::builder(server.url())
+            .kind(self.kind)
+            .connect_timeout(OWN_SERVER_TIMEOUT)
+            .read_timeout(OWN_SERVER_TIMEOUT)
+            .build();
+        // A call may check out a connection (connect) and then wait for a reply (read).
+        let call_bound = 2 * OWN_SERVER_TIMEOUT + Duration::from_secs(1);
+        Ok(backend.map(|backend| OwnServers { backend, servers: Box::new(vec![server]), call_bound }))
+    }
+
+    fn round_trip(&self) -> Option<RoundTripProbe> {
+        Some(ping_round_trip(&self.url))
+    }
+}
+
+/// How many PINGs measure the round trip (after as many again to warm up).
+const PINGS: usize = 10_000;
+
+/// The round trip to the server at `url`: the median of [`PINGS`] `PING`s on one connection, as
+/// `redis-benchmark -c 1 -t ping` measures it.
+pub fn ping_round_trip(url: &str) -> RoundTripProbe {
+    let url = url.to_owned();
+    RoundTripProbe::new(
+        format!(
+            "round trip = p50 of {PINGS} PINGs on one connection to {url}, as `redis-benchmark -c 1 -t ping`"
+        ),
+        move || {
+            let mut connection = probe(&url).map_err(|e| format!("connecting to {url}: {e}"))?;
+            median_round_trip(PINGS, || {
+                redis::cmd("PING").query::<()>(&mut connection).map_err(|e| format!("PING: {e}"))
+            })
+        },
+    )
+}
+
+/// A plain connection to `url` with short timeouts, for probes that go around the backend.
+///
+/// # Errors
+/// When connecting fails.
+pub fn probe(url: &str) -> redis::RedisResult<redis::Connection> {
+    let connection = redis::Client::open(url)?.get_connection_with_timeout(CONNECT_TIMEOUT)?;
+    connection.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+    connection.set_write_timeout(Some(CONNECT_TIMEOUT))?;
+    Ok(connection)
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lock_core::Result;
 
-use crate::negative::lock::{millis, BrokenLease, BrokenRedisLock};
+use crate::testkit::negative::broken_lock::{millis, BrokenLease, BrokenRedisLock};
 
 /// Compare the stored value, then `PEXPIRE`, in one script (extending is not the flaw).
 const EXTEND: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \

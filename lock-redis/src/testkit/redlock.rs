@@ -1,4 +1,4 @@
-//! Redlock ([`lock_redis::RedlockBackend`]) as a conformance-suite and workload target
+//! Redlock ([`crate::RedlockBackend`]) as a conformance-suite and workload target
 //! ([`RedlockTarget`], on the shared harness nodes or the ones `DISTLOCK_REDIS_NODES` names), and
 //! scenario R02 as a function ([`r02`]) that any Redlock variant can be run through — the real
 //! one must pass it, the negative control N06 (Redlock without fencing) must fail it.
@@ -7,16 +7,17 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::redis;
+use crate::{RedisKeys, RedlockBackend, RedlockBuilder};
 use lock_core::{DistributedLock, Error, FencingToken, Lock, LockClient, LockName, LockOptions};
-use lock_redis::redis;
-use lock_redis::{RedisKeys, RedlockBackend, RedlockBuilder};
 
-use crate::harness::shared::{self, REDIS_NODES_VARIABLE};
-use crate::harness::{RedisOptions, RedisServer};
-use crate::redis::CONNECT_TIMEOUT;
-use crate::suite::{
-    unique_name, Failure, FencedResource, NotApplicable, ScenarioResult, SuiteTarget, Verdict,
+use crate::testkit::single_node::{ping_round_trip, CONNECT_TIMEOUT};
+use lock_testkit::harness::shared::{self, REDIS_NODES_VARIABLE};
+use lock_testkit::harness::{RedisOptions, RedisServer};
+use lock_testkit::suite::{
+    unique_name, Failure, FencedResource, NotApplicable, OwnServers, ScenarioResult, SuiteTarget, Verdict,
 };
+use lock_testkit::workload::RoundTripProbe;
 
 /// How many nodes the Redlock target and R02 use.
 pub const NODES: usize = 5;
@@ -90,16 +91,7 @@ impl RedlockTarget {
     }
 }
 
-/// A plain connection to `url` with short timeouts.
-///
-/// # Errors
-/// When connecting fails.
-pub fn probe(url: &str) -> redis::RedisResult<redis::Connection> {
-    let connection = redis::Client::open(url)?.get_connection_with_timeout(CONNECT_TIMEOUT)?;
-    connection.set_read_timeout(Some(CONNECT_TIMEOUT))?;
-    connection.set_write_timeout(Some(CONNECT_TIMEOUT))?;
-    Ok(connection)
-}
+pub use crate::testkit::single_node::probe;
 
 /// What each node's lock key holds (the holder's owner token), `None` where it is absent.
 ///
@@ -180,6 +172,23 @@ impl SuiteTarget for RedlockTarget {
     fn unreachable_report_bound(&self) -> Duration {
         CONNECT_TIMEOUT + Duration::from_secs(3)
     }
+
+    fn own_servers(&self) -> Result<lock_core::Result<OwnServers<RedlockBackend>>, NotApplicable> {
+        let nodes = match RedisServer::start_many(NODES) {
+            Ok(nodes) => nodes,
+            Err(error) => return Ok(Err(Error::backend("harness", error.to_string()))),
+        };
+        let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+        let backend = RedlockBackend::builder(&urls).node_timeout(NODE_TIMEOUT).build();
+        // One operation takes up to about six node timeouts (see the backend's docs).
+        let call_bound = 6 * NODE_TIMEOUT + Duration::from_secs(1);
+        Ok(backend.map(|backend| OwnServers { backend, servers: Box::new(nodes), call_bound }))
+    }
+
+    /// The round trip to node 1 (the nodes are alike and all on this machine in the harness).
+    fn round_trip(&self) -> Option<RoundTripProbe> {
+        self.urls.first().map(|url| ping_round_trip(url))
+    }
 }
 
 /// What [`r02`] saw.
@@ -245,7 +254,7 @@ where
     if nodes.len() != NODES {
         return Err(Failure(format!("R02 needs {NODES} nodes, got {}", nodes.len())));
     }
-    let harness = |e: crate::harness::HarnessError| Failure(format!("harness: {e}"));
+    let harness = |e: lock_testkit::harness::HarnessError| Failure(format!("harness: {e}"));
     let probing = |e: redis::RedisError| Failure(format!("probing the nodes: {e}"));
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let name = unique_name("r02");

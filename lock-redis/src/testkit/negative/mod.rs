@@ -11,7 +11,7 @@
 //! | N02 | `DEL` without checking the owner (seeds 000, 001) | S06 |
 //! | N03 | every holder writes `1`, compare-and-delete release (seed 004) | S06 |
 //! | N04 | `GET`, compare, then `DEL`, three commands (seed 003) | S06, with a pause between `GET` and `DEL` |
-//! | N06 | Redlock without fencing while a node restarts (seeds 002, 003) | R02 ([`crate::redlock::r02`]) |
+//! | N06 | Redlock without fencing while a node restarts (seeds 002, 003) | R02 ([`crate::testkit::redlock::r02`]) |
 //!
 //! N01–N04 are [`Recipe`]s run as suite targets ([`NegativeTarget`]); N06 is a Redlock variant
 //! ([`UnfencedRedlock`]) run through the R02 function, which needs five nodes it can restart.
@@ -25,19 +25,18 @@
 //! assert!(run(&target, "S06", "n02").is_err(), "but releases someone else's lock");
 //! ```
 
-mod lock;
-mod n01;
-mod n02;
-mod n03;
-mod n04;
-mod n06;
+mod broken_lock;
+mod del_without_owner_check;
+mod get_compare_del;
+mod same_value_for_every_holder;
+mod setnx_then_expire;
 mod target;
+mod unfenced_redlock;
 
-pub use lock::{BrokenLease, BrokenRedisLock};
-pub use n04::RELEASE_PAUSE;
-pub use n06::UnfencedRedlock;
+pub use broken_lock::{BrokenLease, BrokenRedisLock};
+pub use get_compare_del::RELEASE_PAUSE;
 pub use target::NegativeTarget;
-
+pub use unfenced_redlock::UnfencedRedlock;
 /// One of the docs' broken recipes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -66,7 +65,7 @@ impl Recipe {
     ];
 
     /// The stable id (`"N01"`).
-    pub fn id(self) -> &'static str {
+    pub const fn id(self) -> &'static str {
         match self {
             Recipe::N01SetnxThenExpire => "N01",
             Recipe::N02DelWithoutOwnerCheck => "N02",
@@ -76,7 +75,7 @@ impl Recipe {
     }
 
     /// The recipe in a few words.
-    pub fn title(self) -> &'static str {
+    pub const fn title(self) -> &'static str {
         match self {
             Recipe::N01SetnxThenExpire => "setnx then expire",
             Recipe::N02DelWithoutOwnerCheck => "del without owner check",
@@ -86,7 +85,7 @@ impl Recipe {
     }
 
     /// The scenario the recipe must fail.
-    pub fn must_fail(self) -> &'static str {
+    pub const fn must_fail(self) -> &'static str {
         match self {
             Recipe::N01SetnxThenExpire => "S05",
             _ => "S06",

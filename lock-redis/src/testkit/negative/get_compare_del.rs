@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lock_core::Result;
 
-use crate::negative::lock::{BrokenLease, BrokenRedisLock};
+use crate::testkit::negative::broken_lock::{BrokenLease, BrokenRedisLock};
 
 /// The injected pause between the `GET` (and compare) and the `DEL` of a release.
 pub const RELEASE_PAUSE: Duration = Duration::from_millis(600);

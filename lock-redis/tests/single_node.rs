@@ -1,18 +1,17 @@
 //! The Redis backend beyond the shared suite, on real harness servers: R04 (the reentrant hash
 //! layout), the WAIT option, the fair wait queue, renewal pipelining, and what a dead, paused or
 //! restarted server, a wrong password or an ACL user does to a client.
-#![cfg(feature = "redis")]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use distlock::redis::redis::{self, Commands as _};
-use distlock::redis::{RedisBackend, RedisKeys, RedisLockKind};
-use distlock::{
+use lock_core::{
     DistributedLock, Error, Extension, Lock, LockClient, LockName, LockOptions, NativeWait, OwnerToken,
 };
+use lock_redis::redis::{self, Commands as _};
+use lock_redis::{RedisBackend, RedisKeys, RedisLockKind};
 use lock_testkit::eventually;
 use lock_testkit::harness::{shared, RedisOptions, RedisServer};
 use lock_testkit::suite::unique_name;

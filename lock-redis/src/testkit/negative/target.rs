@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use lock_core::{Error, LockName};
 
-use crate::harness::shared;
-use crate::negative::{BrokenRedisLock, Recipe};
-use crate::suite::{NotApplicable, SuiteTarget};
+use crate::testkit::negative::{BrokenRedisLock, Recipe};
+use lock_testkit::harness::shared;
+use lock_testkit::suite::{NotApplicable, SuiteTarget};
 
 /// One broken [`Recipe`] as a [`SuiteTarget`]: every client is a [`BrokenRedisLock`] with its own
 /// connection to the shared Redis server.

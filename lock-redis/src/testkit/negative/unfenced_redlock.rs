@@ -5,12 +5,12 @@
 //! Redlock library the seeds mention ships it. It acquires, extends and releases exactly like
 //! Redlock; but when a node restart (scenario R02) lets B acquire while A still believes it holds
 //! the lock, A's stale write carries nothing a resource could reject. It must fail R02
-//! ([`crate::redlock::r02`]).
+//! ([`crate::testkit::redlock::r02`]).
 
 use std::time::Duration;
 
+use crate::{RedlockBackend, RedlockLease};
 use lock_core::{DistributedLock, Extension, HoldKind, LockName, OwnerToken, Result};
-use lock_redis::{RedlockBackend, RedlockLease};
 
 /// Redlock whose holders carry no fencing tokens. Waiters back off between attempts.
 #[derive(Debug, Clone)]

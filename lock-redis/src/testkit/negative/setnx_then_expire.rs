@@ -9,7 +9,7 @@
 //!
 //! If the client dies between the two commands, the key never gets an expiry: an immortal lock.
 //! The crash is injected with
-//! [`inject_crash_mid_acquire`](crate::suite::SuiteTarget::inject_crash_mid_acquire).
+//! [`inject_crash_mid_acquire`](lock_testkit::suite::SuiteTarget::inject_crash_mid_acquire).
 //! (`PEXPIRE` stands in for `EXPIRE` so the suite's sub-second leases keep their length; the flaw
 //! is the same.)
 
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use lock_core::{Error, Result};
 
-use crate::negative::lock::{millis, BrokenLease, BrokenRedisLock};
+use crate::testkit::negative::broken_lock::{millis, BrokenLease, BrokenRedisLock};
 
 pub(crate) fn acquire(lock: &BrokenRedisLock, key: String, ttl: Duration) -> Result<Option<BrokenLease>> {
     let set: bool = lock.call(|c| redis::cmd("SETNX").arg(&key).arg("true").query(c))?;

@@ -1,0 +1,212 @@
+//! `distlock bench <kind>`: runs the workloads W1–W4 against one backend kind and prints each
+//! result beside the physical limit measured in the same run (the server's round trip).
+
+mod raw;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use lock_testkit::workload::{Percentiles, RoundTripProbe};
+
+use crate::kinds::{BenchTarget, Kind, Opened, Servers};
+
+/// Options of `distlock bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// The backend kind to measure (`memory`, `redis`, `redis-hash`, `redlock`, …).
+    kind: String,
+    /// Use these servers instead of starting throwaway ones: a URL (`redis://…`), or a
+    /// comma-separated list for multi-node kinds (Redlock).
+    #[arg(long, value_name = "URL")]
+    url: Option<String>,
+    /// Also write the raw records to `DIR/<kind>/<workload>_r<run>.json`.
+    #[arg(long, value_name = "DIR")]
+    raw_dir: Option<PathBuf>,
+    /// How many times to run the whole set.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// Which workloads to run.
+    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4")]
+    workloads: Vec<Workload>,
+}
+
+/// One benchmark workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Workload {
+    W1,
+    W2,
+    W3,
+    W4,
+}
+
+/// The round trip measured before and after one workload. On a shared machine the round trip
+/// drifts, and a single early measurement would flatter or wrong the result at random: each
+/// workload is compared with the mean of the two.
+#[derive(Clone, Copy)]
+pub(crate) struct RoundTrip {
+    pub(crate) before: Duration,
+    pub(crate) after: Duration,
+}
+
+impl RoundTrip {
+    pub(crate) fn mean(self) -> Duration {
+        (self.before + self.after) / 2
+    }
+}
+
+/// Runs the benchmark `args` asks for.
+///
+/// # Errors
+/// An unknown kind, servers that cannot be started or reached, or a failing workload.
+pub fn run(args: &BenchArgs) -> Result<(), String> {
+    let kind = Kind::find(&args.kind)?;
+    let servers = args.url.as_deref().map_or(Servers::Harness, Servers::Url);
+    let opened = kind.open(servers)?;
+    let probe = opened.target.round_trip();
+    println!("backend: {}", opened.target.label());
+    println!(
+        "limit:   {}",
+        probe.as_ref().map_or("in-process (no server round trip)", RoundTripProbe::description)
+    );
+    let mut w1_rate = None;
+    for run in 1..=args.runs {
+        if args.runs > 1 {
+            println!("-- run {run} of {}", args.runs);
+        }
+        for &workload in &args.workloads {
+            let (record, round_trip) = measure(workload, &opened, probe.as_ref(), &mut w1_rate)?;
+            if let Some(dir) = &args.raw_dir {
+                let limit = probe.as_ref().map(RoundTripProbe::description);
+                raw::write(dir, kind.name, &opened, limit, workload, run, record, round_trip)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `workload` between two round-trip measurements, prints it, and returns its raw record.
+fn measure(
+    workload: Workload,
+    opened: &Opened,
+    probe: Option<&RoundTripProbe>,
+    w1_rate: &mut Option<f64>,
+) -> Result<(serde_json::Value, Option<RoundTrip>), String> {
+    let target: &dyn BenchTarget = &*opened.target;
+    match workload {
+        Workload::W1 => {
+            let (report, round_trip) = around(probe, || target.w1().map_err(|e| format!("W1: {e}")))?;
+            let rate = report.pairs_per_second();
+            *w1_rate = Some(rate);
+            let Percentiles { p50, p99 } = report.latency();
+            let limit = round_trip.map(|rtt| 1.0 / (2.0 * rtt.mean().as_secs_f64()));
+            println!(
+                "W1 uncontended  {rate:>10.0} pairs/s{}  pair p50 {} p99 {}",
+                ratio(rate, limit, "1/(2×RTT)"),
+                show_ns(p50),
+                show_ns(p99)
+            );
+            if let Some(single) = opened.single_node_w1_p50 {
+                let times = p50 as f64 / single.as_nanos() as f64;
+                println!(
+                    "                pair p50 {} = {times:.2} × single-node W1 pair p50 {} (target ≤ 2.00: {})",
+                    show_ns(p50),
+                    show(single),
+                    if times <= 2.0 { "met" } else { "NOT met" }
+                );
+            }
+            print_round_trip(round_trip);
+            Ok((report.to_json(), round_trip))
+        }
+        Workload::W2 => {
+            let (report, round_trip) = around(probe, || target.w2().map_err(|e| format!("W2: {e}")))?;
+            let handoffs = report.handoffs();
+            let (min, max) = report.per_worker_min_max();
+            let fairness = if max == 0 { 0.0 } else { min as f64 / max as f64 };
+            let rtt4 = round_trip.map(|rtt| 4.0 * rtt.mean().as_secs_f64() * 1e9);
+            println!(
+                "W2 contended    {:>10.0} acq/s  lost updates {}  overlaps {}  errors {}/{}",
+                report.acquisitions_per_second(),
+                report.lost_updates(),
+                report.overlaps(),
+                report.acquire_errors,
+                report.release_errors
+            );
+            println!(
+                "                hand-off p50 {} p99 {}; cross-worker p50 {}{} p99 {} ({:.0} % of hand-offs); per-worker min/max {min}/{max} = {fairness:.2}",
+                show_ns(handoffs.all.p50),
+                show_ns(handoffs.all.p99),
+                show_ns(handoffs.cross_worker.p50),
+                rtt4.map_or(String::new(), |limit| format!(
+                    " = {:.2} × 4×RTT",
+                    handoffs.cross_worker.p50 as f64 / limit
+                )),
+                show_ns(handoffs.cross_worker.p99),
+                handoffs.cross_worker_share * 100.0
+            );
+            print_round_trip(round_trip);
+            Ok((report.to_json(), round_trip))
+        }
+        Workload::W3 => {
+            let report = target.w3().map_err(|e| format!("W3: {e}"))?;
+            let rate = report.pairs_per_second();
+            let Percentiles { p50, p99 } = report.latency();
+            println!(
+                "W3 independent  {rate:>10.0} pairs/s{}  pair p50 {} p99 {}",
+                w1_rate.map_or(String::new(), |w1| format!(" = {:.2} × W1", rate / w1)),
+                show_ns(p50),
+                show_ns(p99)
+            );
+            Ok((report.to_json(), None))
+        }
+        Workload::W4 => {
+            let report = target.w4().map_err(|e| format!("W4: {e}"))?;
+            println!(
+                "W4 renewal      {} locks of 1 s held 30 s: {} lost; {} renewal thread(s) of {} threads; RSS {:.1} MiB, +{:.1} MiB for the held locks; acquired in {}",
+                report.locks,
+                report.lost,
+                report.renewal_threads,
+                report.process_threads,
+                report.rss_kib as f64 / 1024.0,
+                report.rss_kib.saturating_sub(report.rss_before_kib) as f64 / 1024.0,
+                show_ns(report.acquire_ns)
+            );
+            Ok((report.to_json(), None))
+        }
+    }
+}
+
+/// Runs `workload` between two round-trip measurements (none in process).
+fn around<R>(
+    probe: Option<&RoundTripProbe>,
+    workload: impl FnOnce() -> Result<R, String>,
+) -> Result<(R, Option<RoundTrip>), String> {
+    let Some(probe) = probe else { return Ok((workload()?, None)) };
+    let before = probe.measure()?;
+    let result = workload()?;
+    Ok((result, Some(RoundTrip { before, after: probe.measure()? })))
+}
+
+/// Prints the round trip a workload was compared with.
+fn print_round_trip(round_trip: Option<RoundTrip>) {
+    if let Some(rtt) = round_trip {
+        println!(
+            "                round trip p50 {} before, {} after: compared with their mean {}",
+            show(rtt.before),
+            show(rtt.after),
+            show(rtt.mean())
+        );
+    }
+}
+
+fn ratio(value: f64, limit: Option<f64>, what: &str) -> String {
+    limit.map_or(String::new(), |limit| format!(" = {:.2} × {what} ({limit:.0})", value / limit))
+}
+
+fn show(duration: Duration) -> String {
+    format!("{duration:.1?}")
+}
+
+fn show_ns(ns: u64) -> String {
+    show(Duration::from_nanos(ns))
+}

@@ -1,0 +1,50 @@
+//! Test support (feature `testkit`, not semver-stable): the Redis backends as conformance-suite
+//! and workload targets, the docs' broken Redis recipes, and scenario R02.
+//!
+//! - [`RedisTarget`]: [`RedisBackend`](crate::RedisBackend), either layout, on the shared
+//!   harness server (or `DISTLOCK_REDIS_URL`).
+//! - [`RedlockTarget`]: [`RedlockBackend`](crate::RedlockBackend) over five shared harness nodes
+//!   (or `DISTLOCK_REDIS_NODES`), and [`redlock::r02`], scenario R02 as a function any Redlock
+//!   variant can be run through.
+//! - [`negative`]: the broken recipes N01–N04 and N06; [`broken_recipes`] lists them in the
+//!   backend-neutral frame of [`lock_testkit::negative`].
+
+pub mod negative;
+pub mod redlock;
+mod single_node;
+
+pub use redlock::RedlockTarget;
+pub use single_node::{RedisTarget, CONNECT_TIMEOUT};
+
+use lock_testkit::harness::{HarnessError, RedisServer};
+use lock_testkit::negative::{caught_by_scenario, BrokenRecipe, Caught};
+use lock_testkit::suite::Failure;
+
+use negative::{NegativeTarget, Recipe, UnfencedRedlock};
+
+/// The docs' broken Redis recipes N01–N04 and N06, each with the scenario that must catch it.
+pub fn broken_recipes() -> Vec<BrokenRecipe> {
+    let suite_recipes = Recipe::ALL.into_iter().map(|recipe| {
+        BrokenRecipe::new(recipe.id(), recipe.title(), recipe.must_fail(), move || {
+            caught_by_scenario(&NegativeTarget::new(recipe), recipe.must_fail())
+        })
+    });
+    let n06 = BrokenRecipe::new("N06", "redlock without fencing", "R02", unfenced_redlock_fails_r02);
+    suite_recipes.chain([n06]).collect()
+}
+
+/// N06: R02 on five private nodes, with Redlock stripped of its fencing tokens.
+fn unfenced_redlock_fails_r02() -> Result<Caught, Failure> {
+    let nodes = RedisServer::start_many(redlock::NODES)
+        .map_err(|e: HarnessError| Failure(format!("starting {} private nodes: {e}", redlock::NODES)))?;
+    let report = redlock::r02(&nodes, UnfencedRedlock::connect)?;
+    if !report.two_holders {
+        return Err(Failure("N06 must work as a lock: both holders should have acquired".into()));
+    }
+    match report.verdict() {
+        Err(Failure(how)) => Ok(Caught { how }),
+        Ok(verdict) => {
+            Err(Failure(format!("R02 passed without fencing ({verdict:?}): the suite has no teeth")))
+        }
+    }
+}
