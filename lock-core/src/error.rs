@@ -89,6 +89,10 @@ pub enum Error {
         /// The lock concerned.
         name: LockName,
     },
+    /// The client was closed ([`LockClient::close`](crate::LockClient::close), or its last
+    /// handle dropped): it hands out no more locks.
+    #[error("the lock client is closed")]
+    Closed,
     /// The backend failed in a way none of the other variants describes.
     #[error("{backend} error")]
     Backend {

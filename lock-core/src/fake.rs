@@ -1,6 +1,6 @@
 //! A backend that fails on demand, to drive the core's error paths in unit tests.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +27,11 @@ pub(crate) struct Switches {
     /// `extend_many` panics.
     pub(crate) panic_on_extend: AtomicBool,
     pub(crate) fail_extend: AtomicBool,
+    /// `extend_many` hangs this many milliseconds, then fails every item (a server that stopped
+    /// answering, behind a read timeout of that length).
+    pub(crate) stall_extend_ms: AtomicU64,
+    /// The lease margin, in milliseconds.
+    pub(crate) margin_ms: AtomicU64,
     pub(crate) fail_release: AtomicBool,
     pub(crate) acquires: AtomicUsize,
     pub(crate) extends: AtomicUsize,
@@ -52,8 +57,20 @@ impl DistributedLock for FakeBackend {
         }
     }
 
+    fn lease_margin(&self, _ttl: Duration) -> Duration {
+        Duration::from_millis(self.switches.margin_ms.load(Ordering::SeqCst))
+    }
+
     fn extend_many(&self, batch: &mut [Extension<'_, MemoryLease>]) -> Vec<Result<bool>> {
         assert!(!self.switches.panic_on_extend.load(Ordering::SeqCst), "extend_many switched to panic");
+        let stall = self.switches.stall_extend_ms.load(Ordering::SeqCst);
+        if stall > 0 {
+            std::thread::sleep(Duration::from_millis(stall));
+            return batch
+                .iter()
+                .map(|_| Err(Error::Timeout { backend: "fake", operation: "extend", source: None }))
+                .collect();
+        }
         let mut results: Vec<_> = batch.iter_mut().map(|item| self.extend(item.lease, item.ttl)).collect();
         if self.switches.short_batches.load(Ordering::SeqCst) {
             results.pop();

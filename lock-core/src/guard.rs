@@ -14,6 +14,7 @@ use crate::held::HeldLease;
 use crate::lost::LostSignal;
 use crate::name::LockName;
 use crate::reentrancy::HoldTable;
+use crate::state::HoldState;
 
 /// Holds a lock until dropped or [`unlock`](Self::unlock)ed.
 ///
@@ -76,12 +77,19 @@ impl<B: DistributedLock> LockGuard<B> {
         self.held.fencing
     }
 
-    /// Whether the lock is still believed held: not lost, and (for leases) not past the last
-    /// expiry the server confirmed, by this process's clock.
+    /// Whether the lock is still believed held: [`state`](Self::state) is [`HoldState::Held`] —
+    /// not lost, not in doubt, and not past the last expiry (or session timeout) the server
+    /// confirmed, by this process's clock.
     ///
     /// Check it before an irreversible step; a fencing token is the stronger protection.
     pub fn is_held(&self) -> bool {
         self.held.is_held()
+    }
+
+    /// What the holder may believe now: held, in doubt (a session-bound hold whose liveness
+    /// check failed), lost, or released. See [`HoldState`].
+    pub fn state(&self) -> HoldState {
+        self.held.state()
     }
 
     /// A handle that fires if the lock is lost while held.
@@ -102,6 +110,10 @@ impl<B: DistributedLock> LockGuard<B> {
 
     fn release(&mut self) -> Result<()> {
         if std::mem::replace(&mut self.released, true) {
+            return Ok(());
+        }
+        if self.held.is_released() {
+            // Released under the guard by `LockClient::close` or `Lock::force_unlock`.
             return Ok(());
         }
         if !self.shared.holds.exit(self.thread, &self.held.name) {

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::name::LockName;
 use crate::options::OnLost;
+use crate::state::HoldState;
 
 /// One acquisition: the backend's lease plus what the holder believes about it.
 ///
@@ -24,14 +25,19 @@ pub(crate) struct HeldLease<B: DistributedLock> {
     /// The lease requested from the server on each renewal.
     pub(crate) ttl: Duration,
     pub(crate) hold_kind: HoldKind,
+    /// Whether the renewal thread extends (or, for sessions, checks) this hold. A session-bound
+    /// hold that nobody checks lives as long as its session, with no clock on it.
+    renewing: bool,
     /// `None` once released.
     pub(crate) lease: Mutex<Option<B::Lease>>,
     released: AtomicBool,
     /// Set the moment the hold is known lost, before the callback runs and the signal fires.
     lost_flag: AtomicBool,
+    /// Set while the last liveness check of a session-bound hold failed.
+    in_doubt: AtomicBool,
     /// Until when the lease is known to be valid: the send time of the last request the server
-    /// confirmed, plus `valid_for`. For [`HoldKind::Session`] holds it only bounds how long
-    /// renewal (a liveness check there) may keep failing before the hold is reported lost.
+    /// confirmed, plus `valid_for`. For [`HoldKind::Session`] holds the lease is the session
+    /// timeout: how long liveness checks may keep failing before the hold is lost.
     valid_until: Mutex<Instant>,
     pub(crate) fencing: Option<FencingToken>,
     pub(crate) lost: LostSignal,
@@ -44,6 +50,7 @@ impl<B: DistributedLock> HeldLease<B> {
         lease: B::Lease,
         sent_at: Instant,
         ttl: Duration,
+        renewing: bool,
         backend: &B,
         on_lost: Option<OnLost>,
     ) -> Self {
@@ -55,9 +62,11 @@ impl<B: DistributedLock> HeldLease<B> {
             valid_for,
             ttl,
             hold_kind: backend.hold_kind(),
+            renewing,
             lease: Mutex::new(Some(lease)),
             released: AtomicBool::new(false),
             lost_flag: AtomicBool::new(false),
+            in_doubt: AtomicBool::new(false),
             valid_until: Mutex::new(sent_at + valid_for),
             fencing,
             lost: LostSignal::new(),
@@ -65,12 +74,35 @@ impl<B: DistributedLock> HeldLease<B> {
         }
     }
 
-    /// Whether the holder may still believe it holds the lock: not released, not reported lost,
-    /// and (for leases) not past the last confirmed expiry by this process's clock.
+    /// Whether the holder may still believe it holds the lock.
     pub(crate) fn is_held(&self) -> bool {
-        !self.released.load(Ordering::Acquire)
-            && !self.lost_flag.load(Ordering::Acquire)
-            && (self.hold_kind == HoldKind::Session || Instant::now() < self.valid_until())
+        self.state() == HoldState::Held
+    }
+
+    /// What the holder may believe now. Time alone turns a hold lost: a lease (or a checked
+    /// session) past its last confirmed expiry is `Lost` even before the renewal timer says so.
+    pub(crate) fn state(&self) -> HoldState {
+        if self.released.load(Ordering::Acquire) {
+            return HoldState::Released;
+        }
+        if self.lost_flag.load(Ordering::Acquire) || (self.expires() && Instant::now() >= self.valid_until())
+        {
+            return HoldState::Lost;
+        }
+        if self.in_doubt.load(Ordering::Acquire) {
+            HoldState::InDoubt
+        } else {
+            HoldState::Held
+        }
+    }
+
+    /// Whether the timer must report this hold lost when its confirmed expiry passes.
+    pub(crate) fn expires(&self) -> bool {
+        self.hold_kind == HoldKind::Lease || self.renewing
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost_flag.load(Ordering::Acquire)
     }
 
     pub(crate) fn is_released(&self) -> bool {
@@ -85,6 +117,16 @@ impl<B: DistributedLock> HeldLease<B> {
     pub(crate) fn confirm(&self, sent_at: Instant) {
         let mut valid_until = self.valid_until.lock();
         *valid_until = (*valid_until).max(sent_at + self.valid_for);
+        self.in_doubt.store(false, Ordering::Release);
+    }
+
+    /// Records a renewal that failed without an answer. Only a session-bound hold turns into
+    /// doubt: a lease stays valid on the server until its confirmed expiry, whatever the
+    /// connection does.
+    pub(crate) fn renewal_failed(&self) {
+        if self.hold_kind == HoldKind::Session {
+            self.in_doubt.store(true, Ordering::Release);
+        }
     }
 
     /// Reports the hold lost, once: from then on it is not held; the callback runs; then the
@@ -109,6 +151,8 @@ impl<B: DistributedLock> HeldLease<B> {
     /// [`Error::NotHeld`] when the backend says the lock was no longer held under this lease; the
     /// backend's error when it could not be asked (the server then expires the lease on its own).
     pub(crate) fn release(&self, backend: &B) -> Result<()> {
+        // Waits for a renewal batch of this client that holds the lease right now: at most that
+        // backend call, which the backend bounds by its own timeouts.
         let lease = self.lease.lock().take();
         self.released.store(true, Ordering::Release);
         let Some(lease) = lease else { return Ok(()) };

@@ -46,6 +46,7 @@ mod options;
 mod owner;
 mod reentrancy;
 mod renewal;
+mod state;
 
 pub use backend::{Acquired, DistributedLock, Extension, Fencing, FencingToken, HoldKind, NativeWait};
 pub use client::LockClient;
@@ -57,7 +58,8 @@ pub use memory::{MemoryBackend, MemoryLease};
 pub use name::LockName;
 pub use options::{check_lease, LockOptions, LockOptionsBuilder, OnLost, MAX_BACKOFF, MAX_LEASE};
 pub use owner::OwnerToken;
-pub use renewal::RENEWAL_THREAD_NAME;
+pub use renewal::{MAX_RENEWAL_IO_THREADS, MAX_RENEWAL_THREADS, RENEWAL_THREAD_PREFIX};
+pub use state::HoldState;
 
 #[cfg(test)]
 mod fake;

@@ -54,7 +54,7 @@ impl<B: DistributedLock> Lock<B> {
     /// The backend's errors ([`Error::Connection`], [`Error::Timeout`], …) end the wait at once:
     /// an unreachable server is reported, never waited out. [`Error::NotHeld`] when this thread
     /// holds the lock but has lost it; [`Error::WouldDeadlock`] when this thread already holds a
-    /// non-reentrant lock.
+    /// non-reentrant lock; [`Error::Closed`] after [`LockClient::close`].
     pub fn lock(&self) -> Result<LockGuard<B>> {
         let (min, max) = self.client.shared.options.backoff();
         let mut backoff = Backoff::new(min, max);
@@ -107,8 +107,37 @@ impl<B: DistributedLock> Lock<B> {
         self.client.shared.holds.current(&self.name).map_or(0, |(count, _)| count)
     }
 
+    /// Releases this client's hold on the lock, whichever thread holds it and however many
+    /// times: the way out for a guard leaked with `mem::forget` (parking_lot's `force_unlock`).
+    /// Returns whether there was a hold to release. It never touches another owner's lock (unlike
+    /// Redisson's `forceUnlock`): the backend releases only under this client's owner token.
+    ///
+    /// Guards of the released hold then report [`HoldState::Released`](crate::HoldState) and
+    /// their unlock does nothing.
+    ///
+    /// # Errors
+    /// The backend's error when it could not be asked (the lease then runs out on its own, a
+    /// session-bound hold ends with its session); [`Error::NotHeld`] when the server says the
+    /// lock was no longer held under this client's token.
+    pub fn force_unlock(&self) -> Result<bool> {
+        let shared = &self.client.shared;
+        let holds = shared.holds.remove_all(&self.name);
+        let mut outcome = Ok(!holds.is_empty());
+        for held in holds {
+            let released = held.release(&shared.backend);
+            shared.leases.note_released();
+            if let Err(error) = released {
+                outcome = Err(error);
+            }
+        }
+        outcome
+    }
+
     fn acquire(&self, wait: Wait) -> Result<Option<LockGuard<B>>> {
         let shared = &self.client.shared;
+        if shared.is_closed() {
+            return Err(Error::Closed);
+        }
         match shared.holds.reenter(&self.name, shared.options.reentrant) {
             Reentry::Entered(held) if !held.is_held() => {
                 shared.holds.exit(HoldTable::<B>::current_thread(), &self.name);
@@ -130,12 +159,18 @@ impl<B: DistributedLock> Lock<B> {
             Wait::Forever => self.acquire_waiting(&owner, None)?,
         };
         let Some(Acquired { lease, sent_at, .. }) = acquired else { return Ok(None) };
+        if shared.is_closed() {
+            // Closed while this acquisition waited: hand nothing out, leave nothing behind.
+            let _ = shared.backend.release(lease);
+            return Err(Error::Closed);
+        }
         let options = &shared.options;
         let held = Arc::new(HeldLease::new(
             self.name.clone(),
             lease,
             sent_at,
             options.lease,
+            options.renewal,
             &*shared.backend,
             options.on_lost.clone(),
         ));

@@ -85,6 +85,19 @@ impl<B: DistributedLock> HoldTable<B> {
         }
     }
 
+    /// Forgets every thread's hold of `name`; returns their acquisitions (one, unless a thread
+    /// kept a lost hold while another acquired anew).
+    pub(crate) fn remove_all(&self, name: &LockName) -> Vec<Arc<HeldLease<B>>> {
+        let mut holds = self.holds.lock();
+        let keys: Vec<_> = holds.keys().filter(|(_, held)| held == name).cloned().collect();
+        keys.into_iter().filter_map(|key| holds.remove(&key)).map(|hold| hold.held).collect()
+    }
+
+    /// Forgets every hold; returns their acquisitions.
+    pub(crate) fn drain(&self) -> Vec<Arc<HeldLease<B>>> {
+        self.holds.lock().drain().map(|(_, hold)| hold.held).collect()
+    }
+
     /// The current thread's hold count and acquisition of `name`, if it holds it.
     pub(crate) fn current(&self, name: &LockName) -> Option<(usize, Arc<HeldLease<B>>)> {
         self.holds.lock().get(&Self::key(name)).map(|hold| (hold.count, Arc::clone(&hold.held)))

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use lock_core::{LockClient, LockOptions, RENEWAL_THREAD_NAME};
+use lock_core::{LockClient, LockOptions, RENEWAL_THREAD_PREFIX};
 
 use crate::suite::{unique_name, SuiteTarget};
 
@@ -20,7 +20,7 @@ pub struct W4Report {
     pub locks: usize,
     /// Leases reported lost while held.
     pub lost: usize,
-    /// Threads named [`RENEWAL_THREAD_NAME`] in this process while the locks were held.
+    /// Threads whose name starts with [`RENEWAL_THREAD_PREFIX`] in this process while the locks were held.
     pub renewal_threads: usize,
     /// Threads in this process while the locks were held.
     pub process_threads: usize,
@@ -82,7 +82,7 @@ fn thread_counts() -> (usize, usize) {
         .map(|comm| comm.trim().to_owned())
         .collect();
     // The kernel truncates thread names to 15 bytes.
-    let renewal = names.iter().filter(|name| RENEWAL_THREAD_NAME.starts_with(name.as_str())).count();
+    let renewal = names.iter().filter(|name| name.starts_with(RENEWAL_THREAD_PREFIX)).count();
     (renewal, names.len())
 }
 

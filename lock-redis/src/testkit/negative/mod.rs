@@ -15,14 +15,16 @@
 //!
 //! N01–N04 are [`Recipe`]s run as suite targets ([`NegativeTarget`]); N06 is a Redlock variant
 //! ([`UnfencedRedlock`]) run through the R02 function, which needs five nodes it can restart.
+//! [`broken_recipes`](crate::testkit::broken_recipes) lists all five in the testkit's
+//! backend-neutral frame.
 //!
 //! ```no_run
-//! use lock_testkit::negative::{NegativeTarget, Recipe};
-//! use lock_testkit::suite::run;
+//! use lock_redis::testkit::negative::{NegativeTarget, Recipe};
+//! use lock_testkit::negative::caught_by_scenario;
 //!
 //! let target = NegativeTarget::new(Recipe::N02DelWithoutOwnerCheck);
-//! assert!(run(&target, "S02", "n02").is_ok(), "works as a lock");
-//! assert!(run(&target, "S06", "n02").is_err(), "but releases someone else's lock");
+//! // Works as a lock (passes S02), but releases someone else's lock (fails S06).
+//! assert!(caught_by_scenario(&target, "S06").is_ok());
 //! ```
 
 mod broken_lock;

@@ -1,5 +1,8 @@
 //! Unit tests of the generic lock over the fake and memory backends: reentrancy, renewal, loss,
-//! release errors, waiting.
+//! release errors, waiting; loss on time and shutdown in their own files.
+
+mod loss_on_time;
+mod shutdown;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -9,13 +12,13 @@ use std::time::{Duration, Instant};
 use crate::fake::FakeBackend;
 use crate::{Error, LockClient, LockOptions, MemoryBackend};
 
-const MS: Duration = Duration::from_millis(1);
+pub(super) const MS: Duration = Duration::from_millis(1);
 
-fn options(lease_ms: u64, renewal: bool) -> LockOptions {
+pub(super) fn options(lease_ms: u64, renewal: bool) -> LockOptions {
     LockOptions::builder().lease(MS * lease_ms as u32).renewal(renewal).build().unwrap()
 }
 
-fn name(prefix: &str) -> String {
+pub(super) fn name(prefix: &str) -> String {
     format!("{prefix}-{}", crate::OwnerToken::random())
 }
 

@@ -1,0 +1,257 @@
+//! [`LeaseTable`]: one client's held leases, by when each is next due for renewal and when its
+//! confirmed expiry passes.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::timer::{timer, Scheduled};
+use super::workers;
+use crate::backend::{DistributedLock, Extension, HoldKind};
+use crate::error::{Error, Result};
+use crate::held::HeldLease;
+
+/// Released entries tolerated in the queues before they are pruned.
+const PRUNE_AFTER: usize = 1024;
+
+/// Shortest wait before retrying a renewal that failed, and the shortest renew interval.
+const MIN_RETRY: Duration = Duration::from_millis(10);
+
+/// The held leases of one client.
+pub(crate) struct LeaseTable<B: DistributedLock> {
+    backend: Arc<B>,
+    queues: Mutex<Queues<B>>,
+    /// Set while a renewal batch of this table is on an I/O thread: no second one is dispatched,
+    /// so a stuck server ties up one I/O thread, not all of them.
+    in_flight: AtomicBool,
+}
+
+struct Queues<B: DistributedLock> {
+    /// When each renewing lease is next due. A lease is absent while its batch is in flight, so
+    /// it is never in two batches at once.
+    renewals: BinaryHeap<Reverse<Due<B>>>,
+    /// When each hold's confirmed expiry passes, at which point the timer reports it lost unless
+    /// a renewal moved the expiry on (the entry then moves with it).
+    expiries: BinaryHeap<Reverse<Due<B>>>,
+    /// Entries of released leases still queued (they are dropped when they come due, or all at
+    /// once when they outnumber the live ones, so a high release rate cannot grow the queues).
+    released: usize,
+}
+
+/// One scheduled visit to a lease.
+struct Due<B: DistributedLock> {
+    at: Instant,
+    held: Arc<HeldLease<B>>,
+    /// The renew interval (unused in the expiry queue).
+    interval: Duration,
+}
+
+impl<B: DistributedLock> PartialEq for Due<B> {
+    fn eq(&self, other: &Self) -> bool {
+        self.at == other.at
+    }
+}
+impl<B: DistributedLock> Eq for Due<B> {}
+impl<B: DistributedLock> PartialOrd for Due<B> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl<B: DistributedLock> Ord for Due<B> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.at.cmp(&other.at)
+    }
+}
+
+impl<B: DistributedLock> LeaseTable<B> {
+    /// A table for `backend`, served by the timer for as long as it lives.
+    ///
+    /// # Panics
+    /// When the timer thread cannot be spawned (the OS is out of threads).
+    pub(crate) fn new(backend: Arc<B>) -> Arc<Self> {
+        let table = Arc::new(Self {
+            backend,
+            queues: Mutex::new(Queues {
+                renewals: BinaryHeap::new(),
+                expiries: BinaryHeap::new(),
+                released: 0,
+            }),
+            in_flight: AtomicBool::new(false),
+        });
+        let weak: Weak<dyn Scheduled> = Arc::downgrade(&table) as Weak<dyn Scheduled>;
+        timer().register(weak);
+        table
+    }
+
+    /// Starts serving a freshly acquired hold whose acquiring request was sent at `sent_at`,
+    /// renewed every `renewal` (none: never renewed).
+    ///
+    /// The interval is capped at half of what the holder may count on (the lease less the
+    /// backend's margin), so a renewal is always sent well before the hold runs out.
+    pub(crate) fn track(&self, held: Arc<HeldLease<B>>, sent_at: Instant, renewal: Option<Duration>) {
+        let mut earliest = None;
+        let mut queues = self.queues.lock();
+        if held.expires() {
+            let at = held.valid_until();
+            queues.expiries.push(Reverse(Due { at, held: Arc::clone(&held), interval: Duration::ZERO }));
+            earliest = Some(at);
+        }
+        if let Some(interval) = renewal {
+            let interval = interval.min(held.valid_for / 2).max(MIN_RETRY);
+            let at = sent_at + interval;
+            queues.renewals.push(Reverse(Due { at, held, interval }));
+            earliest = Some(earliest.map_or(at, |earliest: Instant| earliest.min(at)));
+        }
+        drop(queues);
+        if let Some(at) = earliest {
+            timer().wake_by(at);
+        }
+    }
+
+    /// Notes that a tracked lease was released; prunes the queues when released entries dominate.
+    ///
+    /// A few released entries are left to fall out when they come due: pruning after every
+    /// release would make the next acquisition wake the idle timer, a context switch on every
+    /// acquire/release pair.
+    pub(crate) fn note_released(&self) {
+        let mut queues = self.queues.lock();
+        queues.released += 1;
+        let queued = queues.renewals.len() + queues.expiries.len();
+        if queues.released >= PRUNE_AFTER && queues.released * 2 > queued {
+            queues.renewals.retain(|Reverse(due)| !due.held.is_released());
+            queues.expiries.retain(|Reverse(due)| !due.held.is_released());
+            queues.released = 0;
+        }
+    }
+
+    /// Extends every lease in `batch` in one backend call, then reschedules or reports each.
+    /// Runs on an I/O thread.
+    fn renew(&self, batch: Vec<(Arc<HeldLease<B>>, Duration)>) {
+        let sent_at = Instant::now();
+        let outcomes = self.extend_batch(&batch);
+        let now = Instant::now();
+        let mut rescheduled = Vec::new();
+        for ((held, interval), outcome) in batch.into_iter().zip(outcomes) {
+            match outcome {
+                // Released while the batch was being assembled: nothing more to do.
+                None => {}
+                Some(Ok(true)) => {
+                    held.confirm(sent_at);
+                    rescheduled.push(Due { at: sent_at + interval, held, interval });
+                }
+                Some(Ok(false)) => held.mark_lost("the server says the lock is no longer held"),
+                Some(Err(error)) => {
+                    held.renewal_failed();
+                    // Keep trying while the last confirmed lease (or session timeout) lasts; the
+                    // timer reports the loss when it ends.
+                    let valid_until = held.valid_until();
+                    if now >= valid_until {
+                        held.mark_lost(lost_reason(&held));
+                    } else {
+                        tracing::warn!(lock = %held.name, %error, "lease renewal failed; retrying");
+                        let at = (now + (interval / 2).max(MIN_RETRY)).min(valid_until);
+                        rescheduled.push(Due { at, held, interval });
+                    }
+                }
+            }
+        }
+        let earliest = rescheduled.iter().map(|due| due.at).min();
+        self.queues.lock().renewals.extend(rescheduled.into_iter().map(Reverse));
+        self.in_flight.store(false, AtomicOrdering::Release);
+        // The timer skipped this table's renewals while the batch was out: have it look again.
+        timer().wake_by(earliest.unwrap_or_else(Instant::now).min(Instant::now()));
+    }
+
+    /// One outcome per batch item; `None` for leases released before the batch was sent.
+    fn extend_batch(&self, batch: &[(Arc<HeldLease<B>>, Duration)]) -> Vec<Option<Result<bool>>> {
+        let mut guards: Vec<_> = batch.iter().map(|(held, _)| held.lease.lock()).collect();
+        let live: Vec<bool> = guards.iter().map(|guard| guard.is_some()).collect();
+        let mut extensions: Vec<_> = guards
+            .iter_mut()
+            .zip(batch)
+            .filter_map(|(guard, (held, _))| guard.as_mut().map(|lease| Extension::new(lease, held.ttl)))
+            .collect();
+        let expected = extensions.len();
+        let backend = self.backend.backend_name();
+        // A panicking backend must not take an I/O thread with it, and a result that cannot be
+        // matched to its lease must not confirm the wrong one.
+        let results = match catch_unwind(AssertUnwindSafe(|| self.backend.extend_many(&mut extensions))) {
+            Ok(results) if results.len() == expected => results,
+            Ok(results) => {
+                tracing::error!(backend, expected, got = results.len(), "extend_many broke its contract");
+                Vec::new()
+            }
+            Err(_) => {
+                tracing::error!(backend, "extend_many panicked");
+                Vec::new()
+            }
+        };
+        let mut results = results.into_iter();
+        live.into_iter()
+            .map(|live| {
+                live.then(|| {
+                    results.next().unwrap_or_else(|| Err(Error::backend(backend, "no renewal result")))
+                })
+            })
+            .collect()
+    }
+}
+
+/// Why a hold whose confirmed expiry passed is lost.
+fn lost_reason<B: DistributedLock>(held: &HeldLease<B>) -> &'static str {
+    match held.hold_kind {
+        HoldKind::Session => "no liveness check succeeded within the session timeout",
+        _ => "the lease ran out before a renewal was confirmed",
+    }
+}
+
+impl<B: DistributedLock> Scheduled for LeaseTable<B> {
+    fn poll(self: Arc<Self>, now: Instant) -> Option<Instant> {
+        let mut lost = Vec::new();
+        let mut batch = Vec::new();
+        let next = {
+            let mut queues = self.queues.lock();
+            while queues.expiries.peek().is_some_and(|Reverse(due)| due.at <= now) {
+                let Some(Reverse(due)) = queues.expiries.pop() else { break };
+                if due.held.is_released() || due.held.is_lost() {
+                    continue;
+                }
+                let valid_until = due.held.valid_until();
+                if now >= valid_until {
+                    lost.push(due.held);
+                } else {
+                    queues.expiries.push(Reverse(Due { at: valid_until, ..due }));
+                }
+            }
+            let in_flight = self.in_flight.load(AtomicOrdering::Acquire);
+            if !in_flight {
+                while queues.renewals.peek().is_some_and(|Reverse(due)| due.at <= now) {
+                    let Some(Reverse(due)) = queues.renewals.pop() else { break };
+                    // Released and lost leases are never touched again.
+                    if !due.held.is_released() && !due.held.is_lost() {
+                        batch.push((due.held, due.interval));
+                    }
+                }
+            }
+            let next_expiry = queues.expiries.peek().map(|Reverse(due)| due.at);
+            // While a batch is out, this table's renewals wait for it (it wakes the timer).
+            let next_renewal =
+                (!in_flight && batch.is_empty()).then(|| queues.renewals.peek().map(|Reverse(due)| due.at));
+            next_expiry.into_iter().chain(next_renewal.flatten()).min()
+        };
+        for held in lost {
+            held.mark_lost(lost_reason(&held));
+        }
+        if !batch.is_empty() {
+            self.in_flight.store(true, AtomicOrdering::Release);
+            let table = Arc::clone(&self);
+            workers::submit(Box::new(move || table.renew(batch)));
+        }
+        next
+    }
+}

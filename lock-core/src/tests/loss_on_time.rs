@@ -1,0 +1,126 @@
+//! Loss is never late: a client whose server stopped answering delays only its own renewals,
+//! its leases are reported lost at their end by the timer, unlocks never wait behind another
+//! client's renewal I/O, session holds turn in doubt and then lost on time, and renewals are
+//! scheduled within what the holder may count on.
+
+use std::sync::atomic::Ordering;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::{name, options, MS};
+use crate::fake::FakeBackend;
+use crate::{HoldState, LockClient, LockGuard, LockOptions};
+
+/// How late a loss may be reported after the lease ends.
+const LATE: Duration = Duration::from_millis(50);
+
+fn hold(client: &LockClient<FakeBackend>, prefix: &str) -> LockGuard<FakeBackend> {
+    client.lock_named(&name(prefix)).unwrap().try_lock().unwrap().expect("free")
+}
+
+#[test]
+fn a_stuck_client_delays_only_its_own_leases_and_each_is_lost_at_its_end() {
+    let (healthy_backend, stuck_backend) = (FakeBackend::default(), FakeBackend::default());
+    let healthy = LockClient::with_options(healthy_backend, options(300, true));
+    let stuck = LockClient::with_options(stuck_backend.clone(), options(300, true));
+    let healthy_guard = hold(&healthy, "healthy");
+    let stuck_guards: Vec<_> = (0..32).map(|_| hold(&stuck, "stuck")).collect();
+    thread::sleep(MS * 150); // Past one renewal round of both.
+
+    // Every request the stuck client's server confirms from now on was sent before this.
+    stuck_backend.switches.stall_extend_ms.store(3_000, Ordering::SeqCst);
+    let stalled_at = Instant::now();
+    let ends_by = stalled_at + MS * 300;
+    let mut lost_at = vec![None; stuck_guards.len()];
+    while Instant::now() < stalled_at + MS * 1_500 {
+        let now = Instant::now();
+        for (guard, lost) in stuck_guards.iter().zip(&mut lost_at) {
+            if lost.is_none() && guard.lost_signal().is_lost() {
+                *lost = Some(now);
+            }
+        }
+        assert!(
+            healthy_guard.is_held(),
+            "the healthy lease lapsed {:?} into the stall",
+            stalled_at.elapsed()
+        );
+        thread::sleep(MS);
+    }
+    for (guard, lost) in stuck_guards.iter().zip(&lost_at) {
+        let lost = lost.expect("every stuck lease is reported lost");
+        let late = lost.saturating_duration_since(ends_by);
+        assert!(late <= LATE, "a stuck lease was reported lost {late:?} after it ended");
+        assert_eq!(guard.state(), HoldState::Lost);
+    }
+    healthy_guard.unlock().unwrap();
+}
+
+#[test]
+fn unlock_waits_for_no_other_clients_renewal_and_at_most_its_own_batch() {
+    let (healthy_backend, stuck_backend) = (FakeBackend::default(), FakeBackend::default());
+    let healthy = LockClient::with_options(healthy_backend, options(3_000, true));
+    let stuck = LockClient::with_options(stuck_backend.clone(), options(3_000, true));
+    let healthy_guard = hold(&healthy, "healthy");
+    let stuck_guard = hold(&stuck, "stuck");
+    let stall = MS * 1_500;
+    stuck_backend.switches.stall_extend_ms.store(1_500, Ordering::SeqCst);
+    thread::sleep(MS * 1_100); // The stuck client's renewal (every second) is now hanging.
+
+    let started = Instant::now();
+    healthy_guard.unlock().unwrap();
+    let took = started.elapsed();
+    assert!(took < MS * 50, "an unlock waited {took:?} behind another client's stuck renewal");
+
+    let started = Instant::now();
+    let _ = stuck_guard.unlock();
+    let took = started.elapsed();
+    assert!(took < stall, "an unlock waited {took:?}, past its own client's batch ({stall:?})");
+}
+
+#[test]
+fn a_session_hold_turns_in_doubt_then_held_then_lost_on_time() {
+    let backend = FakeBackend::default();
+    backend.switches.session.store(true, Ordering::SeqCst);
+    let client = LockClient::with_options(backend.clone(), options(600, true));
+    let guard = hold(&client, "session");
+    assert_eq!(guard.state(), HoldState::Held);
+
+    backend.switches.fail_extend.store(true, Ordering::SeqCst);
+    let failing_since = Instant::now();
+    while guard.state() == HoldState::Held && failing_since.elapsed() < MS * 400 {
+        thread::sleep(MS);
+    }
+    assert_eq!(guard.state(), HoldState::InDoubt, "a failed liveness check puts the hold in doubt");
+    assert!(!guard.is_held(), "a hold in doubt is not held");
+
+    backend.switches.fail_extend.store(false, Ordering::SeqCst);
+    let recovering = Instant::now();
+    while guard.state() == HoldState::InDoubt && recovering.elapsed() < MS * 400 {
+        thread::sleep(MS);
+    }
+    assert_eq!(guard.state(), HoldState::Held, "a successful check ends the doubt");
+
+    backend.switches.fail_extend.store(true, Ordering::SeqCst);
+    let failing_since = Instant::now();
+    assert!(guard.lost_signal().wait_timeout(MS * 2_000), "a session that cannot be confirmed is lost");
+    // The last success came before `failing_since`: the session timeout ends by then + 600 ms.
+    let late = Instant::now().saturating_duration_since(failing_since + MS * 600);
+    assert!(late <= LATE, "the session hold was reported lost {late:?} after the session timeout");
+    assert_eq!(guard.state(), HoldState::Lost);
+}
+
+#[test]
+fn renewal_comes_before_what_the_holder_may_count_on_runs_out() {
+    let backend = FakeBackend::default();
+    // 300 ms leases of which the holder may count on 100 ms: the default interval (a third of the
+    // lease, 100 ms) would renew only when the hold is already over.
+    backend.switches.margin_ms.store(200, Ordering::SeqCst);
+    let options = LockOptions::builder().lease(MS * 300).build().unwrap();
+    let client = LockClient::with_options(backend, options);
+    let guard = hold(&client, "margin");
+    let started = Instant::now();
+    while started.elapsed() < MS * 1_000 {
+        assert!(guard.is_held(), "the hold lapsed after {:?}", started.elapsed());
+        thread::sleep(MS);
+    }
+}
