@@ -26,7 +26,8 @@ use crate::owner::OwnerToken;
 ///   For [`HoldKind::Session`] backends the hold lives exactly as long as a server-side session or
 ///   connection; `ttl` may shape the session timeout and `extend` checks that the session is alive.
 /// - **Contention is not an error.** A lock held by someone else is `Ok(None)`.
-/// - **No hangs.** Every call returns within the backend's configured connect and I/O timeouts.
+/// - **No hangs.** Every call — a batch included — returns within one connect and one read
+///   timeout of the backend (a stopped server must not cost a timeout per batch item).
 /// - **Bad leases are typed errors.** `try_acquire` and `extend` reject a `ttl` that
 ///   [`check_lease`](crate::check_lease) rejects with [`Error::InvalidConfig`](crate::Error::InvalidConfig).
 /// - **Abilities are declared.** A backend that implements [`NativeWait`] or [`Fencing`] must also
@@ -70,11 +71,11 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// Returns `Ok(false)`, changing nothing, when the lock is no longer held under this lease.
     fn extend(&self, lease: &mut Self::Lease, ttl: Duration) -> Result<bool>;
 
-    /// Extends many leases at once; the renewal thread calls this with every lease due.
+    /// Extends many leases at once; the renewal I/O threads call this with a client's leases due.
     ///
     /// The default calls [`extend`](Self::extend) for each. Backends that can batch (one pipeline
     /// per connection instead of one round trip per lease) should override it. The result must
-    /// have exactly one entry per item of `batch`, in order; the renewal thread treats any other
+    /// have exactly one entry per item of `batch`, in order; the renewal treats any other
     /// length as a failed renewal of the whole batch.
     fn extend_many(&self, batch: &mut [Extension<'_, Self::Lease>]) -> Vec<Result<bool>> {
         batch.iter_mut().map(|item| self.extend(item.lease, item.ttl)).collect()
@@ -125,7 +126,10 @@ pub enum HoldKind {
     /// The server drops the lock when its lease runs out (Redis key TTL, lock-table expiry).
     Lease,
     /// The lock lives as long as a server session or connection (row locks, advisory locks,
-    /// ZooKeeper ephemeral nodes); it never expires while the session lives.
+    /// ZooKeeper ephemeral nodes); it never expires while the session lives. With renewal on,
+    /// [`extend`](DistributedLock::extend) is the liveness check and the lease is the session
+    /// timeout: a failed check puts the hold in doubt, and no successful check for a whole lease
+    /// makes it lost (Curator's SUSPENDED → LOST).
     Session,
 }
 
@@ -141,6 +145,9 @@ pub trait NativeWait: DistributedLock {
     /// their own now and then, so that a lost wake-up message delays a waiter but never strands it
     /// — but not much more often than once a second: a wait that re-checks every few milliseconds
     /// is polling, and the hand-off scenario (S11) is there to tell the difference.
+    ///
+    /// Returns by `deadline` plus at most one I/O timeout: clean-up after a failed or timed-out
+    /// wait (leaving a queue, undoing a partial grant) is bounded by the time left, or deferred.
     ///
     /// # Errors
     /// As [`DistributedLock::try_acquire`].

@@ -1,4 +1,4 @@
-//! [`HeldLease`]: the state of one acquisition, shared by its guard and the renewal thread.
+//! [`HeldLease`]: the state of one acquisition, shared by its guard and the renewal threads.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +15,7 @@ use crate::state::HoldState;
 
 /// One acquisition: the backend's lease plus what the holder believes about it.
 ///
-/// The guard releases it; the renewal thread extends it. Both go through the `lease` mutex, so a
+/// The guard releases it; a renewal I/O thread extends it. Both go through the `lease` mutex, so a
 /// release waits for an in-flight renewal and a renewal never touches a released lease.
 pub(crate) struct HeldLease<B: DistributedLock> {
     pub(crate) name: LockName,
@@ -137,7 +137,7 @@ impl<B: DistributedLock> HeldLease<B> {
         }
         tracing::warn!(lock = %self.name, why, "distributed lock lost");
         if let Some(callback) = &self.on_lost {
-            // The callback runs on the shared renewal thread: its panic must not stop renewal.
+            // The callback runs on a renewal thread: its panic must not stop renewal.
             if catch_unwind(AssertUnwindSafe(|| callback(&self.name))).is_err() {
                 tracing::error!(lock = %self.name, "the on_lost callback panicked");
             }

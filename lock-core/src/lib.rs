@@ -5,8 +5,9 @@
 //!   [`NativeWait`] (server wake-ups) and [`Fencing`] (strictly increasing [`FencingToken`]s).
 //! - [`LockClient`] and [`Lock`] add everything else once, for every backend: blocking, timed and
 //!   non-blocking acquisition ([`Lock::lock`], [`Lock::try_lock`], [`Lock::try_lock_for`],
-//!   [`Lock::try_lock_until`]), per-thread reentrancy, lease renewal by one shared background
-//!   thread, and a [`LockGuard`] that releases on drop and reports loss through a [`LostSignal`].
+//!   [`Lock::try_lock_until`]), per-thread reentrancy, lease renewal in batches by a small
+//!   bounded set of background threads, and a [`LockGuard`] that releases on drop and reports its
+//!   [`HoldState`] — loss through a [`LostSignal`] at the lease's end, never later.
 //! - [`MemoryBackend`] is the in-process reference backend.
 //!
 //! ```

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
-/// A callback run (on the renewal thread) when a held lock is lost. Keep it short.
+/// A callback run (on a renewal thread) when a held lock is lost. Keep it short.
 pub type OnLost = Arc<dyn Fn(&LockName) + Send + Sync>;
 
 /// The longest sleep between attempts a waiter may be configured with.
@@ -115,7 +115,7 @@ impl LockOptionsBuilder {
         self
     }
 
-    /// How often the renewal thread extends a held lease. Must be shorter than the lease; at
+    /// How often a held lease is extended. Must be shorter than the lease; at
     /// more than half the lease, one failed renewal can already cost the lock.
     ///
     /// Defaults to a third of the lease.
@@ -154,8 +154,8 @@ impl LockOptionsBuilder {
     }
 
     /// A callback run when a held lock is lost (renewal failed for a whole lease, the server said
-    /// the lock is no longer held, or the lease ran out with renewal off). It runs on the shared
-    /// renewal thread, before the guard's [`LostSignal`](crate::LostSignal) fires: keep it short
+    /// the lock is no longer held, or the lease ran out with renewal off). It runs on a renewal
+    /// thread (the timer or an I/O thread), before the guard's [`LostSignal`](crate::LostSignal) fires: keep it short
     /// (a panic in it is caught and logged).
     ///
     /// Defaults to none; the guard's [`LostSignal`](crate::LostSignal) fires either way.
