@@ -395,23 +395,25 @@ impl DistributedLock for RedisBackend {
         if !valid.is_empty() {
             let scripts = self.scripts();
             let mut pipe = redis::pipe();
-            pipe.ignore_errors();
             // EVALSHA in a pipeline is not retried on NOSCRIPT (a restarted server, SCRIPT FLUSH):
             // load the script first, in the same round trip.
-            pipe.cmd("SCRIPT").arg("LOAD").arg(scripts.extend_source).ignore();
+            pipe.cmd("SCRIPT").arg("LOAD").arg(scripts.extend_source);
             for &index in &valid {
                 let item = &batch[index];
                 pipe.invoke_script(
                     scripts.extend.key(item.lease.keys.lock()).arg(&item.lease.token).arg(millis(item.ttl)),
                 );
             }
+            // One connect and one read timeout for the whole batch (the trait's no-hang rule).
+            let request = pipe.get_packed_pipeline();
             let replies = self.connection().and_then(|mut connection| {
-                connection
-                    .run(|c| pipe.query::<Vec<RedisResult<i64>>>(c))
-                    .map_err(|e| error::map("extend", e))
+                connection.exchange(&request, 1 + valid.len()).map_err(|e| error::map("extend", e))
             });
             match replies {
-                Ok(replies) if replies.len() == valid.len() => {
+                Ok(values) => {
+                    let replies = values.into_iter().skip(1).map(|value| {
+                        redis::from_redis_value::<RedisResult<i64>>(value).unwrap_or_else(|e| Err(e.into()))
+                    });
                     for (&index, reply) in valid.iter().zip(replies) {
                         outcomes[index] = Some(match reply {
                             Ok(extended) => {
@@ -422,13 +424,6 @@ impl DistributedLock for RedisBackend {
                             }
                             Err(e) => Err(error::map("extend", e)),
                         });
-                    }
-                }
-                Ok(replies) => {
-                    let detail = format!("{} replies for {} extensions", replies.len(), valid.len());
-                    for &index in &valid {
-                        let failure = RedisFailure::Reply { operation: "extend", detail: detail.clone() };
-                        outcomes[index] = Some(Err(failure.into()));
                     }
                 }
                 Err(error) => {

@@ -89,8 +89,9 @@ impl RedisConnection {
     /// [`Value::ServerError`](redis::Value::ServerError), not an `Err`; a timeout or an I/O error
     /// marks the connection broken, since the reply may still be on its way.
     ///
-    /// The socket keeps the read timeout of the last wait: a connection read this way is only
-    /// ever read this way (Redlock's pools), never through [`run`](Self::run).
+    /// The socket keeps the read timeout of the last wait: a connection read this way is either
+    /// only ever read this way (Redlock's pools), or has its read timeout restored afterwards
+    /// ([`exchange`](Self::exchange)) before [`run`](Self::run) uses it again.
     pub(crate) fn recv_until(&mut self, deadline: Instant) -> RedisResult<redis::Value> {
         let left = deadline.saturating_duration_since(Instant::now()).max(MIN_READ_WAIT);
         let result = self.inner.set_read_timeout(Some(left)).and_then(|()| self.inner.recv_response());
@@ -101,6 +102,28 @@ impl RedisConnection {
         }
         self.last_used = Instant::now();
         result
+    }
+
+    /// Sends a packed pipeline and reads its `replies` replies with ONE deadline, one read
+    /// timeout from now, for the whole exchange: redis-rs's own pipeline read waits the full read
+    /// timeout for every reply, so a stopped server would cost a timeout per command. Stops at the
+    /// first timeout or I/O error (the connection is then broken, and discarded by the pool).
+    /// A server's error reply to one command is that reply's
+    /// [`Value::ServerError`](redis::Value::ServerError).
+    pub(crate) fn exchange(&mut self, request: &[u8], replies: usize) -> RedisResult<Vec<redis::Value>> {
+        let deadline = Instant::now() + self.read_timeout;
+        self.send_packed(request)?;
+        let mut values = Vec::with_capacity(replies);
+        for _ in 0..replies {
+            let value = self.recv_until(deadline)?;
+            values.push(value);
+        }
+        // `recv_until` left the socket with the last wait's timeout.
+        let restored = self.inner.set_read_timeout(Some(self.read_timeout));
+        if restored.is_err() {
+            self.broken = true;
+        }
+        restored.map(|()| values)
     }
 
     /// Marks the connection broken: the pool discards it instead of taking it back (for a
