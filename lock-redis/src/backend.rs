@@ -11,6 +11,7 @@ use lock_core::{
 use redis::RedisResult;
 
 use crate::builder::RedisLockBuilder;
+use crate::cleanup;
 use crate::connection::{ConnectionPool, PooledConnection};
 use crate::error::{self, error_chain, RedisFailure, BACKEND};
 use crate::keys::RedisKeys;
@@ -104,6 +105,11 @@ pub struct RedisLease {
 }
 
 impl RedisLease {
+    /// A grant that may exist under `token` (its fencing token unknown), for clean-up.
+    fn in_doubt(name: &LockName, keys: &RedisKeys, token: String, lease: Duration) -> Self {
+        Self { name: name.clone(), keys: keys.clone(), token, fence: FencingToken::new(0), lease }
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &LockName {
         &self.name
@@ -187,7 +193,7 @@ impl RedisBackend {
     ) -> Result<Attempt> {
         let token = owner.to_hex();
         let mut connection = self.connection()?;
-        let reply: Vec<i64> = connection
+        let reply = connection
             .run(|c| {
                 self.scripts()
                     .acquire
@@ -199,9 +205,20 @@ impl RedisBackend {
                     .arg(millis(ttl))
                     .arg(if waiting { "1" } else { "0" })
                     .arg(millis(QUEUE_ENTRY_TTL))
-                    .invoke(c)
+                    .invoke::<Vec<i64>>(c)
             })
-            .map_err(|e| error::map("acquire", e))?;
+            .map_err(|e| error::map("acquire", e));
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(error) => {
+                if error.is_retryable() {
+                    // The request may have reached the server and granted the lock to `token`.
+                    let lease = RedisLease::in_doubt(name, keys, token, ttl);
+                    cleanup::release_in_background(self, lease, "the acquisition's reply did not come");
+                }
+                return Err(error);
+            }
+        };
         match reply.as_slice() {
             [1, fence] => {
                 let lease = RedisLease {
@@ -241,14 +258,11 @@ impl RedisBackend {
         let acknowledged = match acknowledged {
             Ok(count) => u32::try_from(count).unwrap_or(0),
             Err(e) => {
-                // Not known to be replicated: give it back (best effort; it expires anyway), on
-                // another connection, since this one may still owe the WAIT reply.
-                let released = self.connection().and_then(|mut other| {
-                    self.release_on(&mut other, lease).map_err(|e| error::map("release", e))
-                });
-                if let Err(error) = released {
-                    tracing::warn!(lock = %lease.name, %error, "releasing an unconfirmed lock failed; it will expire");
-                }
+                // Not known to be replicated: give it back, on another connection (this one may
+                // still owe the WAIT reply) and another thread — this one holds a pooled
+                // connection, and with a pool of one a second checkout here would wait in vain.
+                let copy = RedisLease::in_doubt(&lease.name, &lease.keys, lease.token.clone(), lease.lease);
+                cleanup::release_in_background(self, copy, "WAIT failed");
                 return Err(error::map("wait for replicas", e));
             }
         };
@@ -481,9 +495,14 @@ impl NativeWait for RedisBackend {
         check_lease(ttl)?;
         let keys = self.keys(name);
         let outcome = self.wait_loop(name, &keys, owner, ttl, deadline);
-        if !matches!(outcome, Ok(Some(_))) {
-            // Gave up or failed: do not keep a place in the queue that holds up everyone behind.
-            self.leave_queue(&keys, owner);
+        match &outcome {
+            Ok(Some(_)) => {}
+            // The server just failed to answer: asking it again would cost the caller another
+            // timeout. The queue entry lapses on its own (QUEUE_ENTRY_TTL).
+            Err(error) if error.is_retryable() => {}
+            // Gave up, or a non-I/O error: do not keep a place in the queue that holds up
+            // everyone behind (one call to a server that just answered).
+            _ => self.leave_queue(&keys, owner),
         }
         outcome
     }

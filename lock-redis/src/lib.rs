@@ -42,7 +42,8 @@
 //!   (the subscriber logs a warning once per channel). Waiters queue in Redis in arrival order
 //!   (a sorted set), so a holder that releases and re-locks at once cannot starve them; a waiter
 //!   that dies leaves the queue within 3 s. A lost message delays a waiter by at most a second.
-//! - **Renewal** of many leases is one pipeline per batch.
+//! - **Renewal** of many leases is one pipeline per batch, read with one deadline: a batch
+//!   against a server that stopped answering fails after one read timeout, whatever its size.
 //! - **Connections**: an r2d2 pool with connect, read and write timeouts; a connection that hit
 //!   an I/O error or a timeout is discarded, never reused with a late reply in flight.
 //! - **Replication**: [`RedisLockBuilder::wait_for_replicas`] adds `WAIT` after acquiring.
@@ -55,9 +56,14 @@
 //! lock without knowing only as long as the counter itself survives. Further:
 //! - **An acquisition that times out may still have happened.** If the server ran the acquire
 //!   script but its reply did not come within the read timeout, the caller gets
-//!   [`Error::Timeout`](lock_core::Error::Timeout) while the lock is held under its token until
-//!   the lease ends: nobody owns it, nobody releases it, everyone else waits for it to expire.
-//!   Keep leases short enough that this costs little.
+//!   [`Error::Timeout`](lock_core::Error::Timeout) at once, and a release under the attempt's
+//!   owner token follows on a fresh connection, on a background thread (at most four at a time),
+//!   so the caller pays one timeout, not two. Best effort: a release that reaches a stopped
+//!   server before the timed-out request still queued there leaves the grant to lapse at its
+//!   lease end. The same clean-up gives back a grant whose `WAIT` failed.
+//! - **A failed wait costs one timeout.** A waiter whose server stops answering returns its error
+//!   after one read timeout and leaves its queue entry to lapse on its own, rather than asking
+//!   the failed server again.
 //! - **`WAIT` covers the acquisition only** ([`RedisLockBuilder::wait_for_replicas`]): renewals
 //!   (extend) are not confirmed by replicas, so a failover can roll a renewed lease back to the
 //!   lease the replica saw.
@@ -142,6 +148,7 @@
 
 mod backend;
 mod builder;
+mod cleanup;
 mod connection;
 mod error;
 mod keys;

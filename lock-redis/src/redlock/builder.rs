@@ -106,8 +106,8 @@ impl RedlockBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for an empty node list, a URL that does not parse (or
-    /// `rediss://` without the `tls` feature), the same `host:port` listed twice (compared as
-    /// written, see [`new`](Self::new)), a zero pool size, a
+    /// `rediss://` without the `tls` feature), the same `host:port` listed twice, whatever the
+    /// database (compared as written, see [`new`](Self::new)), a zero pool size, a
     /// zero or over-an-hour timeout, or a prefix that would break the key layout.
     pub fn build(self) -> Result<RedlockBackend> {
         if self.urls.is_empty() {
@@ -126,7 +126,9 @@ impl RedlockBuilder {
                 .map_err(|e| Error::invalid_config(format!("node {index}: invalid Redis URL: {e}")))?;
             let info = client.get_connection_info();
             let address = info.addr().to_string();
-            if !seen.insert((address.clone(), info.redis_settings().db())) {
+            // One server is one vote: another database on it shares its fate (a restart, a
+            // pause), so it must not count twice towards the quorum.
+            if !seen.insert(address.clone()) {
                 return Err(Error::invalid_config(format!(
                     "node {index}: {address} is listed twice; Redlock needs independent nodes"
                 )));
@@ -233,10 +235,13 @@ mod tests {
         assert!(invalid(RedlockBuilder::new(["redis://127.0.0.1:1/", "not a url"])).starts_with("node 1"));
         let twice = invalid(RedlockBuilder::new(["redis://127.0.0.1:1/", "redis://:pw@127.0.0.1:1/"]));
         assert!(twice.contains("listed twice"), "{twice}");
-        // The same server with another database is another lock space: allowed.
-        RedlockBuilder::new(["redis://127.0.0.1:1/0", "redis://127.0.0.1:1/1", "redis://127.0.0.1:2/"])
-            .build()
-            .unwrap();
+        // Another database on the same server is the same server: one vote, not two.
+        let databases = invalid(RedlockBuilder::new([
+            "redis://127.0.0.1:1/0",
+            "redis://127.0.0.1:1/1",
+            "redis://127.0.0.1:2/",
+        ]));
+        assert!(databases.contains("listed twice"), "{databases}");
     }
 
     #[test]
