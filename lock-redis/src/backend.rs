@@ -31,6 +31,10 @@ pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
 /// and a dead waiter at the head holds up a free lock for at most this long.
 pub(crate) const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(3);
 
+/// How long the head of the wait queue has to take a free lock before its entry lapses (the
+/// scripts' `TURN_MS`): a waiter that died holds a free lock up for at most this long.
+pub(crate) const TURN: Duration = Duration::from_millis(250);
+
 /// Which data layout, and so which scripts, a [`RedisBackend`] uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]

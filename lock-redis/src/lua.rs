@@ -40,3 +40,15 @@ pub(crate) fn dequeue() -> &'static Script {
 fn with_queue(body: &str) -> String {
     format!("{QUEUE}\n{body}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::QUEUE;
+    use crate::backend::TURN;
+
+    #[test]
+    fn the_scripts_turn_is_the_documented_one() {
+        let line = format!("local TURN_MS = {}", crate::millis(TURN));
+        assert!(QUEUE.contains(&line), "queue.lua does not say `{line}`");
+    }
+}

@@ -9,6 +9,7 @@ if removed == 1 and redis.call('EXISTS', KEYS[1]) == 0 then
   prune_queue(KEYS[2], KEYS[3], now_ms)
   local head = queue_head(KEYS[2], KEYS[3])
   if head then
+    give_turn(KEYS[3], head, now_ms)
     -- pcall: a client may lack rights on the channel; the dequeue itself stands (the next
     -- waiter re-checks on its own).
     redis.pcall('PUBLISH', ARGV[2], head)

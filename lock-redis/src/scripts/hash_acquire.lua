@@ -40,6 +40,8 @@ if redis.call('EXISTS', lock_key) == 0 then
     leave_queue(queue_key, timeout_key, token)
     return {1, redis.call('INCR', fence_key)}
   end
+  -- The head's turn: it must take the lock soon, or lapse (a dead head holds it up briefly).
+  give_turn(timeout_key, head, now_ms)
 end
 if waiting then
   join_queue(queue_key, timeout_key, token, now_ms, now_us, entry_ttl)

@@ -54,6 +54,21 @@ local function queue_head(queue_key, timeout_key)
   end
 end
 
+-- How long the head of the queue has to take a free lock before its entry lapses: a waiter that
+-- died may hold a free lock up for at most this long, not its entry's whole lifetime. A live
+-- head, woken by the release message, takes its turn in a few milliseconds; one that misses it
+-- (a lost message) lapses and queues again at the back. Mirrored by `TURN` in lock-redis.
+local TURN_MS = 250
+
+-- Gives `head` its turn at a free lock: its entry lapses TURN_MS from now unless it takes the
+-- lock first (an entry already lapsing sooner keeps its time).
+local function give_turn(timeout_key, head, now_ms)
+  local lapses = tonumber(redis.call('ZSCORE', timeout_key, head))
+  if lapses and lapses > now_ms + TURN_MS then
+    redis.call('ZADD', timeout_key, 'XX', whole(now_ms + TURN_MS), head)
+  end
+end
+
 -- Joins the queue (keeping an earlier place) and pushes this waiter's lapse time forward.
 local function join_queue(queue_key, timeout_key, token, now_ms, now_us, entry_ttl)
   redis.call('ZADD', queue_key, 'NX', whole(now_us), token)
@@ -75,7 +90,11 @@ end
 -- already happened, into an error; waiters then find out by their own re-check.
 local function announce_release(queue_key, timeout_key, channel, now_ms)
   prune_queue(queue_key, timeout_key, now_ms)
-  redis.pcall('PUBLISH', channel, queue_head(queue_key, timeout_key) or '')
+  local head = queue_head(queue_key, timeout_key)
+  if head then
+    give_turn(timeout_key, head, now_ms)
+  end
+  redis.pcall('PUBLISH', channel, head or '')
 end
 
 -- How long a caller that did not get the lock should wait at most before retrying unprompted:
