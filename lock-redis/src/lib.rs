@@ -42,7 +42,8 @@
 //!   (the subscriber logs a warning once per channel). Waiters queue in Redis in arrival order
 //!   (a sorted set), so a holder that releases and re-locks at once cannot starve them; a waiter
 //!   that dies leaves the queue within 3 s, and holds up a free lock for at most its turn
-//!   (250 ms): the head of the queue must take a free lock within that time or lapse. A lost message delays a waiter by at most a second.
+//!   (250 ms): the head of the queue must take a free lock within that time or lapse. A lost
+//!   message delays a waiter by at most a second.
 //! - **Renewal** of many leases is one pipeline per batch, read with one deadline: a batch
 //!   against a server that stopped answering fails after one read timeout, whatever its size.
 //! - **Connections**: an r2d2 pool with connect, read and write timeouts; a connection that hit
