@@ -32,7 +32,9 @@ pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
 pub(crate) const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(3);
 
 /// How long the head of the wait queue has to take a free lock before its entry lapses (the
-/// scripts' `TURN_MS`): a waiter that died holds a free lock up for at most this long.
+/// scripts' `TURN_MS`): a waiter that died holds a free lock up for at most this long. The
+/// scripts keep their own copy; a test checks that the two agree.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const TURN: Duration = Duration::from_millis(250);
 
 /// Which data layout, and so which scripts, a [`RedisBackend`] uses.

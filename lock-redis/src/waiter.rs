@@ -48,6 +48,13 @@ const PROBE_PAYLOAD: &str = "-";
 /// Longest pause between reconnection attempts of the subscriber.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
+/// The first pause before the subscriber reconnects.
+const MIN_RECONNECT_DELAY: Duration = Duration::from_millis(50);
+
+/// A connection that served this long was healthy: the next reconnect starts at the shortest
+/// delay again.
+const HEALTHY_AFTER: Duration = Duration::from_secs(5);
+
 /// The name of the subscriber threads, one per backend that has waited (Linux shows 15 bytes
 /// of a thread name).
 pub const SUBSCRIBER_THREAD_NAME: &str = "distlock-rsub";
@@ -325,41 +332,52 @@ impl HubShared {
         }
     }
 
-    /// After the connection broke: nothing is subscribed any more, and every waiter re-checks,
-    /// since it may have missed its message.
+    /// After the connection broke: nothing is subscribed any more. Waiters are not woken here
+    /// but once the next connection listens ([`wake_all`](Self::wake_all)): a wake-up before
+    /// that would only have them re-check against a server that may still be unreachable.
     fn connection_lost(&self) {
         let mut state = self.state.lock();
         state.channels.retain(|_, channel| !channel.waiters.is_empty());
         for channel in state.channels.values_mut() {
             channel.subscribed = false;
             for slot in &channel.waiters {
-                slot.update(|s| {
-                    s.subscribed = false;
-                    s.woken = true;
-                });
+                slot.update(|s| s.subscribed = false);
             }
+        }
+    }
+
+    /// A new connection listens: every waiter re-checks once, since messages published while no
+    /// connection listened are lost.
+    fn wake_all(&self) {
+        let state = self.state.lock();
+        for slot in state.channels.values().flat_map(|channel| &channel.waiters) {
+            slot.update(|s| s.woken = true);
         }
     }
 }
 
 /// The subscriber thread: connect, serve until the connection breaks, reconnect; until closed.
+///
+/// Reconnection backs off exponentially up to [`MAX_RECONNECT_DELAY`], also when a connection
+/// opens but breaks at once (a server that accepts and drops connections must not be hammered);
+/// only a connection that served for a while resets the delay.
 fn run(shared: &HubShared) {
-    let mut delay = TICK / 4;
+    let mut delay = MIN_RECONNECT_DELAY;
     while !shared.is_closed() {
-        match ConnectionManager::open(&shared.client, &shared.settings) {
-            Ok(mut connection) => {
-                delay = TICK / 4;
-                if let Err(error) = serve(shared, &mut connection) {
-                    tracing::debug!(%error, "redis subscriber connection lost; reconnecting");
-                }
+        let started = Instant::now();
+        let outcome = ConnectionManager::open(&shared.client, &shared.settings)
+            .and_then(|mut connection| serve(shared, &mut connection));
+        if let Err(error) = outcome {
+            tracing::debug!(%error, "redis subscriber connection failed; reconnecting");
+            shared.connection_lost();
+            if started.elapsed() >= HEALTHY_AFTER {
+                delay = MIN_RECONNECT_DELAY;
             }
-            Err(error) => {
-                tracing::debug!(%error, "redis subscriber cannot connect; retrying");
+            if !shared.is_closed() {
                 thread::sleep(delay);
-                delay = (delay * 2).min(MAX_RECONNECT_DELAY);
             }
+            delay = (delay * 2).min(MAX_RECONNECT_DELAY);
         }
-        shared.connection_lost();
     }
     shared.state.lock().thread_running = false;
 }
@@ -427,16 +445,24 @@ impl ChannelRights {
 fn serve(shared: &HubShared, connection: &mut Connection) -> RedisResult<()> {
     let mut rights = ChannelRights::new();
     let mut pubsub = connection.as_pubsub();
-    pubsub.set_read_timeout(Some(TICK))?;
+    // Commands wait for their reply as long as any command does; only the idle read for the
+    // next message is cut at a TICK, so the thread can look at its to-do list.
+    let command_timeout = Some(shared.settings.read_timeout);
+    pubsub.set_read_timeout(command_timeout)?;
     pubsub.subscribe(&shared.control_channel)?;
+    pubsub.set_read_timeout(Some(TICK))?;
     // Messages published before this connection subscribed are lost: every current waiter
     // re-checks once (the first connection finds at most the waiters that started the thread).
-    shared.connection_lost();
+    shared.wake_all();
     loop {
         if shared.is_closed() {
             return Ok(());
         }
         let (subscribe, unsubscribe) = shared.pending(Instant::now());
+        let commands = !subscribe.is_empty() || !unsubscribe.is_empty();
+        if commands {
+            pubsub.set_read_timeout(command_timeout)?;
+        }
         for name in subscribe {
             // A channel the server would refuse is not reported subscribed: its waiters fall
             // back to re-checking on their own.
@@ -454,6 +480,9 @@ fn serve(shared: &HubShared, connection: &mut Connection) -> RedisResult<()> {
             // stays subscribed only brings messages nobody waits for.
             pubsub.unsubscribe(&name)?;
             shared.mark_unsubscribed(&name);
+        }
+        if commands {
+            pubsub.set_read_timeout(Some(TICK))?;
         }
         match pubsub.get_message() {
             Ok(message) => {
