@@ -124,8 +124,10 @@
 //!   node out for longer than the longest lease (antirez's "delayed restart").
 //! - **No safe fencing tokens.** Redlock has no single counter that every acquisition passes
 //!   through, so it cannot produce tokens that always increase. This crate's tokens are a best
-//!   effort: each node counts, every answer (grant or refusal) contributes its count, and
-//!   extending or releasing raises every node's counter to the holder's token. A later holder's
+//!   effort: each node counts, every answer (grant or refusal) contributes its count, a grant
+//!   raises the counter of every answering node that lagged behind the issued token (one more
+//!   round, only when counters disagree), and extending or releasing raises every node's
+//!   counter to the holder's token. A later holder's
 //!   token is higher whenever it hears from at least one node that saw the earlier token — which
 //!   catches R02's stale write. But a partition, or restarts of every node that saw a token, can
 //!   make tokens repeat or go backwards, and then a resource accepts a stale write.

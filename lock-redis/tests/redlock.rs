@@ -319,3 +319,26 @@ fn chain(error: &Error) -> String {
     }
     text
 }
+
+/// A grant raises every lagging node's fencing counter at once, not at the first renewal: with
+/// counters [5, 0, 0, 0, 0] the holder gets token 6, and a holder that paused before renewing
+/// must not be outranked by a later quorum of the four lagging nodes issuing a lower token.
+#[test]
+fn a_grant_raises_lagging_fencing_counters_at_once() {
+    let urls = shared_urls();
+    let locks = relaxed_backend(&urls);
+    let name = unique_name("raise");
+    let fence_key = keys(&name).fence().to_owned();
+    let _: () = probe(&urls[0]).unwrap().set(&fence_key, 5).unwrap();
+    let lease = acquire(&locks, &name);
+    assert_eq!(lease.fencing_token().get(), 6, "the token is the highest counter heard, plus one");
+    let counters: Vec<u64> = urls
+        .iter()
+        .map(|url| probe(url).unwrap().get::<_, Option<u64>>(&fence_key).unwrap().unwrap_or(0))
+        .collect();
+    assert!(
+        counters.iter().all(|&counter| counter >= 6),
+        "counters after the grant, before any renewal: {counters:?}"
+    );
+    locks.release(lease).unwrap();
+}

@@ -61,13 +61,21 @@ pub(crate) fn release() -> &'static RedlockScript {
     &SCRIPT
 }
 
+/// Raises one node's fencing counter to a token issued from the other nodes' counters.
+pub(crate) fn raise() -> &'static RedlockScript {
+    static SCRIPT: LazyLock<RedlockScript> = LazyLock::new(|| {
+        RedlockScript::new(format!("{FENCE}\n{}", include_str!("../scripts/redlock_raise.lua")))
+    });
+    &SCRIPT
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn hashes_are_sha1_of_the_full_text() {
-        for script in [acquire(), extend(), release()] {
+        for script in [acquire(), extend(), release(), raise()] {
             assert_eq!(script.hash.len(), 40);
             assert_eq!(script.hash, Script::new(&script.source).get_hash());
         }
