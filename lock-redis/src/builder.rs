@@ -6,8 +6,8 @@ use std::time::Duration;
 use lock_core::{Error, OwnerToken, Result};
 use redis::{Client, ConnectionAddr};
 
-use crate::backend::{Inner, RedisBackend, RedisLockKind, ReplicaWait};
 use crate::connection::{ConnectionPool, PoolSettings};
+use crate::single_node::{Inner, RedisBackend, RedisLockKind, ReplicaWait};
 use crate::waiter::WaitHub;
 
 /// The longest connect, read, write or `WAIT` timeout accepted: longer is a mistake, not a limit.

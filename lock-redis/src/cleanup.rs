@@ -16,7 +16,7 @@ use std::thread;
 
 use lock_core::DistributedLock as _;
 
-use crate::backend::{RedisBackend, RedisLease};
+use crate::single_node::{RedisBackend, RedisLease};
 
 /// At most this many clean-up threads run per process; past that, grants lapse on their own
 /// (a server that times everyone out would otherwise draw a thread per failed call).

@@ -150,48 +150,27 @@
 //! occasional double holder is tolerable — an efficiency lock.
 #![warn(missing_docs)]
 
-mod backend;
 mod builder;
 mod cleanup;
 mod connection;
 mod error;
 mod keys;
 mod lua;
+mod millis;
 mod redlock;
 mod reentrant_hash;
 mod set_nx;
+mod single_node;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod waiter;
 
-pub use backend::{RedisBackend, RedisLease, RedisLockKind};
 pub use builder::{RedisLockBuilder, MAX_TIMEOUT};
 pub use connection::CONNECTOR_THREAD_NAME;
 pub use keys::RedisKeys;
+use millis::millis;
 /// The Redis driver this backend is built on, for callers that need to reach the same server.
 pub use redis;
 pub use redlock::{RedlockBackend, RedlockBuilder, RedlockLease};
+pub use single_node::{RedisBackend, RedisLease, RedisLockKind};
 pub use waiter::SUBSCRIBER_THREAD_NAME;
-
-/// A duration in whole milliseconds, as the server counts them (`PX`, `PEXPIRE`, `WAIT`).
-///
-/// A fractional millisecond is cut (rounded down). For a lease that would be the *unsafe*
-/// direction — the server would keep the lock for less than the holder believes — which is why
-/// leases never get here with a fraction: [`lock_core::check_lease`] rejects them (callers check
-/// every lease first). For other durations (the `WAIT` timeout, the queue entry lifetime) the cut
-/// is harmless. Durations beyond `u64::MAX` ms saturate.
-pub(crate) fn millis(duration: std::time::Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    #[test]
-    fn millis_rounds_down() {
-        assert_eq!(super::millis(Duration::from_micros(1_999)), 1);
-        assert_eq!(super::millis(Duration::from_secs(2)), 2_000);
-        assert_eq!(super::millis(Duration::MAX), u64::MAX);
-    }
-}

@@ -65,9 +65,9 @@ use fanout::{Fanout, Node, NodeReplies};
 use scripts::RedlockScript;
 use tally::{NodeError, Tally, BACKEND};
 
-use crate::backend::FALLBACK_RECHECK;
 use crate::keys::RedisKeys;
 use crate::millis;
+use crate::single_node::FALLBACK_RECHECK;
 use crate::waiter::{Registration, Slot};
 
 /// The part of the lease allowed for clock drift, in percent.

@@ -1,12 +1,22 @@
-//! [`RedisBackend`]: the [`DistributedLock`] implementation over one Redis server.
+//! [`RedisBackend`]: the [`DistributedLock`] implementation over one Redis server. Its lease
+//! type lives in `lease.rs`, the wait loop in `wait.rs`, `WAIT` for replicas in `replication.rs`.
+
+mod lease;
+mod replication;
+mod wait;
+
+pub use lease::RedisLease;
+pub(crate) use replication::ReplicaWait;
+pub(crate) use wait::FALLBACK_RECHECK;
+use wait::QUEUE_ENTRY_TTL;
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lock_core::{
-    check_lease, Acquired, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind, LockName,
-    NativeWait, OwnerToken, Result,
+    check_lease, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind, LockName, NativeWait,
+    OwnerToken, Result,
 };
 use redis::RedisResult;
 
@@ -15,27 +25,9 @@ use crate::cleanup;
 use crate::connection::{ConnectionPool, PooledConnection};
 use crate::error::{self, error_chain, RedisFailure, BACKEND};
 use crate::keys::RedisKeys;
-use crate::lua::{self, LockScripts};
-use crate::waiter::{Registration, WaitHub};
+use crate::lua::LockScripts;
+use crate::waiter::WaitHub;
 use crate::{millis, reentrant_hash, set_nx};
-
-/// The longest a waiter waits for a release message before it re-checks on its own.
-///
-/// Release messages are fire-and-forget, so this bounds the delay a lost one can cause. It is
-/// deliberately not shorter: a hand-off must come from the message, and polling faster would only
-/// load the server (conformance scenario S11 checks hand-offs are faster than this).
-pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
-
-/// How long a waiter's place in the queue lasts without a refresh. Live waiters refresh it on
-/// every re-check (at least every [`FALLBACK_RECHECK`]), so only a dead waiter's entry lapses,
-/// and a dead waiter at the head holds up a free lock for at most this long.
-pub(crate) const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(3);
-
-/// How long the head of the wait queue has to take a free lock before its entry lapses (the
-/// scripts' `TURN_MS`): a waiter that died holds a free lock up for at most this long. The
-/// scripts keep their own copy; a test checks that the two agree.
-#[cfg_attr(not(test), allow(dead_code))]
-pub(crate) const TURN: Duration = Duration::from_millis(250);
 
 /// Which data layout, and so which scripts, a [`RedisBackend`] uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -57,13 +49,6 @@ impl RedisLockKind {
             RedisLockKind::ReentrantHash => reentrant_hash::scripts(),
         }
     }
-}
-
-/// `WAIT` after acquiring: how many replicas must acknowledge, within how long.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ReplicaWait {
-    pub(crate) replicas: u32,
-    pub(crate) timeout: Duration,
 }
 
 /// Distributed locks on one Redis server.
@@ -97,43 +82,6 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // The last clone is gone: the subscriber thread has no one left to wake.
         self.hub.close();
-    }
-}
-
-/// One acquisition of a [`RedisBackend`] lock.
-#[derive(Debug)]
-pub struct RedisLease {
-    name: LockName,
-    keys: RedisKeys,
-    token: String,
-    fence: FencingToken,
-    lease: Duration,
-}
-
-impl RedisLease {
-    /// A grant that may exist under `token` (its fencing token unknown), for clean-up.
-    fn in_doubt(name: &LockName, keys: &RedisKeys, token: String, lease: Duration) -> Self {
-        Self { name: name.clone(), keys: keys.clone(), token, fence: FencingToken::new(0), lease }
-    }
-
-    /// The lock's name.
-    pub fn name(&self) -> &LockName {
-        &self.name
-    }
-
-    /// The lock's Redis keys.
-    pub fn keys(&self) -> &RedisKeys {
-        &self.keys
-    }
-
-    /// The owner token stored with the lock, as 32 hex digits.
-    pub fn owner_token(&self) -> &str {
-        &self.token
-    }
-
-    /// The fencing token issued with this acquisition.
-    pub fn fencing_token(&self) -> FencingToken {
-        self.fence
     }
 }
 
@@ -247,40 +195,6 @@ impl RedisBackend {
         }
     }
 
-    /// `WAIT`s for the acquisition to reach `wait.replicas` replicas; releases it and reports
-    /// [`Error::NotReplicated`] if fewer acknowledged in time, since a failover could otherwise
-    /// hand the lock to a second holder (seed 003's WAIT recipe).
-    fn confirm_replicated(
-        &self,
-        connection: &mut PooledConnection,
-        lease: &RedisLease,
-        wait: ReplicaWait,
-    ) -> Result<()> {
-        // The server answers WAIT only after its timeout, so the socket must wait that long too.
-        let read_timeout = self.inner.pool.read_timeout() + wait.timeout;
-        let acknowledged = connection.run_with_read_timeout(read_timeout, |c| {
-            redis::cmd("WAIT").arg(wait.replicas).arg(millis(wait.timeout)).query::<i64>(c)
-        });
-        let acknowledged = match acknowledged {
-            Ok(count) => u32::try_from(count).unwrap_or(0),
-            Err(e) => {
-                // Not known to be replicated: give it back, on another connection (this one may
-                // still owe the WAIT reply) and another thread — this one holds a pooled
-                // connection, and with a pool of one a second checkout here would wait in vain.
-                let copy = RedisLease::in_doubt(&lease.name, &lease.keys, lease.token.clone(), lease.lease);
-                cleanup::release_in_background(self, copy, "WAIT failed");
-                return Err(error::map("wait for replicas", e));
-            }
-        };
-        if acknowledged >= wait.replicas {
-            return Ok(());
-        }
-        if let Err(error) = self.release_on(connection, lease) {
-            tracing::warn!(lock = %lease.name, %error, "releasing an unreplicated lock failed; it will expire");
-        }
-        Err(Error::NotReplicated { name: lease.name.clone(), acknowledged, required: wait.replicas })
-    }
-
     fn release_on(&self, connection: &mut PooledConnection, lease: &RedisLease) -> RedisResult<i64> {
         connection.run(|c| {
             self.scripts()
@@ -293,83 +207,6 @@ impl RedisBackend {
                 .arg(millis(lease.lease))
                 .invoke(c)
         })
-    }
-
-    /// Takes a waiter that gives up out of the queue (best effort: its entry lapses anyway).
-    fn leave_queue(&self, keys: &RedisKeys, owner: &OwnerToken) {
-        let result = self.connection().and_then(|mut connection| {
-            connection
-                .run(|c| {
-                    lua::dequeue()
-                        .key(keys.lock())
-                        .key(keys.queue())
-                        .key(keys.queue_timeouts())
-                        .arg(owner.to_hex())
-                        .arg(keys.channel())
-                        .invoke::<i64>(c)
-                })
-                .map_err(|e| error::map("leave the wait queue", e))
-        });
-        if let Err(error) = result {
-            tracing::debug!(%error, "leaving the redis wait queue failed; the entry will lapse");
-        }
-    }
-
-    /// Pokes the subscriber thread so it subscribes to a newly waited channel at once.
-    fn poke_subscriber(&self) {
-        let result = self.connection().and_then(|mut connection| {
-            connection
-                .run(|c| redis::cmd("PUBLISH").arg(self.inner.hub.control_channel()).arg("").query::<i64>(c))
-                .map_err(|e| error::map("wake the subscriber", e))
-        });
-        if let Err(error) = result {
-            // The subscriber still gets there within its tick; waiters re-check meanwhile.
-            tracing::debug!(%error, "poking the redis subscriber failed");
-        }
-    }
-
-    /// The waiting loop of [`NativeWait::acquire_until`]; leaves the queue to the caller.
-    fn wait_loop(
-        &self,
-        name: &LockName,
-        keys: &RedisKeys,
-        owner: &OwnerToken,
-        ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Acquired<RedisLease>>> {
-        let mut registration: Option<Registration<'_>> = None;
-        loop {
-            if let Some(waiting) = &registration {
-                // Wake-ups so far are answered by what this attempt sees.
-                waiting.clear();
-            }
-            let sent_at = Instant::now();
-            let retry_in = match self.attempt(name, keys, owner, ttl, true)? {
-                Attempt::Acquired(lease) => return Ok(Some(Acquired::new(lease, sent_at))),
-                Attempt::Held { retry_in } => retry_in,
-            };
-            let now = Instant::now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return Ok(None);
-            }
-            let bound = |wait: Duration| deadline.map_or(now + wait, |deadline| deadline.min(now + wait));
-            match &registration {
-                None => {
-                    // Subscribe first, then re-check: a release between the failed attempt and
-                    // the subscription would otherwise be missed.
-                    let (joined, poke) = self.inner.hub.register(keys.channel(), &owner.to_hex());
-                    if poke {
-                        self.poke_subscriber();
-                    }
-                    joined.wait_subscribed(bound(FALLBACK_RECHECK));
-                    registration = Some(joined);
-                }
-                Some(waiting) => {
-                    let wait = retry_in.map_or(FALLBACK_RECHECK, |hint| hint.min(FALLBACK_RECHECK));
-                    waiting.wait(bound(wait));
-                }
-            }
-        }
     }
 }
 
@@ -485,32 +322,6 @@ fn same_error(error: &Error) -> Error {
         }
         Error::InvalidConfig { reason } => Error::InvalidConfig { reason: reason.clone() },
         _ => Error::Backend { backend: BACKEND, source: source() },
-    }
-}
-
-impl NativeWait for RedisBackend {
-    /// Waits in the lock's queue: woken by the release message meant for this waiter, re-checking
-    /// on its own after at most the lock's remaining lease or one second.
-    fn acquire_until(
-        &self,
-        name: &LockName,
-        owner: &OwnerToken,
-        ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Acquired<RedisLease>>> {
-        check_lease(ttl)?;
-        let keys = self.keys(name);
-        let outcome = self.wait_loop(name, &keys, owner, ttl, deadline);
-        match &outcome {
-            Ok(Some(_)) => {}
-            // The server just failed to answer: asking it again would cost the caller another
-            // timeout. The queue entry lapses on its own (QUEUE_ENTRY_TTL).
-            Err(error) if error.is_retryable() => {}
-            // Gave up, or a non-I/O error: do not keep a place in the queue that holds up
-            // everyone behind (one call to a server that just answered).
-            _ => self.leave_queue(&keys, owner),
-        }
-        outcome
     }
 }
 

@@ -1,0 +1,44 @@
+//! [`RedisLease`]: one acquisition of a [`RedisBackend`](super::RedisBackend) lock.
+
+use std::time::Duration;
+
+use lock_core::{FencingToken, LockName};
+
+use crate::keys::RedisKeys;
+
+/// One acquisition of a [`RedisBackend`] lock.
+#[derive(Debug)]
+pub struct RedisLease {
+    pub(crate) name: LockName,
+    pub(crate) keys: RedisKeys,
+    pub(crate) token: String,
+    pub(crate) fence: FencingToken,
+    pub(crate) lease: Duration,
+}
+
+impl RedisLease {
+    /// A grant that may exist under `token` (its fencing token unknown), for clean-up.
+    pub(crate) fn in_doubt(name: &LockName, keys: &RedisKeys, token: String, lease: Duration) -> Self {
+        Self { name: name.clone(), keys: keys.clone(), token, fence: FencingToken::new(0), lease }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// The lock's Redis keys.
+    pub fn keys(&self) -> &RedisKeys {
+        &self.keys
+    }
+
+    /// The owner token stored with the lock, as 32 hex digits.
+    pub fn owner_token(&self) -> &str {
+        &self.token
+    }
+
+    /// The fencing token issued with this acquisition.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.fence
+    }
+}
