@@ -6,7 +6,7 @@ use lock_core::{FencingToken, LockName};
 
 use crate::keys::RedisKeys;
 
-/// One acquisition of a [`RedlockBackend`] lock, with the validity Redlock computed for it.
+/// One acquisition of a [`RedlockBackend`](super::RedlockBackend) lock, with the validity Redlock computed for it.
 #[derive(Debug)]
 pub struct RedlockLease {
     pub(super) name: LockName,
@@ -55,7 +55,7 @@ impl RedlockLease {
     }
 
     /// How long the lock was valid for when the acquisition (or the latest extension) returned:
-    /// `lease − elapsed − drift` ([`RedlockBackend::clock_drift`]). Always above zero.
+    /// `lease − elapsed − drift` ([`RedlockBackend::clock_drift`](super::RedlockBackend::clock_drift)). Always above zero.
     pub fn validity(&self) -> Duration {
         self.validity
     }

@@ -6,7 +6,7 @@ use lock_core::{FencingToken, LockName};
 
 use crate::keys::RedisKeys;
 
-/// One acquisition of a [`RedisBackend`] lock.
+/// One acquisition of a [`RedisBackend`](super::RedisBackend) lock.
 #[derive(Debug)]
 pub struct RedisLease {
     pub(crate) name: LockName,
