@@ -11,8 +11,8 @@
 //! without ACL rights on the channels gets none at all (the server refuses the subscription; the
 //! thread logs that once per channel and does not report the channel subscribed). So waiters
 //! never rely on them alone; they also re-check on their own after a bounded time (see
-//! `backend.rs`). On a lost connection the thread reconnects, resubscribes and wakes every waiter
-//! to re-check.
+//! `single_node/wait.rs`). On a lost connection the thread (`subscriber.rs`) reconnects,
+//! resubscribes and wakes every waiter once to re-check.
 //!
 //! The thread starts with the first wait and exits (within [`TICK`]) once the last clone of its
 //! backend is dropped.
@@ -26,9 +26,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use redis::{Client, Connection, RedisResult};
+use redis::Client;
 
-use crate::connection::{ConnectionManager, PoolSettings};
+use crate::connection::PoolSettings;
+
+mod subscriber;
 
 /// How long the subscriber blocks in a read before it looks at its to-do list and whether its
 /// backend is gone. Subscriptions wanted meanwhile do not wait for it: the waiter pokes the
@@ -40,20 +42,6 @@ const LINGER: Duration = Duration::from_secs(5);
 
 /// How long a channel whose subscription the server refused (ACL) is left before trying again.
 const REFUSED_RETRY: Duration = Duration::from_secs(5);
-
-/// The payload of the permission probe published on the control channel (see
-/// [`ChannelRights`]); the subscriber ignores everything on that channel anyway.
-const PROBE_PAYLOAD: &str = "-";
-
-/// Longest pause between reconnection attempts of the subscriber.
-const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
-
-/// The first pause before the subscriber reconnects.
-const MIN_RECONNECT_DELAY: Duration = Duration::from_millis(50);
-
-/// A connection that served this long was healthy: the next reconnect starts at the shortest
-/// delay again.
-const HEALTHY_AFTER: Duration = Duration::from_secs(5);
 
 /// The name of the subscriber threads, one per backend that has waited (Linux shows 15 bytes
 /// of a thread name).
@@ -193,8 +181,9 @@ impl WaitHub {
         if !state.thread_running && !state.closed {
             state.thread_running = true;
             let shared = Arc::clone(&self.shared);
-            let spawned =
-                thread::Builder::new().name(SUBSCRIBER_THREAD_NAME.into()).spawn(move || run(&shared));
+            let spawned = thread::Builder::new()
+                .name(SUBSCRIBER_THREAD_NAME.into())
+                .spawn(move || subscriber::run(&shared));
             match spawned {
                 // A fresh thread subscribes to everything wanted when it connects.
                 Ok(_) => poke = false,
@@ -352,147 +341,6 @@ impl HubShared {
         let state = self.state.lock();
         for slot in state.channels.values().flat_map(|channel| &channel.waiters) {
             slot.update(|s| s.woken = true);
-        }
-    }
-}
-
-/// The subscriber thread: connect, serve until the connection breaks, reconnect; until closed.
-///
-/// Reconnection backs off exponentially up to [`MAX_RECONNECT_DELAY`], also when a connection
-/// opens but breaks at once (a server that accepts and drops connections must not be hammered);
-/// only a connection that served for a while resets the delay.
-fn run(shared: &HubShared) {
-    let mut delay = MIN_RECONNECT_DELAY;
-    while !shared.is_closed() {
-        let started = Instant::now();
-        let outcome = ConnectionManager::open(&shared.client, &shared.settings)
-            .and_then(|mut connection| serve(shared, &mut connection));
-        if let Err(error) = outcome {
-            tracing::debug!(%error, "redis subscriber connection failed; reconnecting");
-            shared.connection_lost();
-            if started.elapsed() >= HEALTHY_AFTER {
-                delay = MIN_RECONNECT_DELAY;
-            }
-            if !shared.is_closed() {
-                thread::sleep(delay);
-            }
-            delay = (delay * 2).min(MAX_RECONNECT_DELAY);
-        }
-    }
-    shared.state.lock().thread_running = false;
-}
-
-/// Whether the server lets this client use the backend's channels, learnt by publishing
-/// [`PROBE_PAYLOAD`] on the hub's own control channel over a plain connection.
-///
-/// redis-rs's `PubSub::subscribe` swallows an error reply to SUBSCRIBE (it returns `Ok` either
-/// way), so a refusal has to be learnt another way. Redis grants PUBLISH and SUBSCRIBE by the
-/// same channel patterns, and the control channel (`<prefix>:subscriber:<id>`) lies under the
-/// documented grant `&<prefix>:*` just like every lock channel; probing it (nobody else listens
-/// there) does not put anything on the lock channels. A grant narrower than the prefix that
-/// still covers some lock channels is not told apart: those channels are then subscribed blind,
-/// as before, and their waiters still re-check at least once a second.
-struct ChannelRights {
-    probe: Option<Connection>,
-    /// The latest answer and when it came; `None` before the first probe.
-    answer: Option<(Result<(), redis::RedisError>, Instant)>,
-}
-
-impl ChannelRights {
-    fn new() -> Self {
-        Self { probe: None, answer: None }
-    }
-
-    /// The server's refusal, if it refuses; asked again once a refusal is [`REFUSED_RETRY`] old.
-    fn refusal(&mut self, shared: &HubShared) -> Option<&redis::RedisError> {
-        let ask = match &self.answer {
-            None => true,
-            Some((Err(_), at)) => at.elapsed() >= REFUSED_RETRY,
-            Some((Ok(()), _)) => false,
-        };
-        if ask {
-            self.answer = Some((self.ask(shared), Instant::now()));
-        }
-        self.answer.as_ref().and_then(|(answer, _)| answer.as_ref().err())
-    }
-
-    fn ask(&mut self, shared: &HubShared) -> Result<(), redis::RedisError> {
-        if self.probe.is_none() {
-            self.probe = ConnectionManager::open(&shared.client, &shared.settings).ok();
-        }
-        // Without a probe connection (it failed to open) the answer is yes: subscribe blind.
-        let Some(connection) = self.probe.as_mut() else { return Ok(()) };
-        let published =
-            redis::cmd("PUBLISH").arg(&shared.control_channel).arg(PROBE_PAYLOAD).query::<i64>(connection);
-        match published {
-            Ok(_) => Ok(()),
-            Err(error) if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => {
-                Err(error)
-            }
-            Err(error) => {
-                if !matches!(error.kind(), redis::ErrorKind::Server(_)) {
-                    // Out of step or closed: open another next time.
-                    self.probe = None;
-                }
-                tracing::debug!(%error, "probing the redis channel rights failed; subscribing blind");
-                Ok(())
-            }
-        }
-    }
-}
-
-/// Serves one connection; returns `Ok` when the hub closed, the error when the connection broke.
-fn serve(shared: &HubShared, connection: &mut Connection) -> RedisResult<()> {
-    let mut rights = ChannelRights::new();
-    let mut pubsub = connection.as_pubsub();
-    // Commands wait for their reply as long as any command does; only the idle read for the
-    // next message is cut at a TICK, so the thread can look at its to-do list.
-    let command_timeout = Some(shared.settings.read_timeout);
-    pubsub.set_read_timeout(command_timeout)?;
-    pubsub.subscribe(&shared.control_channel)?;
-    pubsub.set_read_timeout(Some(TICK))?;
-    // Messages published before this connection subscribed are lost: every current waiter
-    // re-checks once (the first connection finds at most the waiters that started the thread).
-    shared.wake_all();
-    loop {
-        if shared.is_closed() {
-            return Ok(());
-        }
-        let (subscribe, unsubscribe) = shared.pending(Instant::now());
-        let commands = !subscribe.is_empty() || !unsubscribe.is_empty();
-        if commands {
-            pubsub.set_read_timeout(command_timeout)?;
-        }
-        for name in subscribe {
-            // A channel the server would refuse is not reported subscribed: its waiters fall
-            // back to re-checking on their own.
-            if let Some(error) = rights.refusal(shared) {
-                shared.mark_refused(&name, error);
-                continue;
-            }
-            // One channel per command: the reply confirms exactly that one, and only then are
-            // its waiters told (they re-check after that, so no release can slip between).
-            pubsub.subscribe(&name)?;
-            shared.mark_subscribed(&name);
-        }
-        for name in unsubscribe {
-            // Reported unsubscribed even if the server answered with an error: a channel that
-            // stays subscribed only brings messages nobody waits for.
-            pubsub.unsubscribe(&name)?;
-            shared.mark_unsubscribed(&name);
-        }
-        if commands {
-            pubsub.set_read_timeout(Some(TICK))?;
-        }
-        match pubsub.get_message() {
-            Ok(message) => {
-                let name = message.get_channel_name();
-                if name != shared.control_channel {
-                    shared.dispatch(name, message.get_payload_bytes());
-                }
-            }
-            Err(error) if error.is_timeout() => {}
-            Err(error) => return Err(error),
         }
     }
 }
