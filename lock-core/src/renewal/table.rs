@@ -121,17 +121,28 @@ impl<B: DistributedLock> LeaseTable<B> {
     pub(crate) fn note_released(&self) {
         let mut queues = self.queues.lock();
         queues.released += 1;
+        // A lease has up to two entries (renewal and expiry): prune once released leases
+        // outnumber live ones.
         let queued = queues.renewals.len() + queues.expiries.len();
-        if queues.released >= PRUNE_AFTER && queues.released * 2 > queued {
+        if queues.released >= PRUNE_AFTER && queues.released * 4 > queued {
             queues.renewals.retain(|Reverse(due)| !due.held.is_released());
             queues.expiries.retain(|Reverse(due)| !due.held.is_released());
             queues.released = 0;
         }
     }
 
+    /// Entries in both queues, released ones included.
+    #[cfg(test)]
+    pub(crate) fn queued(&self) -> usize {
+        let queues = self.queues.lock();
+        queues.renewals.len() + queues.expiries.len()
+    }
+
     /// Extends every lease in `batch` in one backend call, then reschedules or reports each.
     /// Runs on an I/O thread.
     fn renew(&self, batch: Vec<(Arc<HeldLease<B>>, Duration)>) {
+        // Whatever happens below (a panic included), the next batch of this client may go.
+        let _in_flight = InFlight(&self.in_flight);
         let sent_at = Instant::now();
         let outcomes = self.extend_batch(&batch);
         let now = Instant::now();
@@ -160,11 +171,7 @@ impl<B: DistributedLock> LeaseTable<B> {
                 }
             }
         }
-        let earliest = rescheduled.iter().map(|due| due.at).min();
         self.queues.lock().renewals.extend(rescheduled.into_iter().map(Reverse));
-        self.in_flight.store(false, AtomicOrdering::Release);
-        // The timer skipped this table's renewals while the batch was out: have it look again.
-        timer().wake_by(earliest.unwrap_or_else(Instant::now).min(Instant::now()));
     }
 
     /// One outcome per batch item; `None` for leases released before the batch was sent.
@@ -199,6 +206,17 @@ impl<B: DistributedLock> LeaseTable<B> {
                 })
             })
             .collect()
+    }
+}
+
+/// Ends a client's batch: clears its in-flight flag and has the timer look at the table again
+/// (it skipped the table's renewals while the batch was out), on every exit from the batch.
+struct InFlight<'a>(&'a AtomicBool);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, AtomicOrdering::Release);
+        timer().wake_by(Instant::now());
     }
 }
 

@@ -58,3 +58,14 @@ fn force_unlock_frees_a_leaked_guard_and_never_another_owners_lock() {
     assert!(rival_guard.is_held(), "force_unlock never releases another owner's lock");
     assert_eq!(leaked.hold_count(), 0);
 }
+
+#[test]
+fn a_high_release_rate_does_not_grow_the_renewal_queues() {
+    let client = LockClient::with_options(FakeBackend::default(), options(60_000, true));
+    let lock = client.lock_named(&name("churn")).unwrap();
+    for _ in 0..10_000 {
+        lock.lock().unwrap().unlock().unwrap();
+    }
+    let queued = client.shared.leases.queued();
+    assert!(queued < 5_000, "{queued} queue entries left by 10,000 released leases");
+}
