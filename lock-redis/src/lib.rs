@@ -163,6 +163,7 @@ mod set_nx;
 mod single_node;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod wait_loop;
 mod waiter;
 
 pub use builder::{RedisLockBuilder, MAX_TIMEOUT};

@@ -1,42 +1,118 @@
-//! The Lua scripts (in `scripts/`), loaded once per process and run with `EVALSHA` (reloaded on
-//! `NOSCRIPT` by [`redis::Script`]).
+//! The Lua scripts (in `scripts/`) and [`LuaScript`], the one script type every caller uses:
+//! single commands ([`LuaScript::query`]), renewal pipelines and Redlock's packed requests
+//! ([`LuaScript::invoke`] after [`LuaScript::load`] in the same write).
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::{Cmd, Connection, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind};
 
 /// The wait-queue helpers every acquiring or releasing script starts with.
 pub(crate) const QUEUE: &str = include_str!("scripts/queue.lua");
 
-/// The three scripts of one lock kind. Both kinds take the same `KEYS` and `ARGV` (documented at
-/// the top of each script), so the backend drives them alike.
+/// One script: its text and its SHA-1, run with `EVALSHA`.
+///
+/// A server that forgot the script (restart, `SCRIPT FLUSH`) answers `NOSCRIPT`: a single command
+/// is loaded and retried by [`query`](Self::query); a pipeline or a packed request, which cannot
+/// retry mid-way, starts with [`load`](Self::load) in the same write.
+pub(crate) struct LuaScript {
+    source: String,
+    hash: String,
+}
+
+impl LuaScript {
+    pub(crate) fn new(source: String) -> Self {
+        let hash = redis::Script::new(&source).get_hash().to_owned();
+        Self { source, hash }
+    }
+
+    /// `EVALSHA <sha> <number of keys> <keys…>`; the caller adds the arguments.
+    pub(crate) fn invoke(&self, keys: &[&str]) -> Cmd {
+        let mut command = redis::cmd("EVALSHA");
+        command.arg(&self.hash).arg(keys.len());
+        for key in keys {
+            command.arg(*key);
+        }
+        command
+    }
+
+    /// `SCRIPT LOAD <text>`, packed, to put before an `EVALSHA` in the same write.
+    pub(crate) fn load(&self) -> Vec<u8> {
+        redis::cmd("SCRIPT").arg("LOAD").arg(&self.source).get_packed_command()
+    }
+
+    /// Runs `command` (built by [`invoke`](Self::invoke)); on `NOSCRIPT`, loads the script and
+    /// runs it once more.
+    pub(crate) fn query<T: FromRedisValue>(
+        &self,
+        connection: &mut Connection,
+        command: &Cmd,
+    ) -> RedisResult<T> {
+        match command.query(connection) {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                redis::cmd("SCRIPT").arg("LOAD").arg(&self.source).query::<String>(connection)?;
+                command.query(connection)
+            }
+            result => result,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn source(&self) -> &str {
+        &self.source
+    }
+
+    #[cfg(test)]
+    pub(crate) fn hash(&self) -> &str {
+        &self.hash
+    }
+}
+
+/// The three scripts of one single-node lock kind. Both kinds take the same `KEYS` and `ARGV`
+/// (documented at the top of each script), so the backend drives them alike.
 pub(crate) struct LockScripts {
-    pub(crate) acquire: Script,
-    pub(crate) extend: Script,
-    /// The extend script's text, for `SCRIPT LOAD` at the head of a renewal pipeline (a
-    /// pipeline cannot reload a script that the server forgot mid-way).
-    pub(crate) extend_source: &'static str,
-    pub(crate) release: Script,
+    pub(crate) acquire: LuaScript,
+    pub(crate) extend: LuaScript,
+    pub(crate) release: LuaScript,
 }
 
 impl LockScripts {
-    pub(crate) fn new(acquire: &str, extend: &'static str, release: &str) -> Self {
+    pub(crate) fn new(acquire: &str, extend: &str, release: &str) -> Self {
         Self {
-            acquire: Script::new(&with_queue(acquire)),
-            extend: Script::new(extend),
-            extend_source: extend,
-            release: Script::new(&with_queue(release)),
+            acquire: LuaScript::new(with_queue(acquire)),
+            extend: LuaScript::new(extend.to_owned()),
+            release: LuaScript::new(with_queue(release)),
         }
     }
 }
 
 /// A waiter that gives up leaves the queue (kind-independent).
-pub(crate) fn dequeue() -> &'static Script {
-    static DEQUEUE: LazyLock<Script> =
-        LazyLock::new(|| Script::new(&with_queue(include_str!("scripts/dequeue.lua"))));
+pub(crate) fn dequeue() -> &'static LuaScript {
+    static DEQUEUE: LazyLock<LuaScript> =
+        LazyLock::new(|| LuaScript::new(with_queue(include_str!("scripts/dequeue.lua"))));
     &DEQUEUE
 }
 
 fn with_queue(body: &str) -> String {
     format!("{QUEUE}\n{body}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hash_is_the_sha1_of_the_full_text() {
+        let script = dequeue();
+        assert_eq!(script.hash().len(), 40);
+        assert_eq!(script.hash(), redis::Script::new(script.source()).get_hash());
+        assert!(script.source().starts_with(QUEUE));
+    }
+
+    #[test]
+    fn invoke_names_the_hash_and_the_keys() {
+        let packed = dequeue().invoke(&["a", "b"]).arg("x").get_packed_command();
+        let text = String::from_utf8(packed).unwrap();
+        assert!(text.contains("EVALSHA") && text.contains(dequeue().hash()));
+        assert!(text.contains("\r\n2\r\n") && text.ends_with("$1\r\nx\r\n"));
+    }
 }

@@ -592,3 +592,33 @@ fn an_acl_user_without_channel_rights_releases_and_waiters_still_acquire() {
         assert!(locks.release(acquired.lease).unwrap(), "{kind:?}");
     }
 }
+
+/// A server that forgot the scripts (restart, `SCRIPT FLUSH`) answers `NOSCRIPT`: every single
+/// command loads its script and runs again, and a renewal pipeline loads its script up front.
+#[test]
+fn scripts_are_reloaded_after_script_flush() {
+    let url = shared_url();
+    let mut raw = connection(&url);
+    let mut flush = || {
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut raw).unwrap();
+    };
+    for kind in [RedisLockKind::SetNx, RedisLockKind::ReentrantHash] {
+        let locks = backend(&url, kind);
+        let name = unique_name("noscript");
+        flush();
+        let mut lease = locks.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap().expect("free");
+        flush();
+        assert!(locks.extend(&mut lease, 10 * SECOND).unwrap());
+        flush();
+        let outcomes = locks.extend_many(&mut [Extension::new(&mut lease, 10 * SECOND)]);
+        assert!(matches!(outcomes.as_slice(), [Ok(true)]), "{outcomes:?}");
+        flush();
+        // A timed wait that gives up leaves the queue with the dequeue script.
+        let waited = locks
+            .acquire_until(&name, &OwnerToken::random(), 10 * SECOND, Some(Instant::now() + SECOND / 5))
+            .unwrap();
+        assert!(waited.is_none());
+        flush();
+        assert!(locks.release(lease).unwrap());
+    }
+}

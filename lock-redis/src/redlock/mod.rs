@@ -65,9 +65,9 @@ use lock_core::{
 };
 use redis::Value;
 
+use crate::lua::LuaScript;
 pub use builder::RedlockBuilder;
 use fanout::{Fanout, Node, NodeReplies};
-use scripts::RedlockScript;
 use tally::{NodeError, Tally, BACKEND};
 
 use crate::keys::RedisKeys;
@@ -200,7 +200,7 @@ impl RedlockBackend {
     fn run_script(
         &self,
         fanout: &mut Fanout<'_>,
-        script: &RedlockScript,
+        script: &LuaScript,
         request: &[u8],
         operation: &'static str,
     ) -> Vec<std::result::Result<Value, NodeError>> {

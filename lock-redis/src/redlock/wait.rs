@@ -1,8 +1,8 @@
 //! Waiting for a Redlock lock: retry on a release message from any node, or after at most a
-//! second (or the remaining lease); back off at random after a split vote. No fair queue.
+//! second (or the remaining lease); back off at random after a split vote. No fair queue. The
+//! loop itself is `wait_loop.rs`.
 
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use lock_core::{Acquired, LockName, NativeWait, OwnerToken, Result};
@@ -11,7 +11,8 @@ use rand::RngExt as _;
 use super::acquire::Attempt;
 use super::fanout::Fanout;
 use super::{RedlockBackend, RedlockLease};
-use crate::single_node::FALLBACK_RECHECK;
+use crate::keys::RedisKeys;
+use crate::wait_loop::{self, Refusal, Waiter};
 use crate::waiter::{Registration, Slot};
 
 impl RedlockBackend {
@@ -39,57 +40,57 @@ impl RedlockBackend {
             }
         }
     }
+}
 
-    /// The waiting loop of [`NativeWait::acquire_until`].
-    fn wait_loop(
-        &self,
-        name: &LockName,
-        owner: &OwnerToken,
-        ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Acquired<RedlockLease>>> {
-        let keys = self.keys(name);
-        let slot = Slot::new(&owner.to_hex());
-        let mut registrations: Vec<Registration<'_>> = Vec::new();
-        loop {
-            // Wake-ups so far are answered by what this attempt sees.
-            slot.clear();
-            let sent_at = Instant::now();
-            let (retry_in, split, took) = match self.attempt(name, &keys, owner, ttl)? {
-                Attempt::Acquired(lease) => return Ok(Some(Acquired::new(*lease, sent_at))),
-                Attempt::Refused { retry_in, split, took } => (retry_in, split, took),
-            };
-            let now = Instant::now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return Ok(None);
-            }
-            let bound = |wait: Duration| deadline.map_or(now + wait, |deadline| deadline.min(now + wait));
-            if registrations.is_empty() {
-                // Subscribe on every node first, then re-check: a release between the failed
-                // attempt and the subscriptions would otherwise be missed.
-                let mut pokes = Vec::with_capacity(self.inner.nodes.len());
-                for node in &self.inner.nodes {
-                    let (registration, poke) = node.hub.register_slot(keys.channel(), Arc::clone(&slot));
-                    registrations.push(registration);
-                    pokes.push(poke);
-                }
-                if pokes.contains(&true) {
-                    self.poke_subscribers(&pokes);
-                }
-                slot.wait_subscribed(bound(FALLBACK_RECHECK));
-                continue;
-            }
-            if split {
+/// One waiting Redlock acquisition: wake-ups from every node land in one slot.
+struct NodesWaiter<'a> {
+    backend: &'a RedlockBackend,
+    name: &'a LockName,
+    keys: RedisKeys,
+    owner: &'a OwnerToken,
+    ttl: Duration,
+    slot: Arc<Slot>,
+    registrations: Vec<Registration<'a>>,
+}
+
+impl Waiter for NodesWaiter<'_> {
+    type Lease = RedlockLease;
+
+    fn attempt(&mut self) -> Result<std::result::Result<RedlockLease, Refusal>> {
+        Ok(match self.backend.attempt(self.name, &self.keys, self.owner, self.ttl)? {
+            Attempt::Acquired(lease) => Ok(*lease),
+            Attempt::Refused { retry_in, split, took } => Err(Refusal {
+                retry_in,
                 // Several clients split the votes: retry after a random moment, so that one of
                 // them gets ahead of the others next time.
-                let jitter = (took * 2).max(Duration::from_millis(1));
-                let pause = jitter.mul_f64(rand::rng().random_range(0.0..1.0));
-                thread::sleep(bound(pause).saturating_duration_since(now));
-                continue;
-            }
-            let wait = retry_in.map_or(FALLBACK_RECHECK, |hint| hint.min(FALLBACK_RECHECK));
-            slot.wait(bound(wait));
+                back_off: split.then(|| {
+                    let jitter = (took * 2).max(Duration::from_millis(1));
+                    jitter.mul_f64(rand::rng().random_range(0.0..1.0))
+                }),
+            }),
+        })
+    }
+
+    fn subscribe(&mut self, until: Instant) {
+        let nodes = &self.backend.inner.nodes;
+        let mut pokes = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let (registration, poke) = node.hub.register_slot(self.keys.channel(), Arc::clone(&self.slot));
+            self.registrations.push(registration);
+            pokes.push(poke);
         }
+        if pokes.contains(&true) {
+            self.backend.poke_subscribers(&pokes);
+        }
+        self.slot.wait_subscribed(until);
+    }
+
+    fn clear(&self) {
+        self.slot.clear();
+    }
+
+    fn wait(&self, until: Instant) {
+        self.slot.wait(until);
     }
 }
 
@@ -104,6 +105,15 @@ impl NativeWait for RedlockBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired<RedlockLease>>> {
         Self::check_ttl(ttl)?;
-        self.wait_loop(name, owner, ttl, deadline)
+        let mut waiter = NodesWaiter {
+            backend: self,
+            name,
+            keys: self.keys(name),
+            owner,
+            ttl,
+            slot: Slot::new(&owner.to_hex()),
+            registrations: Vec::new(),
+        };
+        wait_loop::wait_until(&mut waiter, deadline)
     }
 }

@@ -7,7 +7,6 @@ mod wait;
 
 pub use lease::RedisLease;
 pub(crate) use replication::ReplicaWait;
-pub(crate) use wait::FALLBACK_RECHECK;
 use wait::QUEUE_ENTRY_TTL;
 
 use std::fmt;
@@ -149,17 +148,15 @@ impl RedisBackend {
         let mut connection = self.connection()?;
         let reply = connection
             .run(|c| {
-                self.scripts()
-                    .acquire
-                    .key(keys.lock())
-                    .key(keys.fence())
-                    .key(keys.queue())
-                    .key(keys.queue_timeouts())
+                let script = &self.scripts().acquire;
+                let command = script
+                    .invoke(&[keys.lock(), keys.fence(), keys.queue(), keys.queue_timeouts()])
                     .arg(&token)
                     .arg(millis(ttl))
                     .arg(if waiting { "1" } else { "0" })
                     .arg(millis(QUEUE_ENTRY_TTL))
-                    .invoke::<Vec<i64>>(c)
+                    .to_owned();
+                script.query::<Vec<i64>>(c, &command)
             })
             .map_err(|e| error::map("acquire", e));
         let reply = match reply {
@@ -197,15 +194,14 @@ impl RedisBackend {
 
     fn release_on(&self, connection: &mut PooledConnection, lease: &RedisLease) -> RedisResult<i64> {
         connection.run(|c| {
-            self.scripts()
-                .release
-                .key(lease.keys.lock())
-                .key(lease.keys.queue())
-                .key(lease.keys.queue_timeouts())
+            let script = &self.scripts().release;
+            let command = script
+                .invoke(&[lease.keys.lock(), lease.keys.queue(), lease.keys.queue_timeouts()])
                 .arg(&lease.token)
                 .arg(lease.keys.channel())
                 .arg(millis(lease.lease))
-                .invoke(c)
+                .to_owned();
+            script.query(c, &command)
         })
     }
 }
@@ -234,7 +230,8 @@ impl DistributedLock for RedisBackend {
         let mut connection = self.connection()?;
         let extended: i64 = connection
             .run(|c| {
-                self.scripts().extend.key(lease.keys.lock()).arg(&lease.token).arg(millis(ttl)).invoke(c)
+                let script = &self.scripts().extend;
+                script.query(c, script.invoke(&[lease.keys.lock()]).arg(&lease.token).arg(millis(ttl)))
             })
             .map_err(|e| error::map("extend", e))?;
         if extended == 1 {
@@ -251,18 +248,15 @@ impl DistributedLock for RedisBackend {
         let valid: Vec<usize> = (0..batch.len()).filter(|&index| outcomes[index].is_none()).collect();
         if !valid.is_empty() {
             let scripts = self.scripts();
-            let mut pipe = redis::pipe();
             // EVALSHA in a pipeline is not retried on NOSCRIPT (a restarted server, SCRIPT FLUSH):
             // load the script first, in the same round trip.
-            pipe.cmd("SCRIPT").arg("LOAD").arg(scripts.extend_source);
+            let mut request = scripts.extend.load();
             for &index in &valid {
                 let item = &batch[index];
-                pipe.invoke_script(
-                    scripts.extend.key(item.lease.keys.lock()).arg(&item.lease.token).arg(millis(item.ttl)),
-                );
+                let mut command = scripts.extend.invoke(&[item.lease.keys.lock()]);
+                request.extend(command.arg(&item.lease.token).arg(millis(item.ttl)).get_packed_command());
             }
             // One connect and one read timeout for the whole batch (the trait's no-hang rule).
-            let request = pipe.get_packed_pipeline();
             let replies = self.connection().and_then(|mut connection| {
                 connection.exchange(&request, 1 + valid.len()).map_err(|e| error::map("extend", e))
             });
@@ -345,6 +339,7 @@ impl fmt::Debug for RedisBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wait_loop::FALLBACK_RECHECK;
 
     #[test]
     fn a_batch_error_is_copied_with_its_meaning() {

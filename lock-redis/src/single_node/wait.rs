@@ -1,4 +1,5 @@
-//! The single-node wait: a fair queue in Redis, woken by the release's pub/sub message.
+//! The single-node wait: a fair queue in Redis, woken by the release's pub/sub message (the loop
+//! itself is `wait_loop.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -8,17 +9,11 @@ use super::{Attempt, RedisBackend, RedisLease};
 use crate::error;
 use crate::keys::RedisKeys;
 use crate::lua;
+use crate::wait_loop::{self, Refusal, Waiter};
 use crate::waiter::Registration;
 
-/// The longest a waiter waits for a release message before it re-checks on its own.
-///
-/// Release messages are fire-and-forget, so this bounds the delay a lost one can cause. It is
-/// deliberately not shorter: a hand-off must come from the message, and polling faster would only
-/// load the server (conformance scenario S11 checks hand-offs are faster than this).
-pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
-
 /// How long a waiter's place in the queue lasts without a refresh. Live waiters refresh it on
-/// every re-check (at least every [`FALLBACK_RECHECK`]), so only a dead waiter's entry lapses,
+/// every re-check (at least every [`FALLBACK_RECHECK`](crate::wait_loop::FALLBACK_RECHECK)), so only a dead waiter's entry lapses,
 /// and a dead waiter at the head holds up a free lock for at most this long.
 pub(crate) const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(3);
 
@@ -34,13 +29,13 @@ impl RedisBackend {
         let result = self.connection().and_then(|mut connection| {
             connection
                 .run(|c| {
-                    lua::dequeue()
-                        .key(keys.lock())
-                        .key(keys.queue())
-                        .key(keys.queue_timeouts())
+                    let script = lua::dequeue();
+                    let command = script
+                        .invoke(&[keys.lock(), keys.queue(), keys.queue_timeouts()])
                         .arg(owner.to_hex())
                         .arg(keys.channel())
-                        .invoke::<i64>(c)
+                        .to_owned();
+                    script.query::<i64>(c, &command)
                 })
                 .map_err(|e| error::map("leave the wait queue", e))
         });
@@ -61,48 +56,46 @@ impl RedisBackend {
             tracing::debug!(%error, "poking the redis subscriber failed");
         }
     }
+}
 
-    /// The waiting loop of [`NativeWait::acquire_until`]; leaves the queue to the caller.
-    fn wait_loop(
-        &self,
-        name: &LockName,
-        keys: &RedisKeys,
-        owner: &OwnerToken,
-        ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Acquired<RedisLease>>> {
-        let mut registration: Option<Registration<'_>> = None;
-        loop {
-            if let Some(waiting) = &registration {
-                // Wake-ups so far are answered by what this attempt sees.
-                waiting.clear();
-            }
-            let sent_at = Instant::now();
-            let retry_in = match self.attempt(name, keys, owner, ttl, true)? {
-                Attempt::Acquired(lease) => return Ok(Some(Acquired::new(lease, sent_at))),
-                Attempt::Held { retry_in } => retry_in,
-            };
-            let now = Instant::now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return Ok(None);
-            }
-            let bound = |wait: Duration| deadline.map_or(now + wait, |deadline| deadline.min(now + wait));
-            match &registration {
-                None => {
-                    // Subscribe first, then re-check: a release between the failed attempt and
-                    // the subscription would otherwise be missed.
-                    let (joined, poke) = self.inner.hub.register(keys.channel(), &owner.to_hex());
-                    if poke {
-                        self.poke_subscriber();
-                    }
-                    joined.wait_subscribed(bound(FALLBACK_RECHECK));
-                    registration = Some(joined);
-                }
-                Some(waiting) => {
-                    let wait = retry_in.map_or(FALLBACK_RECHECK, |hint| hint.min(FALLBACK_RECHECK));
-                    waiting.wait(bound(wait));
-                }
-            }
+/// One waiting acquisition in a single server's queue.
+struct QueueWaiter<'a> {
+    backend: &'a RedisBackend,
+    name: &'a LockName,
+    keys: &'a RedisKeys,
+    owner: &'a OwnerToken,
+    ttl: Duration,
+    registration: Option<Registration<'a>>,
+}
+
+impl Waiter for QueueWaiter<'_> {
+    type Lease = RedisLease;
+
+    fn attempt(&mut self) -> Result<std::result::Result<RedisLease, Refusal>> {
+        Ok(match self.backend.attempt(self.name, self.keys, self.owner, self.ttl, true)? {
+            Attempt::Acquired(lease) => Ok(lease),
+            Attempt::Held { retry_in } => Err(Refusal { retry_in, back_off: None }),
+        })
+    }
+
+    fn subscribe(&mut self, until: Instant) {
+        let (joined, poke) = self.backend.inner.hub.register(self.keys.channel(), &self.owner.to_hex());
+        if poke {
+            self.backend.poke_subscriber();
+        }
+        joined.wait_subscribed(until);
+        self.registration = Some(joined);
+    }
+
+    fn clear(&self) {
+        if let Some(registration) = &self.registration {
+            registration.clear();
+        }
+    }
+
+    fn wait(&self, until: Instant) {
+        if let Some(registration) = &self.registration {
+            registration.wait(until);
         }
     }
 }
@@ -119,7 +112,9 @@ impl NativeWait for RedisBackend {
     ) -> Result<Option<Acquired<RedisLease>>> {
         check_lease(ttl)?;
         let keys = self.keys(name);
-        let outcome = self.wait_loop(name, &keys, owner, ttl, deadline);
+        let mut waiter = QueueWaiter { backend: self, name, keys: &keys, owner, ttl, registration: None };
+        let outcome = wait_loop::wait_until(&mut waiter, deadline);
+        drop(waiter);
         match &outcome {
             Ok(Some(_)) => {}
             // The server just failed to answer: asking it again would cost the caller another

@@ -1,0 +1,141 @@
+//! The wait loop both Redis lock kinds share: try; on the first refusal subscribe to release
+//! messages and try again (a release between the refusal and the subscription would otherwise be
+//! missed); then sleep until a wake-up, the re-check time or the deadline, and try again.
+//!
+//! What differs between the kinds — how an attempt is made, how wake-ups are registered (one
+//! server's queue, or every Redlock node), whether a refusal calls for a random back-off — is
+//! the [`Waiter`] implementation.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use lock_core::{Acquired, Result};
+
+/// The longest a waiter waits for a release message before it re-checks on its own.
+///
+/// Release messages are fire-and-forget, so this bounds the delay a lost one can cause. It is
+/// deliberately not shorter: a hand-off must come from the message, and polling faster would only
+/// load the server (conformance scenario S11 checks hand-offs are faster than this).
+pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
+
+/// Why an attempt did not get the lock, and what the loop should do about it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Refusal {
+    /// Re-check within this long at the latest (the soonest the holder's lease can end).
+    pub(crate) retry_in: Option<Duration>,
+    /// Sleep this long, ignoring wake-ups, before the next attempt (Redlock's random back-off
+    /// after a split vote).
+    pub(crate) back_off: Option<Duration>,
+}
+
+/// One waiting acquisition of one kind.
+pub(crate) trait Waiter {
+    /// The lease an attempt returns.
+    type Lease;
+
+    /// One acquisition attempt.
+    fn attempt(&mut self) -> Result<std::result::Result<Self::Lease, Refusal>>;
+
+    /// Registers for release messages, then waits until the subscription is confirmed or `until`.
+    fn subscribe(&mut self, until: Instant);
+
+    /// Forgets the wake-ups received so far (the next attempt answers them).
+    fn clear(&self);
+
+    /// Sleeps until a wake-up arrives or `until`.
+    fn wait(&self, until: Instant);
+}
+
+/// Runs `waiter` until it acquires (`Some`) or `deadline` passes (`None`). Errors of an attempt
+/// end the loop at once: what they leave behind is the caller's to clean up.
+pub(crate) fn wait_until<W: Waiter>(
+    waiter: &mut W,
+    deadline: Option<Instant>,
+) -> Result<Option<Acquired<W::Lease>>> {
+    let mut subscribed = false;
+    loop {
+        waiter.clear();
+        let sent_at = Instant::now();
+        let refusal = match waiter.attempt()? {
+            Ok(lease) => return Ok(Some(Acquired::new(lease, sent_at))),
+            Err(refusal) => refusal,
+        };
+        let now = Instant::now();
+        if deadline.is_some_and(|deadline| now >= deadline) {
+            return Ok(None);
+        }
+        let bound = |wait: Duration| deadline.map_or(now + wait, |deadline| deadline.min(now + wait));
+        if !subscribed {
+            waiter.subscribe(bound(FALLBACK_RECHECK));
+            subscribed = true;
+        } else if let Some(pause) = refusal.back_off {
+            thread::sleep(bound(pause).saturating_duration_since(now));
+        } else {
+            let wait = refusal.retry_in.map_or(FALLBACK_RECHECK, |hint| hint.min(FALLBACK_RECHECK));
+            waiter.wait(bound(wait));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+
+    /// Refuses `refusals` times, then grants; records what the loop asked of it.
+    struct Scripted {
+        refusals: u32,
+        refusal: Refusal,
+        attempts: u32,
+        subscribed: u32,
+        waits: Cell<u32>,
+    }
+
+    impl Waiter for Scripted {
+        type Lease = u32;
+
+        fn attempt(&mut self) -> Result<std::result::Result<u32, Refusal>> {
+            self.attempts += 1;
+            Ok(if self.attempts > self.refusals { Ok(self.attempts) } else { Err(self.refusal) })
+        }
+
+        fn subscribe(&mut self, _until: Instant) {
+            self.subscribed += 1;
+        }
+
+        fn clear(&self) {}
+
+        fn wait(&self, _until: Instant) {
+            self.waits.set(self.waits.get() + 1);
+        }
+    }
+
+    fn scripted(refusals: u32, refusal: Refusal) -> Scripted {
+        Scripted { refusals, refusal, attempts: 0, subscribed: 0, waits: Cell::new(0) }
+    }
+
+    #[test]
+    fn subscribes_once_then_re_checks_before_waiting() {
+        let mut waiter = scripted(3, Refusal { retry_in: Some(Duration::from_millis(1)), back_off: None });
+        let acquired = wait_until(&mut waiter, None).unwrap().expect("granted on the fourth attempt");
+        assert_eq!(acquired.lease, 4);
+        assert_eq!(waiter.subscribed, 1);
+        // Refusal 1 → subscribe, refusals 2 and 3 → wait.
+        assert_eq!(waiter.waits.get(), 2);
+    }
+
+    #[test]
+    fn a_back_off_sleeps_instead_of_waiting_for_wake_ups() {
+        let mut waiter = scripted(3, Refusal { retry_in: None, back_off: Some(Duration::from_millis(1)) });
+        assert!(wait_until(&mut waiter, None).unwrap().is_some());
+        assert_eq!(waiter.waits.get(), 0);
+    }
+
+    #[test]
+    fn a_passed_deadline_ends_after_one_attempt() {
+        let mut waiter = scripted(u32::MAX, Refusal::default());
+        assert!(wait_until(&mut waiter, Some(Instant::now())).unwrap().is_none());
+        assert_eq!((waiter.attempts, waiter.subscribed), (1, 0));
+    }
+}
