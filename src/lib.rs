@@ -2,7 +2,8 @@
 //! conformance suite.
 //!
 //! This facade re-exports [`lock_core`] (the API and the in-memory backend) and, behind Cargo
-//! features, each backend crate: today `redis` (single-node locks and Redlock).
+//! features, each backend crate: `redis` (single-node locks and Redlock) and `postgres` (lock
+//! table, row locks, advisory locks).
 //!
 //! ```
 //! use distlock::{LockClient, MemoryBackend};
@@ -32,3 +33,24 @@ pub use lock_core::*;
 /// ```
 #[cfg(feature = "redis")]
 pub use lock_redis as redis;
+
+/// The PostgreSQL backend (feature `postgres`): [`PostgresBackend`](lock_sql::postgres::PostgresBackend)
+/// with three kinds — a lock table on the database clock (leases, `NOTIFY` wake-ups), `SELECT …
+/// FOR UPDATE` row locks and advisory locks (session holds on an owned connection) — all with
+/// fencing tokens.
+///
+/// ```no_run
+/// use distlock::postgres::{PostgresBackend, PostgresLockKind};
+/// use distlock::LockClient;
+///
+/// let backend = PostgresBackend::builder("postgres://app:secret@127.0.0.1/app")
+///     .kind(PostgresLockKind::Table)
+///     .build()?;
+/// backend.ensure_schema()?;
+/// let client = LockClient::new(backend);
+/// let guard = client.lock_named("reports:daily")?.lock()?;
+/// guard.unlock()?;
+/// # Ok::<(), distlock::Error>(())
+/// ```
+#[cfg(feature = "postgres")]
+pub use lock_sql::postgres;

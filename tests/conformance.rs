@@ -5,7 +5,7 @@
 //! on every backend. Each backend's suite targets come from its crate's `testkit` feature, which
 //! this crate's `testkit` feature turns on for every enabled backend.
 
-#[cfg(all(feature = "redis", not(feature = "testkit")))]
+#[cfg(all(any(feature = "redis", feature = "postgres"), not(feature = "testkit")))]
 compile_error!("the backends' conformance tests need this crate's `testkit` feature: use --all-features");
 
 lock_testkit::conformance_tests!(memory, lock_testkit::suite::MemoryTarget::new());
@@ -19,4 +19,15 @@ mod redis {
     lock_testkit::conformance_tests!(hash, RedisTarget::reentrant_hash());
     // Redlock over five independent shared harness nodes (or `DISTLOCK_REDIS_NODES`).
     lock_testkit::conformance_tests!(redlock, RedlockTarget::shared());
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use distlock::postgres::PostgresLockKind;
+    use lock_sql::testkit::PostgresTarget;
+
+    // The three kinds on the shared harness server (or `DISTLOCK_POSTGRES_URL`).
+    lock_testkit::conformance_tests!(table, PostgresTarget::new(PostgresLockKind::Table));
+    lock_testkit::conformance_tests!(row, PostgresTarget::new(PostgresLockKind::Row));
+    lock_testkit::conformance_tests!(advisory, PostgresTarget::new(PostgresLockKind::Advisory));
 }

@@ -595,9 +595,11 @@ fn an_acl_user_without_channel_rights_releases_and_waiters_still_acquire() {
 
 /// A server that forgot the scripts (restart, `SCRIPT FLUSH`) answers `NOSCRIPT`: every single
 /// command loads its script and runs again, and a renewal pipeline loads its script up front.
+/// (A private server: flushing the shared one could race other tests' load-and-retry.)
 #[test]
 fn scripts_are_reloaded_after_script_flush() {
-    let url = shared_url();
+    let server = RedisServer::start().expect("private server");
+    let url = server.url();
     let mut raw = connection(&url);
     let mut flush = || {
         let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut raw).unwrap();

@@ -1,0 +1,251 @@
+//! [`PostgresBackend`]: three kinds of lock on one PostgreSQL server (see [`PostgresLockKind`]).
+//!
+//! `schema.rs` holds the tables and statements, `table.rs` the lock-table kind, `session.rs` the
+//! row and advisory kinds (holds that own a connection), `wait.rs` the waits, `listener.rs` the
+//! `LISTEN` connection that wakes lock-table waiters, `connection.rs` and `runtime.rs` the bounded
+//! blocking calls over tokio-postgres.
+
+mod builder;
+mod connection;
+pub(crate) mod error;
+mod lease;
+mod listener;
+pub(crate) mod runtime;
+mod schema;
+mod session;
+mod table;
+mod wait;
+
+pub use builder::PostgresLockBuilder;
+pub use lease::PostgresLease;
+pub use runtime::PG_THREAD_NAME;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{
+    check_lease, DistributedLock, Extension, Fencing, FencingToken, HoldKind, LockName, NativeWait,
+    OwnerToken, Result,
+};
+
+use connection::PgPool;
+use error::BACKEND;
+use lease::Hold;
+use listener::Listener;
+use schema::Tables;
+
+/// Which kind of lock a [`PostgresBackend`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum PostgresLockKind {
+    /// A row per name in the lock table, with an owner, a fence and an expiry on the database
+    /// clock ([`HoldKind::Lease`]): acquire, expiry and fencing in one `INSERT … ON CONFLICT`
+    /// statement; waiters woken by the release's `NOTIFY`.
+    #[default]
+    Table,
+    /// `SELECT … FOR UPDATE` on the name's row, held by an open transaction on a connection the
+    /// lease owns ([`HoldKind::Session`]); waiters queue in the database.
+    Row,
+    /// `pg_advisory_lock` on a stable 64-bit hash of `namespace:name`, held by a connection the
+    /// lease owns ([`HoldKind::Session`]); waiters queue in the database.
+    Advisory,
+}
+
+impl PostgresLockKind {
+    /// The name of this kind in `distlock bench`/`compare` (`pg-table`, `pg-row`, `pg-advisory`).
+    pub fn label(self) -> &'static str {
+        match self {
+            PostgresLockKind::Table => "pg-table",
+            PostgresLockKind::Row => "pg-row",
+            PostgresLockKind::Advisory => "pg-advisory",
+        }
+    }
+}
+
+/// Distributed locks on one PostgreSQL server.
+///
+/// Build it with [`PostgresBackend::builder`], create the tables once with
+/// [`ensure_schema`](Self::ensure_schema), and hand it to a [`LockClient`](lock_core::LockClient).
+/// Clones share the connection pool and the `LISTEN` connection.
+///
+/// Abilities: [`Fencing`] (lock table: a per-name counter bumped by the acquiring statement; row
+/// and advisory: a sequence, which is never rolled back) and [`NativeWait`].
+///
+/// ```no_run
+/// use lock_core::LockClient;
+/// use lock_sql::postgres::{PostgresBackend, PostgresLockKind};
+///
+/// let backend = PostgresBackend::builder("postgres://app:secret@127.0.0.1/app")
+///     .kind(PostgresLockKind::Row)
+///     .build()?;
+/// backend.ensure_schema()?;
+/// let client = LockClient::new(backend);
+/// let guard = client.lock_named("orders")?.lock()?;
+/// guard.unlock()?;
+/// # Ok::<(), lock_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct PostgresBackend {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) pool: PgPool,
+    pub(crate) tables: Tables,
+    pub(crate) listener: Listener,
+    pub(crate) kind: PostgresLockKind,
+    pub(crate) namespace: String,
+    /// The URL without its password, for `Debug`.
+    pub(crate) address: String,
+}
+
+impl PostgresBackend {
+    /// Starts building a backend for the server at `url`
+    /// (`postgres://user:password@host:port/database`).
+    pub fn builder(url: impl Into<String>) -> PostgresLockBuilder {
+        PostgresLockBuilder::new(url)
+    }
+
+    /// The kind of lock this backend takes.
+    pub fn kind(&self) -> PostgresLockKind {
+        self.inner.kind
+    }
+
+    /// Creates the lock table, the row table and the fencing sequence if they do not exist
+    /// (idempotent; safe to call from many processes at once). The DDL is in the crate docs.
+    ///
+    /// # Errors
+    /// As any statement; [`Error::Backend`](lock_core::Error::Backend) when the user may not
+    /// create tables.
+    pub fn ensure_schema(&self) -> Result<()> {
+        let connection = self.inner.pool.get()?;
+        let ddl = self.inner.tables.ddl.as_str();
+        match connection
+            .run("create the lock tables", |client| async move { client.batch_execute(ddl).await })
+        {
+            Ok(()) => Ok(()),
+            // Two sessions creating the same table at once: the loser sees a unique violation on
+            // the catalog; the table exists either way.
+            Err(_) => connection
+                .run("create the lock tables", |client| async move { client.batch_execute(ddl).await }),
+        }
+    }
+
+    /// The server's remaining lease on `name` (lock-table kind; `None` when free).
+    ///
+    /// # Errors
+    /// As any statement.
+    pub fn remaining_lease(&self, name: &LockName) -> Result<Option<Duration>> {
+        self.table_remaining(name)
+    }
+
+    /// Takes `name` away from its holder, as an administrator would: the lock-table row is marked
+    /// free, or the session holding the row or advisory lock is terminated
+    /// (`pg_terminate_backend`). For tests and emergencies.
+    ///
+    /// # Errors
+    /// As any statement.
+    pub fn break_lock(&self, name: &LockName) -> Result<()> {
+        match self.inner.kind {
+            PostgresLockKind::Table => self.table_mark_free(name),
+            PostgresLockKind::Row | PostgresLockKind::Advisory => self.terminate_holder(name),
+        }
+    }
+
+    fn advisory_key(&self, name: &LockName) -> i64 {
+        crate::key_hash::signed_key(&self.inner.namespace, name.as_str())
+    }
+}
+
+impl DistributedLock for PostgresBackend {
+    type Lease = PostgresLease;
+
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn hold_kind(&self) -> HoldKind {
+        match self.inner.kind {
+            PostgresLockKind::Table => HoldKind::Lease,
+            PostgresLockKind::Row | PostgresLockKind::Advisory => HoldKind::Session,
+        }
+    }
+
+    fn try_acquire(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+    ) -> Result<Option<PostgresLease>> {
+        check_lease(ttl)?;
+        match self.inner.kind {
+            PostgresLockKind::Table => self.table_try(name, owner, ttl),
+            PostgresLockKind::Row => self.row_acquire(name, ttl, None),
+            PostgresLockKind::Advisory => self.advisory_acquire(name, ttl, None),
+        }
+    }
+
+    fn extend(&self, lease: &mut PostgresLease, ttl: Duration) -> Result<bool> {
+        check_lease(ttl)?;
+        match &lease.hold {
+            Hold::Table { .. } => self.table_extend(lease, ttl),
+            Hold::Row { .. } | Hold::Advisory { .. } => self.session_alive(lease, ttl),
+        }
+    }
+
+    fn extend_many(&self, batch: &mut [Extension<'_, PostgresLease>]) -> Vec<Result<bool>> {
+        match self.inner.kind {
+            PostgresLockKind::Table => self.table_extend_many(batch),
+            // Each session hold is checked on its own connection.
+            PostgresLockKind::Row | PostgresLockKind::Advisory => {
+                batch.iter_mut().map(|item| self.extend(item.lease, item.ttl)).collect()
+            }
+        }
+    }
+
+    fn release(&self, lease: PostgresLease) -> Result<bool> {
+        match lease.hold {
+            Hold::Table { .. } => self.table_release(&lease),
+            Hold::Row { .. } | Hold::Advisory { .. } => self.session_release(lease),
+        }
+    }
+
+    fn native_wait(&self) -> Option<&dyn NativeWait<Lease = PostgresLease>> {
+        Some(self)
+    }
+
+    fn fencing(&self) -> Option<&dyn Fencing<Lease = PostgresLease>> {
+        Some(self)
+    }
+}
+
+impl Fencing for PostgresBackend {
+    fn fencing_token(&self, lease: &PostgresLease) -> FencingToken {
+        lease.fence
+    }
+}
+
+impl fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("address", &self.inner.address)
+            .field("kind", &self.inner.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "testkit")]
+impl PostgresBackend {
+    /// The median of `samples` `SELECT 1` round trips on one pooled connection, the way the
+    /// backend's own statements travel (for benchmarks).
+    pub(crate) fn select_one_round_trip(&self, samples: usize) -> std::result::Result<Duration, String> {
+        let connection = self.inner.pool.get().map_err(|e| e.to_string())?;
+        lock_testkit::workload::median_round_trip(samples, || {
+            connection
+                .run("select 1", |client| async move { client.simple_query("SELECT 1").await })
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
+    }
+}

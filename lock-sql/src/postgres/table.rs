@@ -1,0 +1,167 @@
+//! The lock-table kind (seed 003's primary-key insert, made safe): acquire, fencing and expiry
+//! in one statement on the database clock; extend and release compare the owner in the same
+//! statement; a release marks the row free and `NOTIFY`s waiters.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use lock_core::{Extension, FencingToken, LockName, OwnerToken, Result};
+use tokio_postgres::types::Type;
+
+use super::error::PgFailure;
+use super::lease::{Hold, PostgresLease};
+use super::PostgresBackend;
+
+/// Milliseconds as the `bigint` the statements take.
+pub(crate) fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl PostgresBackend {
+    pub(crate) fn table_try(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+    ) -> Result<Option<PostgresLease>> {
+        let connection = self.inner.pool.get()?;
+        let sql = self.inner.tables.acquire.as_str();
+        let token = owner.to_hex();
+        let ms = millis(ttl);
+        let (name_text, token_text) = (name.as_str(), token.as_str());
+        let row = connection.run("acquire", |client| async move {
+            client
+                .query_typed_opt(
+                    sql,
+                    &[(&name_text, Type::TEXT), (&token_text, Type::TEXT), (&ms, Type::INT8)],
+                )
+                .await
+        })?;
+        // A row comes back only when this statement won the lock; a conflict that the WHERE
+        // refused is contention, not an error.
+        Ok(row.map(|row| PostgresLease {
+            name: name.clone(),
+            fence: FencingToken::new(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0)),
+            ttl,
+            hold: Hold::Table { owner: token },
+        }))
+    }
+
+    pub(crate) fn table_extend(&self, lease: &mut PostgresLease, ttl: Duration) -> Result<bool> {
+        let Hold::Table { owner } = &lease.hold else { unreachable!("a lock-table lease") };
+        let connection = self.inner.pool.get()?;
+        let sql = self.inner.tables.extend.as_str();
+        let name = lease.name.as_str();
+        let ms = millis(ttl);
+        let updated = connection.run("extend", |client| async move {
+            client
+                .execute_typed(sql, &[(&name, Type::TEXT), (&owner.as_str(), Type::TEXT), (&ms, Type::INT8)])
+                .await
+        })?;
+        if updated == 1 {
+            lease.ttl = ttl;
+        }
+        Ok(updated == 1)
+    }
+
+    /// One statement for the whole batch: 10,000 leases cost one round trip.
+    pub(crate) fn table_extend_many(&self, batch: &mut [Extension<'_, PostgresLease>]) -> Vec<Result<bool>> {
+        let mut outcomes: Vec<Option<Result<bool>>> =
+            batch.iter().map(|item| lock_core::check_lease(item.ttl).err().map(Err)).collect();
+        let valid: Vec<usize> = (0..batch.len()).filter(|&index| outcomes[index].is_none()).collect();
+        if valid.is_empty() {
+            return outcomes.into_iter().map(|outcome| outcome.unwrap_or(Ok(false))).collect();
+        }
+        let mut names = Vec::with_capacity(valid.len());
+        let mut owners = Vec::with_capacity(valid.len());
+        let mut ms = Vec::with_capacity(valid.len());
+        for &index in &valid {
+            let item = &batch[index];
+            let Hold::Table { owner } = &item.lease.hold else { unreachable!("a lock-table lease") };
+            names.push(item.lease.name.as_str().to_owned());
+            owners.push(owner.clone());
+            ms.push(millis(item.ttl));
+        }
+        let sql = self.inner.tables.extend_many.as_str();
+        let extended = self.inner.pool.get().and_then(|connection| {
+            let (names, owners, ms) = (&names, &owners, &ms);
+            connection.run("extend", |client| async move {
+                client
+                    .query_typed(
+                        sql,
+                        &[(names, Type::TEXT_ARRAY), (owners, Type::TEXT_ARRAY), (ms, Type::INT8_ARRAY)],
+                    )
+                    .await
+            })
+        });
+        match extended {
+            Ok(rows) => {
+                let renewed: HashMap<(String, String), ()> =
+                    rows.iter().map(|row| ((row.get::<_, String>(0), row.get::<_, String>(1)), ())).collect();
+                for (position, &index) in valid.iter().enumerate() {
+                    let key = (names[position].clone(), owners[position].clone());
+                    let ok = renewed.contains_key(&key);
+                    if ok {
+                        batch[index].lease.ttl = batch[index].ttl;
+                    }
+                    outcomes[index] = Some(Ok(ok));
+                }
+            }
+            Err(error) => {
+                let message = error.to_string();
+                let retryable = error.is_retryable();
+                for &index in &valid {
+                    outcomes[index] = Some(Err(if retryable {
+                        PgFailure::Timeout {
+                            operation: "extend",
+                            timeout: self.inner.pool.settings().io_timeout,
+                        }
+                        .into()
+                    } else {
+                        PgFailure::Reply { operation: "extend", detail: message.clone() }.into()
+                    }));
+                }
+            }
+        }
+        outcomes.into_iter().map(|outcome| outcome.unwrap_or(Ok(false))).collect()
+    }
+
+    pub(crate) fn table_release(&self, lease: &PostgresLease) -> Result<bool> {
+        let Hold::Table { owner } = &lease.hold else { unreachable!("a lock-table lease") };
+        let connection = self.inner.pool.get()?;
+        let sql = self.inner.tables.release.as_str();
+        let channel = self.inner.tables.channel.as_str();
+        let name = lease.name.as_str();
+        let row = connection.run("release", |client| async move {
+            client
+                .query_typed_one(
+                    sql,
+                    &[(&name, Type::TEXT), (&owner.as_str(), Type::TEXT), (&channel, Type::TEXT)],
+                )
+                .await
+        })?;
+        Ok(row.get::<_, i64>(0) == 1)
+    }
+
+    pub(crate) fn table_remaining(&self, name: &LockName) -> Result<Option<Duration>> {
+        let connection = self.inner.pool.get()?;
+        let sql = self.inner.tables.remaining.as_str();
+        let name = name.as_str();
+        let row = connection.run("read the lease", |client| async move {
+            client.query_typed_opt(sql, &[(&name, Type::TEXT)]).await
+        })?;
+        Ok(row.map(|row| Duration::from_millis(u64::try_from(row.get::<_, i64>(0)).unwrap_or(1))))
+    }
+
+    pub(crate) fn table_mark_free(&self, name: &LockName) -> Result<()> {
+        let connection = self.inner.pool.get()?;
+        let sql = self.inner.tables.mark_free.as_str();
+        let name = name.as_str();
+        connection
+            .run(
+                "break the lock",
+                |client| async move { client.execute_typed(sql, &[(&name, Type::TEXT)]).await },
+            )
+            .map(drop)
+    }
+}

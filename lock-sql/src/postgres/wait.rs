@@ -1,0 +1,88 @@
+//! [`NativeWait`] for the three kinds: lock-table waiters sleep until the release's `NOTIFY`, the
+//! holder's expiry or a one-second re-check; row and advisory waiters queue in the database's own
+//! lock manager (`lock_timeout` bounds each wait).
+
+use std::time::{Duration, Instant};
+
+use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result};
+
+use super::listener::FALLBACK_RECHECK;
+use super::session::WAIT_SLICE;
+use super::{PostgresBackend, PostgresLease, PostgresLockKind};
+
+impl NativeWait for PostgresBackend {
+    fn acquire_until(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<PostgresLease>>> {
+        check_lease(ttl)?;
+        match self.inner.kind {
+            PostgresLockKind::Table => self.table_wait(name, owner, ttl, deadline),
+            PostgresLockKind::Row | PostgresLockKind::Advisory => self.queue_wait(name, ttl, deadline),
+        }
+    }
+}
+
+impl PostgresBackend {
+    fn table_wait(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<PostgresLease>>> {
+        let mut registration = None;
+        loop {
+            if let Some(registration) = &registration {
+                // Notifications so far are answered by this attempt.
+                super::listener::Registration::clear(registration);
+            }
+            let sent_at = Instant::now();
+            if let Some(lease) = self.table_try(name, owner, ttl)? {
+                return Ok(Some(Acquired::new(lease, sent_at)));
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return Ok(None);
+            }
+            let Some(waiting) = &registration else {
+                // Listen first, then re-check: a release in between would otherwise be missed.
+                registration = Some(self.inner.listener.register(name.as_str()));
+                continue;
+            };
+            // An expiry sends no notification: re-check when the holder's lease ends.
+            let hint = self.table_remaining(name)?.unwrap_or(Duration::ZERO);
+            let wait = hint.min(FALLBACK_RECHECK);
+            let until = deadline.map_or(now + wait, |deadline| deadline.min(now + wait));
+            waiting.wait(until);
+        }
+    }
+
+    /// Waits in the server's lock queue, in slices of at most [`WAIT_SLICE`] so that a silent
+    /// server is noticed.
+    fn queue_wait(
+        &self,
+        name: &LockName,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<PostgresLease>>> {
+        loop {
+            let sent_at = Instant::now();
+            let slice_end =
+                deadline.map_or(sent_at + WAIT_SLICE, |deadline| deadline.min(sent_at + WAIT_SLICE));
+            let lease = match self.inner.kind {
+                PostgresLockKind::Row => self.row_acquire(name, ttl, Some(slice_end))?,
+                _ => self.advisory_acquire(name, ttl, Some(slice_end))?,
+            };
+            if let Some(lease) = lease {
+                return Ok(Some(Acquired::new(lease, sent_at)));
+            }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Ok(None);
+            }
+        }
+    }
+}
