@@ -23,8 +23,8 @@ mod redis {
 
 #[cfg(feature = "postgres")]
 mod postgres {
+    use distlock::postgres::testkit::PostgresTarget;
     use distlock::postgres::PostgresLockKind;
-    use lock_sql::testkit::PostgresTarget;
 
     // The three kinds on the shared harness server (or `DISTLOCK_POSTGRES_URL`).
     lock_testkit::conformance_tests!(table, PostgresTarget::new(PostgresLockKind::Table));

@@ -3,6 +3,8 @@
 //!
 //! Adding a backend kind is one row here (and its `open` function in a module of `kinds/`).
 
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
 
@@ -72,6 +74,9 @@ pub const KINDS: &[Kind] = &[
     kind!("redis", "redis", "Redis, one server, SET NX PX layout", redis::set_nx),
     kind!("redis-hash", "redis", "Redis, one server, reentrant-hash layout", redis::reentrant_hash),
     kind!("redlock", "redis", "Redlock over five independent Redis servers", redis::redlock),
+    kind!("pg-table", "postgres", "PostgreSQL lock table on the database clock", postgres::table),
+    kind!("pg-row", "postgres", "PostgreSQL SELECT ... FOR UPDATE row lock", postgres::row),
+    kind!("pg-advisory", "postgres", "PostgreSQL advisory lock", postgres::advisory),
 ];
 
 impl Kind {

@@ -1,0 +1,31 @@
+//! The PostgreSQL kinds: `pg-table` (lock table), `pg-row` (`SELECT … FOR UPDATE`) and
+//! `pg-advisory` (`pg_advisory_lock`).
+
+use distlock::postgres::testkit::PostgresTarget;
+use distlock::postgres::PostgresLockKind;
+use lock_testkit::harness::shared;
+
+use super::{Opened, Servers};
+
+pub(super) fn table(servers: Servers<'_>) -> Result<Opened, String> {
+    open(PostgresLockKind::Table, servers)
+}
+
+pub(super) fn row(servers: Servers<'_>) -> Result<Opened, String> {
+    open(PostgresLockKind::Row, servers)
+}
+
+pub(super) fn advisory(servers: Servers<'_>) -> Result<Opened, String> {
+    open(PostgresLockKind::Advisory, servers)
+}
+
+fn open(kind: PostgresLockKind, servers: Servers<'_>) -> Result<Opened, String> {
+    let target = match servers {
+        Servers::Harness => {
+            let server = shared::postgres().map_err(|e| format!("starting PostgreSQL: {e}"))?;
+            PostgresTarget::at(kind, server.address())
+        }
+        Servers::Url(url) => PostgresTarget::at(kind, url),
+    };
+    Ok(Opened { target: Box::new(target), single_node_w1_p50: None })
+}
