@@ -5,7 +5,7 @@
 //! on every backend. Each backend's suite targets come from its crate's `testkit` feature, which
 //! this crate's `testkit` feature turns on for every enabled backend.
 
-#[cfg(all(any(feature = "redis", feature = "postgres"), not(feature = "testkit")))]
+#[cfg(all(any(feature = "redis", feature = "postgres", feature = "mysql"), not(feature = "testkit")))]
 compile_error!("the backends' conformance tests need this crate's `testkit` feature: use --all-features");
 
 lock_testkit::conformance_tests!(memory, lock_testkit::suite::MemoryTarget::new());
@@ -30,4 +30,15 @@ mod postgres {
     lock_testkit::conformance_tests!(table, PostgresTarget::new(PostgresLockKind::Table));
     lock_testkit::conformance_tests!(row, PostgresTarget::new(PostgresLockKind::Row));
     lock_testkit::conformance_tests!(advisory, PostgresTarget::new(PostgresLockKind::Advisory));
+}
+
+#[cfg(feature = "mysql")]
+mod mysql {
+    use distlock::mysql::testkit::MySqlTarget;
+    use distlock::mysql::MySqlLockKind;
+
+    // The three kinds on the shared harness MariaDB server (or `DISTLOCK_MYSQL_URL`).
+    lock_testkit::conformance_tests!(table, MySqlTarget::new(MySqlLockKind::Table));
+    lock_testkit::conformance_tests!(row, MySqlTarget::new(MySqlLockKind::Row));
+    lock_testkit::conformance_tests!(advisory, MySqlTarget::new(MySqlLockKind::Advisory));
 }

@@ -3,6 +3,8 @@
 //!
 //! Adding a backend kind is one row here (and its `open` function in a module of `kinds/`).
 
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "redis")]
@@ -77,6 +79,9 @@ pub const KINDS: &[Kind] = &[
     kind!("pg-table", "postgres", "PostgreSQL lock table on the database clock", postgres::table),
     kind!("pg-row", "postgres", "PostgreSQL SELECT ... FOR UPDATE row lock", postgres::row),
     kind!("pg-advisory", "postgres", "PostgreSQL advisory lock", postgres::advisory),
+    kind!("mysql-table", "mysql", "MySQL/MariaDB lock table on the database clock", mysql::table),
+    kind!("mysql-row", "mysql", "MySQL/MariaDB SELECT ... FOR UPDATE row lock", mysql::row),
+    kind!("mysql-advisory", "mysql", "MySQL/MariaDB GET_LOCK advisory lock", mysql::advisory),
 ];
 
 impl Kind {
@@ -115,7 +120,7 @@ pub fn print_table() {
         let built = if kind.open.is_some() { "built in" } else { "not built in" };
         let feature =
             kind.feature.map_or_else(|| "always".to_owned(), |feature| format!("feature {feature}"));
-        println!("{:<12} {:<16} {:<13} {}", kind.name, feature, built, kind.about);
+        println!("{:<15} {:<16} {:<13} {}", kind.name, feature, built, kind.about);
     }
 }
 

@@ -13,36 +13,32 @@
 //! blocking `postgres` crate offers no per-request timeout, so the backend drives
 //! `tokio-postgres` on one private I/O thread ([`postgres::PG_THREAD_NAME`]).
 //!
-//! Feature `postgres` enables [`postgres`]; feature `testkit` the suite targets of the enabled
+//! Feature `postgres` enables [`postgres`], feature `mysql` enables [`mysql`] (MySQL and MariaDB);
+//! feature `testkit` the suite targets of the enabled
 //! databases.
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
+#[cfg(feature = "mysql")]
+pub mod mysql;
+
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod identifier;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod key_hash;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod url;
+
+#[cfg(feature = "mysql")]
+pub(crate) use url::redact;
 
 #[cfg(feature = "postgres")]
 pub use tokio_postgres;
 
-use std::sync::{Arc, LazyLock};
-
-use scheduled_thread_pool::ScheduledThreadPool;
-
-/// The name of the threads that open pooled connections in the background (two per process,
-/// shared by every SQL backend).
-pub const CONNECTOR_THREAD_NAME: &str = "distlock-sqlconn";
-
-/// The connection pools' background threads.
-#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-pub(crate) fn connector_threads() -> Arc<ScheduledThreadPool> {
-    static THREADS: LazyLock<Arc<ScheduledThreadPool>> = LazyLock::new(|| {
-        Arc::new(
-            ScheduledThreadPool::builder().num_threads(2).thread_name_pattern("distlock-sqlconn").build(),
-        )
-    });
-    Arc::clone(&THREADS)
-}
+/// The MySQL driver, re-exported (feature `mysql`).
+#[cfg(feature = "mysql")]
+pub use ::mysql as mysql_driver;

@@ -11,6 +11,7 @@ use super::listener::Listener;
 use super::schema::Tables;
 use super::{Inner, PostgresBackend, PostgresLockKind};
 use crate::identifier::TableName;
+use crate::url::redact;
 
 /// Builds a [`PostgresBackend`]. Every setter has a default; [`build`](Self::build) validates
 /// them and connects once, so a wrong URL or password is reported there.
@@ -124,29 +125,9 @@ impl PostgresLockBuilder {
     }
 }
 
-/// The URL without its password, for errors and `Debug`.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            match credentials.find(':') {
-                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &credentials[..colon], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redact("postgres://u:secret@h:1/db"), "postgres://u:***@h:1/db");
-        assert_eq!(redact("postgres://h:1/db"), "postgres://h:1/db");
-    }
 
     #[test]
     fn bad_settings_are_typed_errors_before_any_connection() {

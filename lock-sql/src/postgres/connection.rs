@@ -6,17 +6,32 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use lock_core::{Error, Result};
 use parking_lot::Mutex;
+use scheduled_thread_pool::ScheduledThreadPool;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Client, NoTls, Notification};
 
 use super::error::{self, PgFailure};
 use super::runtime;
+
+/// The name of the threads that open pooled connections in the background (two per process,
+/// shared by every PostgreSQL backend).
+pub const CONNECTOR_THREAD_NAME: &str = "distlock-pgconn";
+
+/// The connection pools' background threads.
+fn connector_threads() -> Arc<ScheduledThreadPool> {
+    static THREADS: LazyLock<Arc<ScheduledThreadPool>> = LazyLock::new(|| {
+        Arc::new(
+            ScheduledThreadPool::builder().num_threads(2).thread_name_pattern(CONNECTOR_THREAD_NAME).build(),
+        )
+    });
+    Arc::clone(&THREADS)
+}
 
 /// Timeouts and limits of a pool.
 #[derive(Debug, Clone, Copy)]
@@ -232,7 +247,7 @@ impl PgPool {
             .min_idle(Some(0))
             .connection_timeout(settings.connect_timeout)
             .test_on_check_out(false)
-            .thread_pool(crate::connector_threads())
+            .thread_pool(connector_threads())
             .error_handler(Box::new(r2d2::NopErrorHandler))
             .build_unchecked(manager);
         Ok(Self { pool, last_failure, settings, config, runtime })

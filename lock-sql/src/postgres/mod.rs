@@ -17,6 +17,7 @@ mod table;
 mod wait;
 
 pub use builder::PostgresLockBuilder;
+pub use connection::CONNECTOR_THREAD_NAME;
 pub use lease::PostgresLease;
 pub use runtime::PG_THREAD_NAME;
 

@@ -1,9 +1,13 @@
 //! Test support (feature `testkit`, not semver-stable): the SQL backends as conformance-suite
 //! and workload targets over lock-testkit's harness servers.
 
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 
+#[cfg(feature = "mysql")]
+pub use mysql::MySqlTarget;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresTarget;
 

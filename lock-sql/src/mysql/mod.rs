@@ -1,0 +1,267 @@
+//! [`MySqlBackend`]: three kinds of lock on one MySQL or MariaDB server (see [`MySqlLockKind`]).
+//!
+//! `schema.rs` holds the tables and statements, `table.rs` the lock-table kind, `session.rs`
+//! the row and advisory kinds (holds that own a connection), `wait.rs` their waits in the
+//! server's lock queue, `connection.rs` the pool.
+//!
+//! Tested on MariaDB 10.11. MySQL 8 differences the statements avoid: no `INSERT … RETURNING`
+//! (the winner is told by affected rows and `LAST_INSERT_ID(expr)`), error 3572 for `NOWAIT`,
+//! `GET_LOCK` names of at most 64 characters (longer names are hashed), a negative `GET_LOCK`
+//! timeout that waits forever (never sent). The row and advisory kinds take their fencing
+//! tokens from a `SEQUENCE`, which MySQL 8 lacks: on MySQL those two kinds fail at
+//! [`ensure_schema`](MySqlBackend::ensure_schema) with the server's error.
+
+mod builder;
+mod connection;
+pub(crate) mod error;
+mod lease;
+mod schema;
+mod session;
+mod table;
+mod wait;
+
+pub use builder::MySqlLockBuilder;
+pub use lease::MySqlLease;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{
+    check_lease, DistributedLock, Extension, Fencing, FencingToken, HoldKind, LockName, NativeWait,
+    OwnerToken, Result,
+};
+
+use connection::MyPool;
+use error::BACKEND;
+use lease::Hold;
+use schema::Tables;
+
+/// Which kind of lock a [`MySqlBackend`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum MySqlLockKind {
+    /// A row per name in the lock table, with an owner, a fence and an expiry on the database
+    /// clock ([`HoldKind::Lease`]): acquire, expiry and fencing in one `INSERT … ON DUPLICATE
+    /// KEY UPDATE`. MySQL has no notifications: waiters back off (the suite's S11 says so).
+    #[default]
+    Table,
+    /// `SELECT … FOR UPDATE` on the name's row, held by an open transaction on a connection the
+    /// lease owns ([`HoldKind::Session`]); waiters queue in InnoDB.
+    Row,
+    /// `GET_LOCK` on `namespace:name`, held by a connection the lease owns
+    /// ([`HoldKind::Session`]); waiters queue in the server.
+    Advisory,
+}
+
+impl MySqlLockKind {
+    /// The name of this kind in `distlock bench`/`compare` (`mysql-table`, `mysql-row`,
+    /// `mysql-advisory`).
+    pub fn label(self) -> &'static str {
+        match self {
+            MySqlLockKind::Table => "mysql-table",
+            MySqlLockKind::Row => "mysql-row",
+            MySqlLockKind::Advisory => "mysql-advisory",
+        }
+    }
+}
+
+/// Distributed locks on one MySQL or MariaDB server.
+///
+/// Build it with [`MySqlBackend::builder`], create the tables once with
+/// [`ensure_schema`](Self::ensure_schema), and hand it to a [`LockClient`](lock_core::LockClient).
+/// Clones share the connection pool.
+///
+/// Abilities: [`Fencing`] (lock table: a per-name counter bumped by the acquiring statement; row
+/// and advisory: a sequence, never rolled back); [`NativeWait`] for the row and advisory kinds.
+///
+/// ```no_run
+/// use lock_core::LockClient;
+/// use lock_sql::mysql::{MySqlBackend, MySqlLockKind};
+///
+/// let backend = MySqlBackend::builder("mysql://app:secret@127.0.0.1:3306/app")
+///     .kind(MySqlLockKind::Advisory)
+///     .build()?;
+/// backend.ensure_schema()?;
+/// let client = LockClient::new(backend);
+/// let guard = client.lock_named("orders")?.lock()?;
+/// guard.unlock()?;
+/// # Ok::<(), lock_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct MySqlBackend {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) pool: MyPool,
+    pub(crate) tables: Tables,
+    pub(crate) kind: MySqlLockKind,
+    pub(crate) namespace: String,
+    /// The URL without its password, for `Debug`.
+    pub(crate) address: String,
+}
+
+/// The longest `GET_LOCK` name MySQL 8 takes (MariaDB takes 192 bytes).
+const MAX_LOCK_NAME_CHARS: usize = 64;
+
+impl MySqlBackend {
+    /// Starts building a backend for the server at `url`
+    /// (`mysql://user:password@host:port/database`).
+    pub fn builder(url: impl Into<String>) -> MySqlLockBuilder {
+        MySqlLockBuilder::new(url)
+    }
+
+    /// The kind of lock this backend takes.
+    pub fn kind(&self) -> MySqlLockKind {
+        self.inner.kind
+    }
+
+    /// Creates the lock table, the row table and the fencing sequence if they do not exist
+    /// (idempotent). The DDL is in the crate docs.
+    ///
+    /// # Errors
+    /// As any statement; [`Error::Backend`](lock_core::Error::Backend) when the user may not
+    /// create tables.
+    pub fn ensure_schema(&self) -> Result<()> {
+        let mut connection = self.inner.pool.get()?;
+        // Look before creating: `CREATE … IF NOT EXISTS` on a table waits for its metadata lock,
+        // which every open row-lock transaction holds.
+        let existing = connection.run("look for the lock tables", &self.inner.tables.existing())?;
+        if existing.sets.last().is_some_and(|set| set.1.len() == 3) {
+            return Ok(());
+        }
+        connection.run("create the lock tables", &self.inner.tables.ddl()).map(drop)
+    }
+
+    /// The server's remaining lease on `name` (lock-table kind; `None` when free).
+    ///
+    /// # Errors
+    /// As any statement.
+    pub fn remaining_lease(&self, name: &LockName) -> Result<Option<Duration>> {
+        self.table_remaining(name)
+    }
+
+    /// Takes `name` away from its holder, as an administrator would: the lock-table row is marked
+    /// free, or the connection holding the row or advisory lock is killed (`KILL`; the same user,
+    /// or one with `CONNECTION ADMIN`). For tests and emergencies.
+    ///
+    /// # Errors
+    /// As any statement.
+    pub fn break_lock(&self, name: &LockName) -> Result<()> {
+        match self.inner.kind {
+            MySqlLockKind::Table => self.table_mark_free(name),
+            MySqlLockKind::Row | MySqlLockKind::Advisory => self.kill_holder(name),
+        }
+    }
+
+    /// The `GET_LOCK` name of `name`: `namespace:name`, or when that is longer than 64
+    /// characters, `namespace:#` and a stable 64-bit hash in hex (two such names sharing a hash
+    /// contend — a false "busy", never two holders; see the hash's odds in the crate source).
+    fn advisory_key(&self, name: &LockName) -> String {
+        let full = format!("{}:{}", self.inner.namespace, name.as_str());
+        let key = if full.chars().count() <= MAX_LOCK_NAME_CHARS {
+            full
+        } else {
+            format!(
+                "{}:#{:016x}",
+                self.inner.namespace,
+                crate::key_hash::key(&self.inner.namespace, name.as_str())
+            )
+        };
+        schema::hex(key.as_bytes())
+    }
+}
+
+impl DistributedLock for MySqlBackend {
+    type Lease = MySqlLease;
+
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn hold_kind(&self) -> HoldKind {
+        match self.inner.kind {
+            MySqlLockKind::Table => HoldKind::Lease,
+            MySqlLockKind::Row | MySqlLockKind::Advisory => HoldKind::Session,
+        }
+    }
+
+    fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<MySqlLease>> {
+        check_lease(ttl)?;
+        match self.inner.kind {
+            MySqlLockKind::Table => self.table_try(name, owner, ttl),
+            MySqlLockKind::Row => self.row_acquire(name, ttl, None),
+            MySqlLockKind::Advisory => self.advisory_acquire(name, ttl, None),
+        }
+    }
+
+    fn extend(&self, lease: &mut MySqlLease, ttl: Duration) -> Result<bool> {
+        check_lease(ttl)?;
+        match &lease.hold {
+            Hold::Table { .. } => self.table_extend(lease, ttl),
+            Hold::Row { .. } | Hold::Advisory { .. } => self.session_alive(lease, ttl),
+        }
+    }
+
+    fn extend_many(&self, batch: &mut [Extension<'_, MySqlLease>]) -> Vec<Result<bool>> {
+        match self.inner.kind {
+            MySqlLockKind::Table => self.table_extend_many(batch),
+            // Each session hold is checked on its own connection.
+            MySqlLockKind::Row | MySqlLockKind::Advisory => {
+                batch.iter_mut().map(|item| self.extend(item.lease, item.ttl)).collect()
+            }
+        }
+    }
+
+    fn release(&self, lease: MySqlLease) -> Result<bool> {
+        match lease.hold {
+            Hold::Table { .. } => self.table_release(&lease),
+            Hold::Row { .. } | Hold::Advisory { .. } => self.session_release(lease),
+        }
+    }
+
+    fn native_wait(&self) -> Option<&dyn NativeWait<Lease = MySqlLease>> {
+        match self.inner.kind {
+            // No server-side wake-up that does not cost a connection per held lease.
+            MySqlLockKind::Table => None,
+            MySqlLockKind::Row | MySqlLockKind::Advisory => Some(self),
+        }
+    }
+
+    fn fencing(&self) -> Option<&dyn Fencing<Lease = MySqlLease>> {
+        Some(self)
+    }
+}
+
+impl Fencing for MySqlBackend {
+    fn fencing_token(&self, lease: &MySqlLease) -> FencingToken {
+        lease.fence
+    }
+}
+
+impl fmt::Debug for MySqlBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlBackend")
+            .field("address", &self.inner.address)
+            .field("kind", &self.inner.kind)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Test support (feature `testkit`, not semver-stable): the suite and workload target.
+#[cfg(feature = "testkit")]
+pub mod testkit {
+    pub use crate::testkit::{MySqlTarget, TIMEOUT};
+}
+
+#[cfg(feature = "testkit")]
+impl MySqlBackend {
+    /// The median of `samples` `SELECT 1` round trips on one pooled connection (for benchmarks).
+    pub(crate) fn select_one_round_trip(&self, samples: usize) -> std::result::Result<Duration, String> {
+        let mut connection = self.inner.pool.get().map_err(|e| e.to_string())?;
+        lock_testkit::workload::median_round_trip(samples, || {
+            connection.run("select 1", "SELECT 1").map(drop).map_err(|e| e.to_string())
+        })
+    }
+}

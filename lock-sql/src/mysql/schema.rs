@@ -1,0 +1,219 @@
+//! The tables and statements. Statements are sent as text in one round trip (several statements
+//! where a step needs them), with every value written as a hex literal (`X'…'`) or a number:
+//! nothing a caller passes is ever parsed as SQL, whatever the server's `sql_mode`.
+//!
+//! ```sql
+//! -- The lock table (kind Table). VARBINARY keys compare bytes exactly: MariaDB's default
+//! -- collations would make 'Order' = 'order' and 'a' = 'a '. A release marks the row free
+//! -- (expires_at in the past) instead of deleting it, so the fence never restarts.
+//! CREATE TABLE IF NOT EXISTS distlock_locks (
+//!     name        VARBINARY(255) NOT NULL PRIMARY KEY,
+//!     owner       VARBINARY(64)  NOT NULL,
+//!     hold_count  INT            NOT NULL,
+//!     fence       BIGINT         NOT NULL,
+//!     expires_at  DATETIME(6)    NOT NULL,   -- UTC_TIMESTAMP(6): no time zone, no DST
+//!     acquired_at DATETIME(6)    NOT NULL) ENGINE=InnoDB;
+//! -- The row-lock kind's rows; `holder` is the holding connection's id, written inside the
+//! -- holding transaction (visible to READ UNCOMMITTED readers: who holds it).
+//! CREATE TABLE IF NOT EXISTS distlock_locks_rows (
+//!     name   VARBINARY(255) NOT NULL PRIMARY KEY,
+//!     holder BIGINT UNSIGNED NULL) ENGINE=InnoDB;
+//! -- Fencing tokens of the row and advisory kinds (MariaDB >= 10.3). A sequence is not rolled
+//! -- back: a holder whose connection is killed cannot hand its token to the next holder.
+//! CREATE SEQUENCE IF NOT EXISTS distlock_locks_fence;
+//! ```
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::identifier::TableName;
+
+/// `'…'` for `bytes`, as a hex literal.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    let mut literal = String::with_capacity(3 + 2 * bytes.len());
+    literal.push_str("X'");
+    for byte in bytes {
+        let _ = write!(literal, "{byte:02x}");
+    }
+    literal.push('\'');
+    literal
+}
+
+/// Microseconds, for `INTERVAL n MICROSECOND`.
+pub(crate) fn micros(duration: Duration) -> u128 {
+    duration.as_micros()
+}
+
+/// The tables of one backend, quoted.
+#[derive(Debug)]
+pub(crate) struct Tables {
+    locks: String,
+    rows: String,
+    fence: String,
+    /// The three names, unquoted (validated identifiers).
+    names: [String; 3],
+}
+
+/// The current time on the database clock, constant within a statement.
+const NOW: &str = "UTC_TIMESTAMP(6)";
+
+impl Tables {
+    pub(crate) fn new(table: &TableName) -> Self {
+        let t = table.as_str();
+        Self {
+            locks: format!("`{t}`"),
+            rows: format!("`{t}_rows`"),
+            fence: format!("`{t}_fence`"),
+            names: [t.to_owned(), format!("{t}_rows"), format!("{t}_fence")],
+        }
+    }
+
+    /// Which of the three exist in the current database (sequences are listed as tables).
+    pub(crate) fn existing(&self) -> String {
+        let [locks, rows, fence] = &self.names;
+        format!(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() \
+             AND table_name IN ('{locks}', '{rows}', '{fence}')"
+        )
+    }
+
+    pub(crate) fn ddl(&self) -> String {
+        let Self { locks, rows, fence, .. } = self;
+        format!(
+            "CREATE TABLE IF NOT EXISTS {locks} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
+             owner VARBINARY(64) NOT NULL, hold_count INT NOT NULL, fence BIGINT NOT NULL, \
+             expires_at DATETIME(6) NOT NULL, acquired_at DATETIME(6) NOT NULL) ENGINE=InnoDB; \
+             CREATE TABLE IF NOT EXISTS {rows} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
+             holder BIGINT UNSIGNED NULL) ENGINE=InnoDB; \
+             CREATE SEQUENCE IF NOT EXISTS {fence}"
+        )
+    }
+
+    /// Acquire (or re-enter) in one statement, then read the fence it set. The `ON DUPLICATE KEY
+    /// UPDATE` assignments run left to right, each seeing the columns assigned before it:
+    /// `owner` is decided from the old `expires_at`, and `expires_at` is assigned last (assigned
+    /// first, the later tests would see the new expiry and report a false win). A refused
+    /// attempt changes nothing: 0 affected rows; a win is 1 (insert) or 2 (update).
+    pub(crate) fn acquire(&self, name: &str, owner: &str, ttl: Duration) -> String {
+        let locks = &self.locks;
+        let us = micros(ttl);
+        let valid_mine = format!("owner = VALUES(owner) AND expires_at >= {NOW}");
+        let expired = format!("expires_at < {NOW}");
+        format!(
+            "INSERT INTO {locks} (name, owner, hold_count, fence, expires_at, acquired_at) \
+             VALUES ({name}, {owner}, 1, LAST_INSERT_ID(1), {NOW} + INTERVAL {us} MICROSECOND, {NOW}) \
+             ON DUPLICATE KEY UPDATE \
+               hold_count = IF({valid_mine}, hold_count + 1, IF({expired}, 1, hold_count)), \
+               fence = IF({valid_mine}, LAST_INSERT_ID(fence), IF({expired}, LAST_INSERT_ID(fence + 1), fence)), \
+               acquired_at = IF({expired}, VALUES(acquired_at), acquired_at), \
+               owner = IF({expired}, VALUES(owner), owner), \
+               expires_at = IF(owner = VALUES(owner), \
+                 IF({expired}, VALUES(expires_at), GREATEST(expires_at, VALUES(expires_at))), expires_at); \
+             SELECT LAST_INSERT_ID()"
+        )
+    }
+
+    pub(crate) fn extend(&self, name: &str, owner: &str, ttl: Duration) -> String {
+        format!(
+            "UPDATE {} SET expires_at = {NOW} + INTERVAL {} MICROSECOND \
+             WHERE name = {name} AND owner = {owner} AND expires_at >= {NOW}",
+            self.locks,
+            micros(ttl)
+        )
+    }
+
+    /// One round trip for a batch: extend every lease still held, then list which are held.
+    /// (`items`: name, owner, lease.)
+    pub(crate) fn extend_many(&self, items: &[(String, String, Duration)]) -> String {
+        let locks = &self.locks;
+        let mut values = String::new();
+        let mut pairs = String::new();
+        for (index, (name, owner, ttl)) in items.iter().enumerate() {
+            if index > 0 {
+                values.push_str(" UNION ALL ");
+                pairs.push_str(", ");
+            }
+            let _ = write!(values, "SELECT {name} AS name, {owner} AS owner, {} AS us", micros(*ttl));
+            let _ = write!(pairs, "({name}, {owner})");
+        }
+        format!(
+            "UPDATE {locks} AS l JOIN ({values}) AS v ON l.name = v.name AND l.owner = v.owner \
+             SET l.expires_at = {NOW} + INTERVAL v.us MICROSECOND WHERE l.expires_at >= {NOW}; \
+             SELECT name, owner FROM {locks} WHERE (name, owner) IN ({pairs}) AND expires_at >= {NOW}"
+        )
+    }
+
+    /// `expires_at` first: it must see the hold count before the decrement.
+    pub(crate) fn release(&self, name: &str, owner: &str) -> String {
+        format!(
+            "UPDATE {} SET expires_at = IF(hold_count > 1, expires_at, '1970-01-01 00:00:01'), \
+             hold_count = hold_count - 1 \
+             WHERE name = {name} AND owner = {owner} AND expires_at >= {NOW}",
+            self.locks
+        )
+    }
+
+    pub(crate) fn remaining(&self, name: &str) -> String {
+        format!(
+            "SELECT GREATEST(1, CEIL(TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at) / 1000)) \
+             FROM {} WHERE name = {name} AND expires_at > {NOW}",
+            self.locks
+        )
+    }
+
+    pub(crate) fn mark_free(&self, name: &str) -> String {
+        format!("UPDATE {} SET expires_at = '1970-01-01 00:00:01' WHERE name = {name}", self.locks)
+    }
+
+    /// Creates the row of a name about to be locked for the first time, without waiting on
+    /// anyone (a held row makes it fail fast, which is fine: the row exists).
+    pub(crate) fn insert_row(&self, name: &str) -> String {
+        format!(
+            "SET SESSION innodb_lock_wait_timeout = 1; INSERT IGNORE INTO {} (name) VALUES ({name})",
+            self.rows
+        )
+    }
+
+    /// Opens the holding transaction and locks the row: `NOWAIT`, or waiting up to `wait_secs`
+    /// (whole seconds: what `innodb_lock_wait_timeout` takes). READ COMMITTED: a locking read of
+    /// an absent key takes no gap lock. The last statement's result is the fence, or nothing
+    /// when the row does not exist.
+    pub(crate) fn lock_row(&self, name: &str, wait_secs: Option<u64>) -> String {
+        let Self { rows, fence, .. } = self;
+        let (setup, suffix) = match wait_secs {
+            None => (String::new(), " NOWAIT"),
+            Some(secs) => (format!("SET SESSION innodb_lock_wait_timeout = {secs}; "), ""),
+        };
+        format!(
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; {setup}START TRANSACTION; \
+             SELECT name FROM {rows} WHERE name = {name} FOR UPDATE{suffix}; \
+             UPDATE {rows} SET holder = CONNECTION_ID() WHERE name = {name}; \
+             SELECT IF(ROW_COUNT() > 0 OR EXISTS (SELECT 1 FROM {rows} WHERE name = {name}), NEXTVAL({fence}), NULL)"
+        )
+    }
+
+    /// The connection holding `name`'s row, read without waiting (READ UNCOMMITTED sees the
+    /// holder's uncommitted `holder` column).
+    pub(crate) fn row_holder(&self, name: &str) -> String {
+        format!(
+            "SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED; SELECT holder FROM {} WHERE name = {name}",
+            self.rows
+        )
+    }
+
+    /// `GET_LOCK` and, when granted, the fence — one statement.
+    pub(crate) fn get_lock(&self, key: &str, wait_secs: u64) -> String {
+        format!("SELECT IF(GET_LOCK({key}, {wait_secs}) = 1, NEXTVAL({}), NULL)", self.fence)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_hex_literals() {
+        assert_eq!(hex(b"a'; DROP"), "X'61273b2044524f50'");
+        assert_eq!(hex(b""), "X''");
+    }
+}
