@@ -27,15 +27,20 @@ pub mod mysql;
 pub mod testkit;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+mod builder;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod identifier;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod key_hash;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+mod lease;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod session_connection;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod url;
 
-#[cfg(feature = "mysql")]
-pub(crate) use url::redact;
-
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use builder::SqlLockBuilder;
 #[cfg(feature = "postgres")]
 pub use tokio_postgres;
 

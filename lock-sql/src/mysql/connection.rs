@@ -20,7 +20,7 @@ use super::error::{self, MyFailure};
 /// Timeouts and limits of a pool.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MySettings {
-    pub(crate) max_connections: usize,
+    pub(crate) max_connections: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) io_timeout: Duration,
 }
@@ -95,7 +95,8 @@ pub(crate) struct MyPool {
 
 impl MyPool {
     pub(crate) fn new(opts: Opts, settings: MySettings) -> Result<Self> {
-        let constraints = PoolConstraints::new(0, settings.max_connections)
+        let max = usize::try_from(settings.max_connections).unwrap_or(usize::MAX);
+        let constraints = PoolConstraints::new(0, max)
             .ok_or_else(|| lock_core::Error::invalid_config("max_connections must be at least 1"))?;
         let opts = OptsBuilder::from_opts(opts)
             .tcp_connect_timeout(Some(settings.connect_timeout))

@@ -31,7 +31,7 @@ pub(crate) enum MyFailure {
     },
     /// No pooled connection within the pool timeout.
     #[error("no connection to mysql within {timeout:?}: all {max} connections are in use (held row and advisory locks own theirs)")]
-    PoolExhausted { timeout: Duration, max: usize },
+    PoolExhausted { timeout: Duration, max: u32 },
     /// A statement answered something the backend's statements never return.
     #[error("unexpected reply to {operation}: {detail}")]
     Reply { operation: &'static str, detail: String },

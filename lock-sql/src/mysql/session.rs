@@ -6,20 +6,21 @@
 //!   row is inserted first if absent — a `FOR UPDATE` on an absent key gives no exclusivity.
 //! - **Advisory**: `GET_LOCK(namespace:name, 0)` and the fence in one statement; release is
 //!   `RELEASE_LOCK`. `GET_LOCK` is re-entrant per session, so a connection that may still hold
-//!   one never serves anyone else ([`SessionConnection`]).
+//!   one never serves anyone else (`SessionConnection`).
 //!
 //! Renewal is a liveness check on the lease's connection: a session the server ended means the
 //! lock is gone (`Ok(false)`); no answer in time means in doubt (an error).
 
 use std::time::Duration;
 
-use lock_core::{FencingToken, LockName, Result};
+use lock_core::{LockName, Result};
 
 use super::connection::MyConnection;
 use super::error::{self, MyFailure};
-use super::lease::{Hold, MySqlLease, SessionConnection};
+use super::lease::{Hold, MySqlLease};
 use super::schema::hex;
 use super::MySqlBackend;
+use crate::session_connection::SessionConnection;
 
 /// What one attempt on the server's lock queue gave.
 enum Grant {
@@ -45,12 +46,10 @@ impl MySqlBackend {
             grant = self.row_lock(&mut connection, &name_literal, wait_secs)?;
         }
         match grant {
-            Grant::Fence(fence) => Ok(Some(MySqlLease {
-                name: name.clone(),
-                fence: FencingToken::new(fence),
-                ttl,
-                hold: Hold::Row { connection: SessionConnection::new(connection) },
-            })),
+            Grant::Fence(fence) => {
+                let hold = Hold::Row { connection: SessionConnection::new(connection) };
+                Ok(Some(MySqlLease::new(name, fence, ttl, hold)))
+            }
             Grant::Busy => Ok(None),
             Grant::NoRow => {
                 Err(MyFailure::Reply { operation: "acquire", detail: "the lock row vanished".into() }.into())
@@ -89,11 +88,9 @@ impl MySqlBackend {
                 Ok(results) => results.last_value(),
                 Err(error) => return Err(error::map("acquire", error)),
             };
-        Ok(fence.map(|fence| MySqlLease {
-            name: name.clone(),
-            fence: FencingToken::new(fence),
-            ttl,
-            hold: Hold::Advisory { key, connection: SessionConnection::new(connection) },
+        Ok(fence.map(|fence| {
+            let hold = Hold::Advisory { key, connection: SessionConnection::new(connection) };
+            MySqlLease::new(name, fence, ttl, hold)
         }))
     }
 

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use lock_core::{Extension, FencingToken, LockName, OwnerToken, Result};
+use lock_core::{Extension, LockName, OwnerToken, Result};
 
 use super::error::MyFailure;
 use super::lease::{Hold, MySqlLease};
@@ -34,12 +34,7 @@ impl MySqlBackend {
         let fence: u64 = results
             .last_value()
             .ok_or_else(|| MyFailure::Reply { operation: "acquire", detail: "no fence".into() })?;
-        Ok(Some(MySqlLease {
-            name: name.clone(),
-            fence: FencingToken::new(fence),
-            ttl,
-            hold: Hold::Table { owner },
-        }))
+        Ok(Some(MySqlLease::new(name, fence, ttl, Hold::Table { owner })))
     }
 
     pub(crate) fn table_extend(&self, lease: &mut MySqlLease, ttl: Duration) -> Result<bool> {

@@ -6,7 +6,7 @@
 //!   inserted first if absent — a `FOR UPDATE` on an absent key locks nothing.
 //! - **Advisory**: `pg_try_advisory_lock(key)` on a stable hash of `namespace:name`; release is
 //!   `pg_advisory_unlock`. Advisory locks are re-entrant per session, so a connection that may
-//!   still hold one is never returned to the pool ([`SessionConnection`]).
+//!   still hold one is never returned to the pool (`SessionConnection`).
 //!
 //! Both take their fencing token from a sequence in the same statement as the grant. Renewal is a
 //! liveness check on the lease's connection: a session the server ended (killed connection,
@@ -14,15 +14,16 @@
 
 use std::time::{Duration, Instant};
 
-use lock_core::{Error, FencingToken, LockName, Result};
+use lock_core::{Error, LockName, Result};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use super::connection::{CallFailure, PooledPg};
 use super::error::{self, PgFailure};
-use super::lease::{Hold, PostgresLease, SessionConnection};
+use super::lease::{Hold, PostgresLease};
 use super::table::millis;
 use super::PostgresBackend;
+use crate::session_connection::SessionConnection;
 
 /// A wait in the server's lock queue without a deadline is made of slices this long, so that a
 /// server that stops answering is noticed (each slice is bounded on the client too).
@@ -51,12 +52,10 @@ impl PostgresBackend {
             grant = self.row_lock(&connection, name, deadline)?;
         }
         match grant {
-            Grant::Fence(fence) => Ok(Some(PostgresLease {
-                name: name.clone(),
-                fence: fence_token(fence),
-                ttl,
-                hold: Hold::Row { connection: SessionConnection::new(connection) },
-            })),
+            Grant::Fence(fence) => {
+                let hold = Hold::Row { connection: SessionConnection::new(connection) };
+                Ok(Some(PostgresLease::new(name, unsigned(fence), ttl, hold)))
+            }
             Grant::Busy => Ok(None),
             Grant::NoRow => {
                 Err(PgFailure::Reply { operation: "acquire", detail: "the lock row vanished".into() }.into())
@@ -142,17 +141,15 @@ impl PostgresBackend {
                 return Err(call_error("acquire", failure));
             }
         };
-        Ok(fence.map(|fence| PostgresLease {
-            name: name.clone(),
-            fence: fence_token(fence),
-            ttl,
-            hold: Hold::Advisory { key, connection: SessionConnection::new(connection) },
+        Ok(fence.map(|fence| {
+            let hold = Hold::Advisory { key, connection: SessionConnection::new(connection) };
+            PostgresLease::new(name, unsigned(fence), ttl, hold)
         }))
     }
 
     /// Renewal of a session hold: is the session still there?
     pub(crate) fn session_alive(&self, lease: &mut PostgresLease, ttl: Duration) -> Result<bool> {
-        let connection = match &lease.hold {
+        let connection = match &mut lease.hold {
             Hold::Row { connection } | Hold::Advisory { connection, .. } => connection.get(),
             Hold::Table { .. } => unreachable!("a session lease"),
         };
@@ -170,12 +167,16 @@ impl PostgresBackend {
 
     pub(crate) fn session_release(&self, lease: PostgresLease) -> Result<bool> {
         match lease.hold {
-            Hold::Row { connection } => {
-                match connection.get().run_for(
-                    "release",
-                    connection.get().io_timeout(),
-                    |client| async move { client.batch_execute("COMMIT").await },
-                ) {
+            Hold::Row { mut connection } => {
+                let pg = connection.get();
+                let timeout = pg.io_timeout();
+                let committed =
+                    pg.run_for(
+                        "release",
+                        timeout,
+                        |client| async move { client.batch_execute("COMMIT").await },
+                    );
+                match committed {
                     Ok(()) => {
                         connection.give_back();
                         Ok(true)
@@ -186,14 +187,13 @@ impl PostgresBackend {
                     Err(failure) => Err(call_error("release", failure)),
                 }
             }
-            Hold::Advisory { key, connection } => {
-                match connection.get().run_for(
-                    "release",
-                    connection.get().io_timeout(),
-                    |client| async move {
-                        client.query_typed_one("SELECT pg_advisory_unlock($1)", &[(&key, Type::INT8)]).await
-                    },
-                ) {
+            Hold::Advisory { key, mut connection } => {
+                let pg = connection.get();
+                let timeout = pg.io_timeout();
+                let unlocked = pg.run_for("release", timeout, |client| async move {
+                    client.query_typed_one("SELECT pg_advisory_unlock($1)", &[(&key, Type::INT8)]).await
+                });
+                match unlocked {
                     Ok(row) if row.get::<_, bool>(0) => {
                         connection.give_back();
                         Ok(true)
@@ -257,6 +257,7 @@ fn call_error(operation: &'static str, failure: CallFailure) -> Error {
     }
 }
 
-fn fence_token(fence: i64) -> FencingToken {
-    FencingToken::new(u64::try_from(fence).unwrap_or(0))
+/// A `bigint` fence (sequences and counters start at 1) as the token's `u64`.
+pub(crate) fn unsigned(fence: i64) -> u64 {
+    u64::try_from(fence).unwrap_or(0)
 }

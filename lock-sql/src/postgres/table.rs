@@ -5,11 +5,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lock_core::{Extension, FencingToken, LockName, OwnerToken, Result};
+use lock_core::{Extension, LockName, OwnerToken, Result};
 use tokio_postgres::types::Type;
 
 use super::error::PgFailure;
 use super::lease::{Hold, PostgresLease};
+use super::session::unsigned;
 use super::PostgresBackend;
 
 /// Milliseconds as the `bigint` the statements take.
@@ -39,12 +40,7 @@ impl PostgresBackend {
         })?;
         // A row comes back only when this statement won the lock; a conflict that the WHERE
         // refused is contention, not an error.
-        Ok(row.map(|row| PostgresLease {
-            name: name.clone(),
-            fence: FencingToken::new(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0)),
-            ttl,
-            hold: Hold::Table { owner: token },
-        }))
+        Ok(row.map(|row| PostgresLease::new(name, unsigned(row.get(0)), ttl, Hold::Table { owner: token })))
     }
 
     pub(crate) fn table_extend(&self, lease: &mut PostgresLease, ttl: Duration) -> Result<bool> {

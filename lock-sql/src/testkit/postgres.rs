@@ -1,141 +1,61 @@
-//! [`PostgresTarget`]: one [`PostgresLockKind`] on the shared harness PostgreSQL server (or the
-//! one `DISTLOCK_POSTGRES_URL` names).
+//! The PostgreSQL kinds as [`SqlKind`]s, on the harness's PostgreSQL servers.
 
-use std::collections::HashSet;
-use std::net::SocketAddr;
-use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use lock_core::{Error, LockName};
+use lock_core::LockName;
 use lock_testkit::harness::shared::{self, POSTGRES_URL_VARIABLE};
 use lock_testkit::harness::PostgresServer;
-use lock_testkit::suite::{NotApplicable, OwnServers, SuiteTarget};
-use lock_testkit::workload::RoundTripProbe;
+use lock_testkit::suite::PausableServers;
 
-use super::TIMEOUT;
+use super::SqlKind;
 use crate::postgres::{PostgresBackend, PostgresLockKind};
 
-/// S15: the timeouts of the client of the server the scenario stops.
-const OWN_SERVER_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// How many `SELECT 1`s measure the round trip (after as many again to warm up).
-const ROUND_TRIPS: usize = 2_000;
-
-/// One kind of the PostgreSQL backend on a server.
-#[derive(Debug, Clone)]
-pub struct PostgresTarget {
-    kind: PostgresLockKind,
-    url: String,
-}
-
-impl PostgresTarget {
-    /// `kind` on the shared server.
-    ///
-    /// # Panics
-    /// When the shared PostgreSQL server cannot be started (the harness error says why).
-    pub fn new(kind: PostgresLockKind) -> Self {
-        let server = shared::postgres().expect("the shared PostgreSQL server for the postgres suite target");
-        Self::at(kind, server.address())
-    }
-
-    /// `kind` on the server at `url` (tables are created on first use).
-    pub fn at(kind: PostgresLockKind, url: impl Into<String>) -> Self {
-        Self { kind, url: url.into() }
-    }
-
-    /// The server's URL.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
-    fn build(&self, url: &str, timeout: Duration) -> lock_core::Result<PostgresBackend> {
-        let backend = PostgresBackend::builder(url)
-            .kind(self.kind)
-            .connect_timeout(timeout)
-            .io_timeout(timeout)
-            .build()?;
-        // Once per server and process: the tables exist from then on.
-        static READY: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
-        let ready = READY.get_or_init(Mutex::default);
-        if !ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(url) {
-            backend.ensure_schema()?;
-            ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(url.to_owned());
-        }
-        Ok(backend)
-    }
-}
-
-impl SuiteTarget for PostgresTarget {
+impl SqlKind for PostgresLockKind {
     type Backend = PostgresBackend;
 
-    fn label(&self) -> String {
-        self.kind.label().into()
+    const URL_VARIABLE: &'static str = POSTGRES_URL_VARIABLE;
+    const SCHEME: &'static str = "postgres";
+    const USER: &'static str = PostgresServer::USER;
+
+    fn label(self) -> &'static str {
+        PostgresLockKind::label(self)
     }
 
-    fn backend(&self) -> lock_core::Result<PostgresBackend> {
-        self.build(&self.url, TIMEOUT)
+    fn is_table(self) -> bool {
+        self == PostgresLockKind::Table
     }
 
-    fn remaining_lease(&self, name: &LockName) -> Result<lock_core::Result<Option<Duration>>, NotApplicable> {
-        match self.kind {
-            PostgresLockKind::Table => Ok(self.backend().and_then(|backend| backend.remaining_lease(name))),
-            _ => Err(NotApplicable("a session hold has no server-side lease: it ends with its connection")),
-        }
+    fn shared_url() -> Result<String, String> {
+        shared::postgres().map(|server| server.address().to_owned()).map_err(|e| e.to_string())
     }
 
-    fn break_lock(&self, name: &LockName) -> Result<lock_core::Result<()>, NotApplicable> {
-        Ok(self.backend().and_then(|backend| backend.break_lock(name)))
+    fn start_server() -> Result<(String, Box<dyn PausableServers>), String> {
+        let server = PostgresServer::start().map_err(|e| e.to_string())?;
+        Ok((server.url(), Box::new(vec![server])))
     }
 
-    fn child_env(&self) -> Result<Vec<(String, String)>, NotApplicable> {
-        Ok(vec![(POSTGRES_URL_VARIABLE.to_owned(), self.url.clone())])
+    fn build(self, url: &str, timeout: Duration, max_connections: u32) -> lock_core::Result<PostgresBackend> {
+        PostgresBackend::builder(url)
+            .kind(self)
+            .connect_timeout(timeout)
+            .io_timeout(timeout)
+            .max_connections(max_connections)
+            .build()
     }
 
-    fn backend_at(
-        &self,
-        addresses: &[SocketAddr],
-    ) -> Result<lock_core::Result<PostgresBackend>, NotApplicable> {
-        let Some(address) = addresses.first() else {
-            return Ok(Err(Error::invalid_config("no server address")));
-        };
-        Ok(PostgresBackend::builder(format!("postgres://distlock:distlock@{address}/distlock"))
-            .kind(self.kind)
-            .connect_timeout(TIMEOUT)
-            .io_timeout(TIMEOUT)
-            .build())
+    fn ensure_schema(backend: &PostgresBackend) -> lock_core::Result<()> {
+        backend.ensure_schema()
     }
 
-    fn wrong_password_backend(&self) -> Result<lock_core::Result<PostgresBackend>, NotApplicable> {
-        let url = match self.url.rfind('@') {
-            Some(at) => format!("postgres://{}:wrong-password{}", PostgresServer::USER, &self.url[at..]),
-            None => return Err(NotApplicable("the server's URL carries no credentials")),
-        };
-        Ok(PostgresBackend::builder(url).kind(self.kind).connect_timeout(TIMEOUT).io_timeout(TIMEOUT).build())
+    fn remaining_lease(backend: &PostgresBackend, name: &LockName) -> lock_core::Result<Option<Duration>> {
+        backend.remaining_lease(name)
     }
 
-    fn unreachable_report_bound(&self) -> Duration {
-        TIMEOUT + Duration::from_secs(3)
+    fn break_lock(backend: &PostgresBackend, name: &LockName) -> lock_core::Result<()> {
+        backend.break_lock(name)
     }
 
-    fn own_servers(&self) -> Result<lock_core::Result<OwnServers<PostgresBackend>>, NotApplicable> {
-        let server = match PostgresServer::start() {
-            Ok(server) => server,
-            Err(error) => return Ok(Err(Error::backend("harness", error.to_string()))),
-        };
-        let backend = self.build(&server.url(), OWN_SERVER_TIMEOUT);
-        // A call may wait for a connection (connect timeout), then for its reply (I/O timeout).
-        let call_bound = 2 * OWN_SERVER_TIMEOUT + Duration::from_secs(1);
-        Ok(backend.map(|backend| OwnServers { backend, servers: Box::new(vec![server]), call_bound }))
-    }
-
-    fn round_trip(&self) -> Option<RoundTripProbe> {
-        let target = self.clone();
-        Some(RoundTripProbe::new(
-            format!("round trip = p50 of {ROUND_TRIPS} `SELECT 1` on one connection to {}", target.url),
-            move || {
-                let backend = target.backend().map_err(|e| e.to_string())?;
-                backend.select_one_round_trip(ROUND_TRIPS)
-            },
-        ))
+    fn round_trip(backend: &PostgresBackend, samples: usize) -> Result<Duration, String> {
+        backend.select_one_round_trip(samples)
     }
 }

@@ -1,0 +1,142 @@
+//! [`SqlLockBuilder`]: the builder both SQL backends share — settings, defaults, validation;
+//! each database adds its own `build`.
+
+use std::time::Duration;
+
+use lock_core::{Error, Result};
+
+use crate::identifier::TableName;
+use crate::url::redact;
+
+/// Builds an SQL backend: [`PostgresLockBuilder`](crate::postgres::PostgresLockBuilder) or
+/// [`MySqlLockBuilder`](crate::mysql::MySqlLockBuilder), `K` being the database's kind enum.
+/// Every setter has a default; `build` validates them and connects once, so a wrong URL or
+/// password is reported there.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct SqlLockBuilder<K> {
+    pub(crate) settings: Settings,
+    pub(crate) kind: K,
+}
+
+impl<K: Default> SqlLockBuilder<K> {
+    pub(crate) fn new(url: impl Into<String>) -> Self {
+        Self { settings: Settings::new(url.into()), kind: K::default() }
+    }
+}
+
+impl<K> SqlLockBuilder<K> {
+    /// Which kind of lock: lock table, row lock or advisory lock. Defaults to the lock table.
+    pub fn kind(mut self, kind: K) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// The lock table's name (a plain identifier; the row-lock kind uses `<table>_rows`, the
+    /// fencing sequence of the row and advisory kinds is `<table>_fence`). Defaults to
+    /// `"distlock_locks"`.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.settings.table = table.into();
+        self
+    }
+
+    /// How long connecting (TCP, handshake, authentication) and waiting for a pooled
+    /// connection may take. Defaults to 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one exchange may wait for its reply; a wait in the server's lock queue is
+    /// bounded separately (see the kind). Defaults to 5 s.
+    pub fn io_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.io_timeout = timeout;
+        self
+    }
+
+    /// The pool's size. Row and advisory locks own a connection for as long as they are held,
+    /// so this also caps how many of those one client holds at once. Defaults to 16.
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.settings.max_connections = max;
+        self
+    }
+
+    /// The namespace of advisory locks (`namespace:name`), so that applications sharing a
+    /// server keep their locks apart. Defaults to `"distlock"`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.settings.namespace = namespace.into();
+        self
+    }
+}
+
+/// Connection and naming settings of an SQL backend.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) url: String,
+    pub(crate) table: String,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) io_timeout: Duration,
+    pub(crate) max_connections: u32,
+    pub(crate) namespace: String,
+}
+
+impl Settings {
+    pub(crate) fn new(url: String) -> Self {
+        Self {
+            url,
+            table: "distlock_locks".into(),
+            connect_timeout: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(5),
+            max_connections: 16,
+            namespace: "distlock".into(),
+        }
+    }
+
+    /// The URL without its password.
+    pub(crate) fn address(&self) -> String {
+        redact(&self.url)
+    }
+
+    /// Checks everything but the URL's syntax, which the driver parses.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`]: a URL of another scheme than `schemes`, a table name that is not
+    /// a plain identifier, zero timeouts or pool size, an empty namespace or one with `:`.
+    pub(crate) fn validate(&self, schemes: &[&str]) -> Result<TableName> {
+        let invalid = |reason: String| Err(Error::InvalidConfig { reason });
+        if !schemes.iter().any(|scheme| self.url.starts_with(&format!("{scheme}://"))) {
+            return invalid(format!("not a {}:// URL: {}", schemes[0], self.address()));
+        }
+        if self.connect_timeout.is_zero() || self.io_timeout.is_zero() || self.max_connections == 0 {
+            return invalid("timeouts and max_connections must be greater than zero".into());
+        }
+        if self.namespace.is_empty() || self.namespace.contains(':') {
+            return invalid("the advisory-lock namespace must be non-empty and without `:`".into());
+        }
+        TableName::new(&self.table)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_settings_are_typed_errors() {
+        let base = || Settings::new("mysql://h/db".into());
+        let cases = [
+            Settings::new("redis://h".into()),
+            Settings { table: "x; DROP TABLE y".into(), ..base() },
+            Settings { io_timeout: Duration::ZERO, ..base() },
+            Settings { max_connections: 0, ..base() },
+            Settings { namespace: "a:b".into(), ..base() },
+        ];
+        for settings in cases {
+            assert!(
+                matches!(settings.validate(&["mysql"]), Err(Error::InvalidConfig { .. })),
+                "{settings:?}"
+            );
+        }
+        assert!(base().validate(&["mysql"]).is_ok());
+    }
+}

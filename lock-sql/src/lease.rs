@@ -1,0 +1,75 @@
+//! What the SQL backends' leases share: the [`Hold`] (lock-table owner, or a connection whose
+//! session holds the lock), and the public lease types' fields, accessors and `Debug` output.
+
+use crate::session_connection::{EndSession, SessionConnection};
+
+/// How a lease holds its lock. `C` is the database's pooled connection, `K` its advisory-lock
+/// key.
+pub(crate) enum Hold<C: EndSession, K> {
+    /// A lock-table row owned by this owner token (as the statements write it).
+    Table { owner: String },
+    /// A row lock: an open transaction on the connection.
+    Row { connection: SessionConnection<C> },
+    /// An advisory lock held by the connection's session.
+    Advisory { key: K, connection: SessionConnection<C> },
+}
+
+impl<C: EndSession, K> Hold<C, K> {
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Hold::Table { .. } => "table",
+            Hold::Row { .. } => "row",
+            Hold::Advisory { .. } => "advisory",
+        }
+    }
+}
+
+/// Defines a public lease type: `name`, `fence`, `ttl` and a crate-private [`Hold`].
+macro_rules! sql_lease {
+    ($(#[$doc:meta])* $lease:ident, $connection:ty, $key:ty) => {
+        $(#[$doc])*
+        pub struct $lease {
+            pub(crate) name: lock_core::LockName,
+            pub(crate) fence: lock_core::FencingToken,
+            pub(crate) ttl: std::time::Duration,
+            pub(crate) hold: crate::lease::Hold<$connection, $key>,
+        }
+
+        impl $lease {
+            pub(crate) fn new(
+                name: &lock_core::LockName,
+                fence: u64,
+                ttl: std::time::Duration,
+                hold: crate::lease::Hold<$connection, $key>,
+            ) -> Self {
+                Self { name: name.clone(), fence: lock_core::FencingToken::new(fence), ttl, hold }
+            }
+
+            /// The lock's name.
+            pub fn name(&self) -> &lock_core::LockName {
+                &self.name
+            }
+
+            /// The fencing token issued with this acquisition.
+            pub fn fencing_token(&self) -> lock_core::FencingToken {
+                self.fence
+            }
+
+            /// The lease (lock table) or session timeout (row, advisory) last granted.
+            pub fn lease(&self) -> std::time::Duration {
+                self.ttl
+            }
+        }
+
+        impl std::fmt::Debug for $lease {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($lease))
+                    .field("name", &self.name)
+                    .field("kind", &self.hold.kind())
+                    .field("fence", &self.fence)
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+}
+pub(crate) use sql_lease;

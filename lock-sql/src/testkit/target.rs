@@ -1,0 +1,204 @@
+//! [`SqlTarget`]: one kind of an SQL backend on a server, for the suite and the workloads.
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::net::SocketAddr;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use lock_core::{DistributedLock, Error, LockName};
+use lock_testkit::suite::{NotApplicable, OwnServers, PausableServers, SuiteTarget};
+use lock_testkit::workload::RoundTripProbe;
+
+use super::TIMEOUT;
+
+/// S15: the timeouts of the client of the server the scenario stops.
+const OWN_SERVER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How many `SELECT 1`s measure the round trip (after as many again to warm up).
+const ROUND_TRIPS: usize = 2_000;
+
+/// What [`SqlTarget`] needs of one database's kind enum.
+pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
+    /// The backend.
+    type Backend: DistributedLock + Clone;
+
+    /// The variable naming an existing server instead of a harness one (`DISTLOCK_MYSQL_URL`).
+    const URL_VARIABLE: &'static str;
+    /// The URL scheme (`postgres`, `mysql`).
+    const SCHEME: &'static str;
+    /// The harness servers' user.
+    const USER: &'static str;
+
+    /// The kind's name in reports (`pg-row`).
+    fn label(self) -> &'static str;
+
+    /// Whether holds are lock-table leases (else sessions).
+    fn is_table(self) -> bool;
+
+    /// The URL of the shared harness server (or the one [`URL_VARIABLE`](Self::URL_VARIABLE)
+    /// names).
+    ///
+    /// # Errors
+    /// When the server cannot be started.
+    fn shared_url() -> Result<String, String>;
+
+    /// A private server, and its URL.
+    ///
+    /// # Errors
+    /// When the server cannot be started.
+    fn start_server() -> Result<(String, Box<dyn PausableServers>), String>;
+
+    /// A client of `url` with these timeouts and pool size.
+    ///
+    /// # Errors
+    /// As the backend's `build`.
+    fn build(self, url: &str, timeout: Duration, max_connections: u32) -> lock_core::Result<Self::Backend>;
+
+    /// The backend's `ensure_schema`.
+    ///
+    /// # Errors
+    /// As the backend's `ensure_schema`.
+    fn ensure_schema(backend: &Self::Backend) -> lock_core::Result<()>;
+
+    /// The backend's `remaining_lease`.
+    ///
+    /// # Errors
+    /// As the backend's `remaining_lease`.
+    fn remaining_lease(backend: &Self::Backend, name: &LockName) -> lock_core::Result<Option<Duration>>;
+
+    /// The backend's `break_lock`.
+    ///
+    /// # Errors
+    /// As the backend's `break_lock`.
+    fn break_lock(backend: &Self::Backend, name: &LockName) -> lock_core::Result<()>;
+
+    /// The median of `samples` `SELECT 1` round trips on one of the backend's connections.
+    ///
+    /// # Errors
+    /// When the server cannot be asked.
+    fn round_trip(backend: &Self::Backend, samples: usize) -> Result<Duration, String>;
+}
+
+/// One kind of an SQL backend on a server.
+#[derive(Debug, Clone)]
+pub struct SqlTarget<K> {
+    kind: K,
+    url: String,
+}
+
+impl<K: SqlKind> SqlTarget<K> {
+    /// `kind` on the shared server.
+    ///
+    /// # Panics
+    /// When the shared server cannot be started (the harness error says why).
+    pub fn new(kind: K) -> Self {
+        let url = K::shared_url().unwrap_or_else(|error| panic!("the shared {} server: {error}", K::SCHEME));
+        Self::at(kind, url)
+    }
+
+    /// `kind` on the server at `url` (tables are created on first use).
+    pub fn at(kind: K, url: impl Into<String>) -> Self {
+        Self { kind, url: url.into() }
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// A client with a pool of `max_connections` and `timeout` for connecting and I/O.
+    ///
+    /// # Errors
+    /// As the backend's `build` and `ensure_schema`.
+    pub fn backend_with(&self, timeout: Duration, max_connections: u32) -> lock_core::Result<K::Backend> {
+        self.build(&self.url, timeout, max_connections)
+    }
+
+    fn build(&self, url: &str, timeout: Duration, max_connections: u32) -> lock_core::Result<K::Backend> {
+        let backend = self.kind.build(url, timeout, max_connections)?;
+        // Once per server and process: the tables exist from then on.
+        static READY: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+        let ready = READY.get_or_init(Mutex::default);
+        if !ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(url) {
+            K::ensure_schema(&backend)?;
+            ready.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(url.to_owned());
+        }
+        Ok(backend)
+    }
+}
+
+/// The pool size of the targets' clients (the backends' default).
+const POOL: u32 = 16;
+
+impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
+    type Backend = K::Backend;
+
+    fn label(&self) -> String {
+        self.kind.label().into()
+    }
+
+    fn backend(&self) -> lock_core::Result<K::Backend> {
+        self.build(&self.url, TIMEOUT, POOL)
+    }
+
+    fn remaining_lease(&self, name: &LockName) -> Result<lock_core::Result<Option<Duration>>, NotApplicable> {
+        if !self.kind.is_table() {
+            return Err(NotApplicable(
+                "a session hold has no server-side lease: it ends with its connection",
+            ));
+        }
+        Ok(self.backend().and_then(|backend| K::remaining_lease(&backend, name)))
+    }
+
+    fn break_lock(&self, name: &LockName) -> Result<lock_core::Result<()>, NotApplicable> {
+        Ok(self.backend().and_then(|backend| K::break_lock(&backend, name)))
+    }
+
+    fn child_env(&self) -> Result<Vec<(String, String)>, NotApplicable> {
+        Ok(vec![(K::URL_VARIABLE.to_owned(), self.url.clone())])
+    }
+
+    fn backend_at(&self, addresses: &[SocketAddr]) -> Result<lock_core::Result<K::Backend>, NotApplicable> {
+        let Some(address) = addresses.first() else {
+            return Ok(Err(Error::invalid_config("no server address")));
+        };
+        let url = format!("{}://distlock:distlock@{address}/distlock", K::SCHEME);
+        Ok(self.kind.build(&url, TIMEOUT, POOL))
+    }
+
+    fn wrong_password_backend(&self) -> Result<lock_core::Result<K::Backend>, NotApplicable> {
+        let url = match self.url.rfind('@') {
+            Some(at) => format!("{}://{}:wrong-password{}", K::SCHEME, K::USER, &self.url[at..]),
+            None => return Err(NotApplicable("the server's URL carries no credentials")),
+        };
+        Ok(self.kind.build(&url, TIMEOUT, POOL))
+    }
+
+    fn unreachable_report_bound(&self) -> Duration {
+        // Connecting, then the handshake's reply.
+        2 * TIMEOUT + Duration::from_secs(3)
+    }
+
+    fn own_servers(&self) -> Result<lock_core::Result<OwnServers<K::Backend>>, NotApplicable> {
+        let (url, servers) = match K::start_server() {
+            Ok(started) => started,
+            Err(error) => return Ok(Err(Error::backend("harness", error))),
+        };
+        let backend = self.build(&url, OWN_SERVER_TIMEOUT, POOL);
+        // A call may open a connection (connect and handshake), then wait for its reply.
+        let call_bound = 3 * OWN_SERVER_TIMEOUT + Duration::from_secs(1);
+        Ok(backend.map(|backend| OwnServers { backend, servers, call_bound }))
+    }
+
+    fn round_trip(&self) -> Option<RoundTripProbe> {
+        let target = self.clone();
+        Some(RoundTripProbe::new(
+            format!("round trip = p50 of {ROUND_TRIPS} `SELECT 1` on one connection to {}", target.url),
+            move || {
+                let backend = target.backend().map_err(|e| e.to_string())?;
+                K::round_trip(&backend, ROUND_TRIPS)
+            },
+        ))
+    }
+}
