@@ -77,11 +77,25 @@ impl BrokenRecipe {
 }
 
 /// The usual check of a recipe that runs as a [`SuiteTarget`]: S02 passes (it works as a lock),
-/// and `scenario` fails.
+/// and `scenario` fails. Not for S04, whose holder is this test binary re-run by test name: use
+/// [`caught_by_scenario_in`].
 ///
 /// # Errors
 /// A [`Failure`] when S02 does not pass, or when `scenario` passes (or is n/a).
 pub fn caught_by_scenario<T: SuiteTarget>(target: &T, scenario: &str) -> Result<Caught, Failure> {
+    caught_by_scenario_in(target, scenario, &target.label())
+}
+
+/// [`caught_by_scenario`] run from the test called `test_name` (its full path in the test
+/// binary), which S04 re-runs as the holder process.
+///
+/// # Errors
+/// A [`Failure`] when S02 does not pass, or when `scenario` passes (or is n/a).
+pub fn caught_by_scenario_in<T: SuiteTarget>(
+    target: &T,
+    scenario: &str,
+    test_name: &str,
+) -> Result<Caught, Failure> {
     let label = target.label();
     match run(target, "S02", &label) {
         Ok(Verdict::Pass) => {}
@@ -89,7 +103,7 @@ pub fn caught_by_scenario<T: SuiteTarget>(target: &T, scenario: &str) -> Result<
             return Err(Failure(format!("{label} must work as a lock on the happy path (S02): {other:?}")))
         }
     }
-    match run(target, scenario, &label) {
+    match run(target, scenario, test_name) {
         Err(Failure(how)) => Ok(Caught { how }),
         Ok(verdict) => {
             Err(Failure(format!("{label} passed {scenario} ({verdict:?}): the suite has no teeth")))

@@ -15,7 +15,7 @@ mod builder;
 mod connection;
 pub(crate) mod error;
 mod lease;
-mod schema;
+pub(crate) mod schema;
 mod session;
 mod table;
 mod wait;

@@ -8,6 +8,8 @@
 mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "mysql")]
+pub mod primary_key_lock;
 mod target;
 
 pub use target::{SqlKind, SqlTarget};
@@ -21,6 +23,25 @@ pub type PostgresTarget = SqlTarget<crate::postgres::PostgresLockKind>;
 pub type MySqlTarget = SqlTarget<crate::mysql::MySqlLockKind>;
 
 use std::time::Duration;
+
+use lock_testkit::negative::BrokenRecipe;
+
+/// The full path, in `lock-sql/tests/broken_recipes.rs`, of the test that runs N05: S04 re-runs
+/// that test binary, by this name, as the crashing holder.
+pub const N05_TEST: &str = "n05_primary_key_lock_without_expiry_fails_s04";
+
+/// The docs' broken SQL recipes, each with the scenario that must catch it: N05 (seed 003's
+/// primary-key lock without expiry) must fail S04. Its check must run from the test named
+/// [`N05_TEST`].
+pub fn broken_recipes() -> Vec<BrokenRecipe> {
+    let mut recipes = Vec::new();
+    #[cfg(feature = "mysql")]
+    recipes.push(BrokenRecipe::new("N05", "primary-key lock without expiry", "S04", || {
+        let target = primary_key_lock::PrimaryKeyLockTarget::new();
+        lock_testkit::negative::caught_by_scenario_in(&target, "S04", N05_TEST)
+    }));
+    recipes
+}
 
 /// The connect and I/O timeouts of every client a target makes: short, so S13's
 /// unreachable-server check is quick, and far above a loopback round trip.
