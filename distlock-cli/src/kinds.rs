@@ -143,6 +143,8 @@ pub trait BenchTarget {
     fn w2(&self) -> Result<W2Report>;
     /// W3, eight workers on eight names.
     fn w3(&self) -> Result<W3Report>;
+    /// Why W4 does not apply, if it does not.
+    fn w4_not_applicable(&self) -> Result<Option<&'static str>>;
     /// W4, 10,000 leases renewed.
     fn w4(&self) -> Result<W4Report>;
 }
@@ -162,6 +164,9 @@ impl<T: SuiteTarget> BenchTarget for T {
     }
     fn w3(&self) -> Result<W3Report> {
         workload::w3_independent(self)
+    }
+    fn w4_not_applicable(&self) -> Result<Option<&'static str>> {
+        workload::w4_not_applicable(self)
     }
     fn w4(&self) -> Result<W4Report> {
         workload::w4_renewal_scale(self)

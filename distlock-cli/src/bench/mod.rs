@@ -160,6 +160,10 @@ fn measure(
             Ok((report.to_json(), None))
         }
         Workload::W4 => {
+            if let Some(reason) = target.w4_not_applicable().map_err(|e| format!("W4: {e}"))? {
+                println!("W4 renewal      n/a: {reason}");
+                return Ok((serde_json::json!({"workload": "w4", "not_applicable": reason}), None));
+            }
             let report = target.w4().map_err(|e| format!("W4: {e}"))?;
             println!(
                 "W4 renewal      {} locks of 1 s held 30 s: {} lost; {} renewal thread(s) of {} threads; RSS {:.1} MiB, +{:.1} MiB for the held locks; acquired in {}",

@@ -257,6 +257,19 @@ pub mod testkit {
 
 #[cfg(feature = "testkit")]
 impl MySqlBackend {
+    /// `name=value` for each of the server variables `names` (plain identifiers).
+    pub(crate) fn server_settings(&self, names: &[&str]) -> std::result::Result<String, String> {
+        let mut connection = self.inner.pool.get().map_err(|e| e.to_string())?;
+        let mut pairs = Vec::with_capacity(names.len());
+        for name in names {
+            let results =
+                connection.run("show a setting", &format!("SELECT @@{name}")).map_err(|e| e.to_string())?;
+            let value: String = results.last_value().unwrap_or_default();
+            pairs.push(format!("{name}={value}"));
+        }
+        Ok(pairs.join(" "))
+    }
+
     /// The median of `samples` `SELECT 1` round trips on one pooled connection (for benchmarks).
     pub(crate) fn select_one_round_trip(&self, samples: usize) -> std::result::Result<Duration, String> {
         let mut connection = self.inner.pool.get().map_err(|e| e.to_string())?;

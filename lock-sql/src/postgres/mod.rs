@@ -238,6 +238,21 @@ impl fmt::Debug for PostgresBackend {
 
 #[cfg(feature = "testkit")]
 impl PostgresBackend {
+    /// `name=value` for each of the server settings `names` (plain identifiers).
+    pub(crate) fn server_settings(&self, names: &[&str]) -> std::result::Result<String, String> {
+        let connection = self.inner.pool.get().map_err(|e| e.to_string())?;
+        let mut pairs = Vec::with_capacity(names.len());
+        for name in names {
+            let sql = format!("SHOW {name}");
+            let value: String = connection
+                .run("show a setting", |client| async move { client.query_one(sql.as_str(), &[]).await })
+                .map_err(|e| e.to_string())?
+                .get(0);
+            pairs.push(format!("{name}={value}"));
+        }
+        Ok(pairs.join(" "))
+    }
+
     /// The median of `samples` `SELECT 1` round trips on one pooled connection, the way the
     /// backend's own statements travel (for benchmarks).
     pub(crate) fn select_one_round_trip(&self, samples: usize) -> std::result::Result<Duration, String> {

@@ -55,6 +55,10 @@ impl SqlKind for MySqlLockKind {
         backend.break_lock(name)
     }
 
+    fn durability(backend: &MySqlBackend) -> Result<String, String> {
+        backend.server_settings(&["innodb_flush_log_at_trx_commit", "sync_binlog"])
+    }
+
     fn round_trip(backend: &MySqlBackend, samples: usize) -> Result<Duration, String> {
         backend.select_one_round_trip(samples)
     }

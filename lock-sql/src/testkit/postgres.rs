@@ -55,6 +55,10 @@ impl SqlKind for PostgresLockKind {
         backend.break_lock(name)
     }
 
+    fn durability(backend: &PostgresBackend) -> Result<String, String> {
+        backend.server_settings(&["fsync", "synchronous_commit"])
+    }
+
     fn round_trip(backend: &PostgresBackend, samples: usize) -> Result<Duration, String> {
         backend.select_one_round_trip(samples)
     }

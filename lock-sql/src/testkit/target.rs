@@ -73,6 +73,13 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
     /// As the backend's `break_lock`.
     fn break_lock(backend: &Self::Backend, name: &LockName) -> lock_core::Result<()>;
 
+    /// The server's durability settings, as `name=value` pairs (`fsync=on …`): they bound what
+    /// a commit costs, so benchmark results are printed beside them.
+    ///
+    /// # Errors
+    /// When the server cannot be asked.
+    fn durability(backend: &Self::Backend) -> Result<String, String>;
+
     /// The median of `samples` `SELECT 1` round trips on one of the backend's connections.
     ///
     /// # Errors
@@ -193,8 +200,16 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
 
     fn round_trip(&self) -> Option<RoundTripProbe> {
         let target = self.clone();
+        let durability = self
+            .backend()
+            .map_err(|e| e.to_string())
+            .and_then(|backend| K::durability(&backend))
+            .unwrap_or_else(|error| format!("unknown ({error})"));
         Some(RoundTripProbe::new(
-            format!("round trip = p50 of {ROUND_TRIPS} `SELECT 1` on one connection to {}", target.url),
+            format!(
+                "round trip = p50 of {ROUND_TRIPS} `SELECT 1` on one connection to {}; durability: {durability}",
+                crate::url::redact(&target.url)
+            ),
             move || {
                 let backend = target.backend().map_err(|e| e.to_string())?;
                 K::round_trip(&backend, ROUND_TRIPS)

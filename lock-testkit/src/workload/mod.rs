@@ -16,7 +16,7 @@ mod uncontended;
 pub use clock::Clock;
 pub use contended::{run as w2_contended, W2Report};
 pub use independent::{run as w3_independent, W3Report};
-pub use renewal_scale::{run as w4_renewal_scale, W4Report};
+pub use renewal_scale::{not_applicable as w4_not_applicable, run as w4_renewal_scale, W4Report};
 pub use round_trip::{median_round_trip, RoundTripProbe};
 pub use stats::{percentile, Percentiles};
 pub use uncontended::{run as w1_uncontended, W1Report};

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use lock_core::{LockClient, LockOptions, RENEWAL_THREAD_PREFIX};
+use lock_core::{DistributedLock as _, HoldKind, LockClient, LockOptions, RENEWAL_THREAD_PREFIX};
 
 use crate::suite::{unique_name, SuiteTarget};
 
@@ -43,6 +43,16 @@ impl W4Report {
                "rss_before_kib": self.rss_before_kib,
                "acquire_ns": self.acquire_ns})
     }
+}
+
+/// Whether W4 applies to `target`: it renews leases; holds that are sessions own a connection
+/// each, and 10,000 of them would need 10,000 connections.
+///
+/// # Errors
+/// A client that cannot be built.
+pub fn not_applicable<T: SuiteTarget>(target: &T) -> lock_core::Result<Option<&'static str>> {
+    Ok((target.backend()?.hold_kind() == HoldKind::Session)
+        .then_some("session holds own a connection each: 10,000 held locks would take 10,000 connections"))
 }
 
 /// Runs W4 (takes a little over 30 s).
