@@ -7,6 +7,8 @@
 //! ```text
 //! cargo run --example seckill                      # in-memory backend
 //! cargo run --example seckill --features redis -- redis://127.0.0.1:6379/
+//! cargo run --example seckill --features postgres -- postgres://user:pw@127.0.0.1/db [table|row|advisory]
+//! cargo run --example seckill --features mysql -- mysql://user:pw@127.0.0.1/db [table|row|advisory]
 //! ```
 
 use std::error::Error;
@@ -31,11 +33,54 @@ fn main() -> Result<(), Box<dyn Error>> {
         url if url.starts_with("redis://") || url.starts_with("rediss://") => {
             sale(&target, || distlock::redis::RedisBackend::new(url))
         }
+        #[cfg(feature = "postgres")]
+        url if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            // Checks the arguments and creates the tables; each buyer thread then builds its own.
+            let kind = postgres(url)?.kind();
+            sale(&target, || distlock::postgres::PostgresBackend::builder(url).kind(kind).build())
+        }
+        #[cfg(feature = "mysql")]
+        url if url.starts_with("mysql://") => {
+            // Checks the arguments and creates the tables; each buyer thread then builds its own.
+            let kind = mysql(url)?.kind();
+            sale(&target, || distlock::mysql::MySqlBackend::builder(url).kind(kind).build())
+        }
         other => Err(format!(
             "unknown backend {other:?}: use `memory`, or a URL of a backend whose feature is enabled"
         )
         .into()),
     }
+}
+
+/// The SQL kind named by the second argument: `table` (the default), `row` or `advisory`.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn sql_kind<K>(table: K, row: K, advisory: K) -> Result<K, Box<dyn Error>> {
+    match std::env::args().nth(2).as_deref() {
+        None | Some("table") => Ok(table),
+        Some("row") => Ok(row),
+        Some("advisory") => Ok(advisory),
+        Some(other) => Err(format!("unknown SQL lock kind {other:?}: use table, row or advisory").into()),
+    }
+}
+
+/// A PostgreSQL backend of the kind the arguments name, with its tables created.
+#[cfg(feature = "postgres")]
+fn postgres(url: &str) -> Result<distlock::postgres::PostgresBackend, Box<dyn Error>> {
+    use distlock::postgres::{PostgresBackend, PostgresLockKind as Kind};
+    let kind = sql_kind(Kind::Table, Kind::Row, Kind::Advisory)?;
+    let backend = PostgresBackend::builder(url).kind(kind).build()?;
+    backend.ensure_schema()?;
+    Ok(backend)
+}
+
+/// A MySQL backend of the kind the arguments name, with its tables created.
+#[cfg(feature = "mysql")]
+fn mysql(url: &str) -> Result<distlock::mysql::MySqlBackend, Box<dyn Error>> {
+    use distlock::mysql::{MySqlBackend, MySqlLockKind as Kind};
+    let kind = sql_kind(Kind::Table, Kind::Row, Kind::Advisory)?;
+    let backend = MySqlBackend::builder(url).kind(kind).build()?;
+    backend.ensure_schema()?;
+    Ok(backend)
 }
 
 /// Runs the sale twice, without and with the lock, and checks the locked one sold exactly the stock.

@@ -1,20 +1,22 @@
-//! Connections: tokio-postgres clients driven by the shared runtime, each call bounded by the I/O
-//! timeout, pooled with r2d2 under a connection manager of our own.
+//! Connections: tokio-postgres clients driven by the calling thread, each call bounded by the
+//! I/O timeout, pooled with r2d2 under a connection manager of our own.
 //!
 //! A connection whose call timed out or failed below SQL is marked broken and dropped by the pool:
 //! its reply may still be on the way, so it is never reused out of step with the server.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, LazyLock};
+use std::task::Poll;
 use std::time::Duration;
 
 use lock_core::{Error, Result};
 use parking_lot::Mutex;
 use scheduled_thread_pool::ScheduledThreadPool;
 use tokio::runtime::Runtime;
-use tokio::task::JoinHandle;
-use tokio_postgres::{AsyncMessage, Client, NoTls, Notification};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{AsyncMessage, Client, NoTls, Notification, Row, Statement};
 
 use super::error::{self, PgFailure};
 use super::runtime;
@@ -41,48 +43,54 @@ pub(crate) struct PgSettings {
     pub(crate) io_timeout: Duration,
 }
 
+/// A statement parameter with its SQL type.
+pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+
 /// Where a connection's notifications go (only the wait listener's connection has one).
 pub(crate) type NotificationSink = Box<dyn Fn(Notification) + Send + Sync>;
 
-/// One connection: the client, the task that drives its socket, and whether it broke.
+/// The socket half of a client, which a call polls while it waits.
+type Socket = tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>;
+
+/// One connection: the client, its socket half, the runtime that drives both during a call, and
+/// whether it broke.
+///
+/// As in the blocking `postgres` crate, the calling thread drives the socket itself (no I/O
+/// thread, no cross-thread hand-off per reply); unlike it, every call has a deadline.
 pub(crate) struct PgConnection {
     client: Client,
-    task: JoinHandle<()>,
-    runtime: Arc<Runtime>,
+    socket: RefCell<Socket>,
+    runtime: Runtime,
+    notifications: Option<NotificationSink>,
     io_timeout: Duration,
     broken: Cell<bool>,
+    /// Statements prepared on this connection, by text: a statement is parsed and planned once
+    /// per connection, then each call is one Bind/Execute round trip.
+    statements: RefCell<HashMap<String, Statement>>,
 }
 
 impl PgConnection {
     /// Connects (TCP connect, startup and authentication all within `connect_timeout`).
     pub(crate) fn open(
         config: &tokio_postgres::Config,
-        runtime: Arc<Runtime>,
         settings: &PgSettings,
         notifications: Option<NotificationSink>,
     ) -> std::result::Result<Self, PgFailure> {
-        let connected = runtime::block_on(&runtime, settings.connect_timeout, config.connect(NoTls))
+        let runtime = runtime::new().map_err(PgFailure::Runtime)?;
+        let connect = async { tokio::time::timeout(settings.connect_timeout, config.connect(NoTls)).await };
+        let (client, socket) = runtime
+            .block_on(connect)
             .map_err(|_| PgFailure::Timeout { operation: "connect", timeout: settings.connect_timeout })?
             .map_err(|source| PgFailure::Statement { operation: "connect", source })?;
-        let (client, mut connection) = connected;
-        let task = runtime.spawn(async move {
-            let driven = std::future::poll_fn(|cx| loop {
-                match std::task::ready!(connection.poll_message(cx)) {
-                    Some(Ok(AsyncMessage::Notification(notification))) => {
-                        if let Some(sink) = &notifications {
-                            sink(notification);
-                        }
-                    }
-                    Some(Ok(_notice)) => {}
-                    Some(Err(error)) => return std::task::Poll::Ready(Err(error)),
-                    None => return std::task::Poll::Ready(Ok(())),
-                }
-            });
-            if let Err(error) = driven.await {
-                tracing::debug!(%error, "a postgres connection ended");
-            }
-        });
-        Ok(Self { client, task, runtime, io_timeout: settings.io_timeout, broken: Cell::new(false) })
+        Ok(Self {
+            client,
+            socket: RefCell::new(socket),
+            runtime,
+            notifications,
+            io_timeout: settings.io_timeout,
+            broken: Cell::new(false),
+            statements: RefCell::default(),
+        })
     }
 
     /// Runs one exchange, bounded by the I/O timeout. A timeout, or a failure of the connection
@@ -98,10 +106,7 @@ impl PgConnection {
     where
         F: Future<Output = std::result::Result<T, tokio_postgres::Error>> + 'c,
     {
-        self.run_for(operation, self.io_timeout, call).map_err(|failure| match failure {
-            CallFailure::Timeout(failure) => failure.into(),
-            CallFailure::Driver(source) => error::map(operation, source),
-        })
+        self.run_for(operation, self.io_timeout, call).map_err(|failure| failure.into_error(operation))
     }
 
     /// Like [`run`](Self::run), with the driver error kept (to look at its SQLSTATE) and an
@@ -115,7 +120,8 @@ impl PgConnection {
     where
         F: Future<Output = std::result::Result<T, tokio_postgres::Error>> + 'c,
     {
-        match runtime::block_on(&self.runtime, timeout, call(&self.client)) {
+        let outcome = self.drive(timeout, call(&self.client));
+        match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => {
                 if error.code().is_none() || error::session_ended(&error) {
@@ -123,9 +129,107 @@ impl PgConnection {
                 }
                 Err(CallFailure::Driver(error))
             }
-            Err(_elapsed) => {
+            Err(failure) => {
                 self.broken.set(true);
-                Err(CallFailure::Timeout(PgFailure::Timeout { operation, timeout }))
+                Err(match failure {
+                    Stalled::Timeout => CallFailure::Timeout(PgFailure::Timeout { operation, timeout }),
+                    Stalled::Closed => CallFailure::Closed,
+                })
+            }
+        }
+    }
+
+    /// `sql` prepared on this connection with the parameter types of `params` (cached).
+    fn prepared(&self, sql: &str, params: &[Param<'_>]) -> std::result::Result<Statement, CallFailure> {
+        if let Some(statement) = self.statements.borrow().get(sql) {
+            return Ok(statement.clone());
+        }
+        let types: Vec<Type> = params.iter().map(|(_, kind)| kind.clone()).collect();
+        let types = types.as_slice();
+        let statement = self.run_for("prepare", self.io_timeout, |client| async move {
+            client.prepare_typed(sql, types).await
+        })?;
+        self.statements.borrow_mut().insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+
+    /// Runs `sql` (prepared once per connection) with `params`, bounded by `timeout`; `begin`
+    /// sends `BEGIN` ahead of it in the same round trip.
+    pub(crate) fn query(
+        &self,
+        operation: &'static str,
+        timeout: Duration,
+        begin: bool,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> std::result::Result<Vec<Row>, CallFailure> {
+        let statement = self.prepared(sql, params)?;
+        let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(value, _)| *value).collect();
+        let (statement, values) = (&statement, values.as_slice());
+        self.run_for(operation, timeout, |client| async move {
+            if begin {
+                let (begun, rows) =
+                    tokio::join!(client.batch_execute("BEGIN"), client.query(statement, values));
+                begun?;
+                rows
+            } else {
+                client.query(statement, values).await
+            }
+        })
+    }
+
+    /// Like [`query`](Self::query) without `BEGIN`, bounded by the I/O timeout, errors mapped.
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
+    pub(crate) fn rows(&self, operation: &'static str, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>> {
+        self.query(operation, self.io_timeout, false, sql, params)
+            .map_err(|failure| failure.into_error(operation))
+    }
+
+    /// Polls `future` and the socket together until the future is done, the socket closes, or
+    /// `timeout` passes. Notifications that arrive meanwhile go to the sink.
+    fn drive<O>(
+        &self,
+        timeout: Duration,
+        future: impl Future<Output = O>,
+    ) -> std::result::Result<O, Stalled> {
+        let mut socket = self.socket.borrow_mut();
+        let mut future = std::pin::pin!(future);
+        let both = std::future::poll_fn(|cx| {
+            loop {
+                match socket.poll_message(cx) {
+                    Poll::Ready(Some(Ok(AsyncMessage::Notification(notification)))) => {
+                        if let Some(sink) = &self.notifications {
+                            sink(notification);
+                        }
+                    }
+                    Poll::Ready(Some(Ok(_notice))) => {}
+                    // The future sees the failure as its own error, if it is still waiting.
+                    Poll::Ready(Some(Err(_))) | Poll::Ready(None) => match future.as_mut().poll(cx) {
+                        Poll::Ready(output) => return Poll::Ready(Ok(output)),
+                        Poll::Pending => return Poll::Ready(Err(Stalled::Closed)),
+                    },
+                    Poll::Pending => break,
+                }
+            }
+            future.as_mut().poll(cx).map(Ok)
+        });
+        self.runtime
+            .block_on(async { tokio::time::timeout(timeout, both).await })
+            .unwrap_or(Err(Stalled::Timeout))
+    }
+
+    /// Waits up to `timeout` for notifications (the listener's idle loop).
+    ///
+    /// # Errors
+    /// [`CallFailure::Closed`] when the connection is gone.
+    pub(crate) fn wait_for_notifications(&self, timeout: Duration) -> std::result::Result<(), CallFailure> {
+        match self.drive(timeout, std::future::pending::<()>()) {
+            Err(Stalled::Timeout) => Ok(()),
+            Ok(()) | Err(Stalled::Closed) => {
+                self.broken.set(true);
+                Err(CallFailure::Closed)
             }
         }
     }
@@ -145,21 +249,40 @@ impl PgConnection {
     }
 }
 
-impl Drop for PgConnection {
-    fn drop(&mut self) {
-        // Dropping the client asks the task to close the socket; a server that stopped answering
-        // would keep the task waiting, so stop it outright.
-        self.task.abort();
-    }
-}
-
 /// How a bounded call failed.
 #[derive(Debug)]
 pub(crate) enum CallFailure {
     /// No reply in time (the connection is broken).
     Timeout(PgFailure),
+    /// The connection closed under the call: the server ended the session.
+    Closed,
     /// The driver reported an error (a SQLSTATE from the server, or a connection failure).
     Driver(tokio_postgres::Error),
+}
+
+impl CallFailure {
+    /// Whether the failure proves the session is gone, and every lock it held with it.
+    pub(crate) fn session_ended(&self) -> bool {
+        match self {
+            CallFailure::Closed => true,
+            CallFailure::Driver(error) => error::session_ended(error),
+            CallFailure::Timeout(_) => false,
+        }
+    }
+
+    pub(crate) fn into_error(self, operation: &'static str) -> Error {
+        match self {
+            CallFailure::Timeout(failure) => failure.into(),
+            CallFailure::Closed => PgFailure::Closed { operation }.into(),
+            CallFailure::Driver(source) => error::map(operation, source),
+        }
+    }
+}
+
+/// Why [`PgConnection::drive`] gave up.
+enum Stalled {
+    Timeout,
+    Closed,
 }
 
 /// The r2d2 manager: opens [`PgConnection`]s and remembers the last failure to open one, so that
@@ -167,7 +290,6 @@ pub(crate) enum CallFailure {
 /// connection) instead of only "timed out".
 pub(crate) struct PgManager {
     pub(crate) config: tokio_postgres::Config,
-    pub(crate) runtime: Arc<Runtime>,
     pub(crate) settings: PgSettings,
     pub(crate) last_failure: Arc<Mutex<Option<LastFailure>>>,
 }
@@ -177,7 +299,7 @@ impl r2d2::ManageConnection for PgManager {
     type Error = PgFailure;
 
     fn connect(&self) -> std::result::Result<PgConnection, PgFailure> {
-        let opened = PgConnection::open(&self.config, Arc::clone(&self.runtime), &self.settings, None);
+        let opened = PgConnection::open(&self.config, &self.settings, None);
         match &opened {
             Ok(_) => *self.last_failure.lock() = None,
             Err(failure) => *self.last_failure.lock() = Some(LastFailure::of(failure)),
@@ -226,7 +348,6 @@ pub(crate) struct PgPool {
     last_failure: Arc<Mutex<Option<LastFailure>>>,
     settings: PgSettings,
     config: tokio_postgres::Config,
-    runtime: Arc<Runtime>,
 }
 
 /// A connection out of the pool.
@@ -234,14 +355,8 @@ pub(crate) type PooledPg = r2d2::PooledConnection<PgManager>;
 
 impl PgPool {
     pub(crate) fn new(config: tokio_postgres::Config, settings: PgSettings) -> Result<Self> {
-        let runtime = runtime::shared()?;
         let last_failure = Arc::new(Mutex::new(None));
-        let manager = PgManager {
-            config: config.clone(),
-            runtime: Arc::clone(&runtime),
-            settings,
-            last_failure: Arc::clone(&last_failure),
-        };
+        let manager = PgManager { config: config.clone(), settings, last_failure: Arc::clone(&last_failure) };
         let pool = r2d2::Pool::builder()
             .max_size(settings.max_connections)
             .min_idle(Some(0))
@@ -250,7 +365,7 @@ impl PgPool {
             .thread_pool(connector_threads())
             .error_handler(Box::new(r2d2::NopErrorHandler))
             .build_unchecked(manager);
-        Ok(Self { pool, last_failure, settings, config, runtime })
+        Ok(Self { pool, last_failure, settings, config })
     }
 
     /// A connection, within the connect timeout.
@@ -278,7 +393,7 @@ impl PgPool {
 
     /// Opens a connection outside the pool (the wait listener's, and the check `build()` makes).
     pub(crate) fn open_unpooled(&self, notifications: Option<NotificationSink>) -> Result<PgConnection> {
-        Ok(PgConnection::open(&self.config, Arc::clone(&self.runtime), &self.settings, notifications)?)
+        Ok(PgConnection::open(&self.config, &self.settings, notifications)?)
     }
 
     pub(crate) fn settings(&self) -> PgSettings {

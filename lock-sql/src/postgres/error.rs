@@ -26,8 +26,11 @@ pub(crate) enum PgFailure {
     /// theirs), or connecting did not succeed in time.
     #[error("no connection to postgres within {timeout:?}: {detail}")]
     Pool { timeout: Duration, detail: String },
-    /// The private runtime could not start.
-    #[error("starting the postgres I/O thread: {0}")]
+    /// The server closed the connection under a call (it ended the session).
+    #[error("{operation}: the server closed the connection")]
+    Closed { operation: &'static str },
+    /// A connection's runtime could not start.
+    #[error("starting a postgres connection's runtime: {0}")]
     Runtime(#[source] std::io::Error),
     /// A statement answered something the backend's statements never return.
     #[error("unexpected reply to {operation}: {detail}")]
@@ -48,6 +51,7 @@ impl From<PgFailure> for Error {
             PgFailure::Timeout { operation, .. } => {
                 Error::Timeout { backend: BACKEND, operation, source: Some(failure.into()) }
             }
+            PgFailure::Closed { .. } => Error::Connection { backend: BACKEND, source: failure.into() },
             PgFailure::Pool { .. } => {
                 Error::Timeout { backend: BACKEND, operation: "connect", source: Some(failure.into()) }
             }

@@ -2,84 +2,149 @@
 //! multiplexes every waited name. A release's statement `NOTIFY`s the channel with the lock's
 //! name; the listener wakes the threads waiting for that name.
 //!
-//! Notifications are best effort (a listener reconnecting misses some), so waiters also re-check
-//! at the holder's expiry — an expiry sends no `NOTIFY` — and at least every
-//! [`FALLBACK_RECHECK`].
+//! The connection lives on a thread of its own ([`LISTENER_THREAD_NAME`]), started by the first
+//! wait and stopped when the backend is dropped: a connection's socket is only read while some
+//! thread drives it. Notifications are best effort (a listener reconnecting misses some), so
+//! waiters also re-check at the holder's expiry — an expiry sends no `NOTIFY` — and at least
+//! every [`FALLBACK_RECHECK`].
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
+use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_core::Result;
 use parking_lot::{Condvar, Mutex};
 
-use super::connection::{PgConnection, PgPool};
+use super::connection::PgPool;
 
 /// The longest a waiter sleeps without a notification before it re-checks on its own.
 pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
 
-type Waiters = Arc<Mutex<HashMap<String, Vec<Weak<Slot>>>>>;
+/// The name of the listening thread (one per backend that has waited).
+pub const LISTENER_THREAD_NAME: &str = "distlock-pglisten";
 
-/// The listening connection and the waiters by name.
+/// How often the listening thread looks up from its socket to see whether it should stop, and
+/// how long it waits before reconnecting.
+const TICK: Duration = Duration::from_millis(250);
+
+/// The listener of one backend (and its clones).
 pub(crate) struct Listener {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
     pool: PgPool,
     listen: String,
-    connection: Mutex<Option<PgConnection>>,
-    waiters: Waiters,
+    waiters: Mutex<HashMap<String, Vec<Weak<Slot>>>>,
+    /// Whether `LISTEN` is in force on a live connection.
+    listening: Mutex<bool>,
+    changed: Condvar,
+    started: AtomicBool,
+    stop: AtomicBool,
 }
 
 impl Listener {
     pub(crate) fn new(pool: PgPool, table: &str) -> Self {
         Self {
-            pool,
-            listen: format!("LISTEN \"distlock_{table}\""),
-            connection: Mutex::new(None),
-            waiters: Arc::default(),
+            shared: Arc::new(Shared {
+                pool,
+                listen: format!("LISTEN \"distlock_{table}\""),
+                waiters: Mutex::default(),
+                listening: Mutex::new(false),
+                changed: Condvar::new(),
+                started: AtomicBool::new(false),
+                stop: AtomicBool::new(false),
+            }),
         }
     }
 
-    /// Registers a waiter for `name`, opening the listening connection if there is none (or it
-    /// broke). A listener that cannot connect is logged and retried at the next registration;
-    /// its waiters still re-check on their own.
+    /// Registers a waiter for `name`, starting the listening thread on first use.
     pub(crate) fn register(&self, name: &str) -> Registration<'_> {
         let slot = Arc::new(Slot::default());
-        self.waiters.lock().entry(name.to_owned()).or_default().push(Arc::downgrade(&slot));
-        if let Err(error) = self.ensure_listening() {
-            tracing::debug!(%error, "the postgres LISTEN connection failed; waiters re-check on their own");
+        self.shared.waiters.lock().entry(name.to_owned()).or_default().push(Arc::downgrade(&slot));
+        if !self.shared.started.swap(true, Ordering::AcqRel) {
+            let shared = Arc::clone(&self.shared);
+            let spawned =
+                thread::Builder::new().name(LISTENER_THREAD_NAME.into()).spawn(move || listen(&shared));
+            if let Err(error) = spawned {
+                // Waiters still re-check on their own.
+                tracing::warn!(%error, "could not start the postgres LISTEN thread");
+                self.shared.started.store(false, Ordering::Release);
+            }
         }
         Registration { listener: self, name: name.to_owned(), slot }
     }
 
-    fn ensure_listening(&self) -> Result<()> {
-        let mut connection = self.connection.lock();
-        if connection.as_ref().is_some_and(|connection| !connection.is_broken()) {
-            return Ok(());
+    /// Waits until `LISTEN` is in force, or `until`.
+    pub(crate) fn wait_listening(&self, until: Instant) {
+        let mut listening = self.shared.listening.lock();
+        while !*listening {
+            if self.shared.changed.wait_until(&mut listening, until).timed_out() {
+                break;
+            }
         }
-        *connection = None;
-        let waiters = Arc::clone(&self.waiters);
-        let opened = self.pool.open_unpooled(Some(Box::new(move |notification| {
-            wake(&waiters, notification.payload());
-        })))?;
-        let listen = self.listen.as_str();
-        opened.run("listen", |client| async move { client.batch_execute(listen).await })?;
-        *connection = Some(opened);
-        Ok(())
     }
 }
 
-fn wake(waiters: &Waiters, name: &str) {
-    let mut waiters = waiters.lock();
-    if let Some(slots) = waiters.get_mut(name) {
-        slots.retain(|slot| match slot.upgrade() {
-            Some(slot) => {
-                slot.wake();
-                true
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+    }
+}
+
+/// The listening thread: (re)connects, `LISTEN`s, and reads notifications until told to stop.
+fn listen(shared: &Arc<Shared>) {
+    while !shared.stop.load(Ordering::Acquire) {
+        let waiters = Arc::downgrade(shared);
+        let sink = Box::new(move |notification: tokio_postgres::Notification| {
+            if let Some(shared) = waiters.upgrade() {
+                wake(&shared, notification.payload());
             }
-            None => false,
         });
+        let listen = shared.listen.as_str();
+        let opened = shared.pool.open_unpooled(Some(sink)).and_then(|connection| {
+            connection.run("listen", |client| async move { client.batch_execute(listen).await })?;
+            Ok(connection)
+        });
+        let connection = match opened {
+            Ok(connection) => connection,
+            Err(error) => {
+                tracing::debug!(%error, "the postgres LISTEN connection failed; waiters re-check on their own");
+                thread::sleep(TICK);
+                continue;
+            }
+        };
+        set_listening(shared, true);
+        // A notification sent while nobody listened is lost: wake everyone to re-check.
+        wake_all(shared);
+        while !shared.stop.load(Ordering::Acquire) {
+            if connection.wait_for_notifications(TICK).is_err() {
+                break;
+            }
+        }
+        set_listening(shared, false);
+    }
+}
+
+fn set_listening(shared: &Shared, listening: bool) {
+    *shared.listening.lock() = listening;
+    shared.changed.notify_all();
+}
+
+fn wake(shared: &Shared, name: &str) {
+    let mut waiters = shared.waiters.lock();
+    if let Some(slots) = waiters.get_mut(name) {
+        slots.retain(|slot| slot.upgrade().map(|slot| slot.wake()).is_some());
         if slots.is_empty() {
             waiters.remove(name);
         }
+    }
+}
+
+fn wake_all(shared: &Shared) {
+    for slot in shared.waiters.lock().values().flatten().filter_map(Weak::upgrade) {
+        slot.wake();
     }
 }
 
@@ -123,7 +188,7 @@ impl Registration<'_> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        let mut waiters = self.listener.waiters.lock();
+        let mut waiters = self.listener.shared.waiters.lock();
         if let Some(slots) = waiters.get_mut(&self.name) {
             slots.retain(|slot| {
                 slot.strong_count() > 0 && !std::ptr::eq(slot.as_ptr(), Arc::as_ptr(&self.slot))

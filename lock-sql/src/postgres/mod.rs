@@ -19,6 +19,7 @@ mod wait;
 pub use builder::PostgresLockBuilder;
 pub use connection::CONNECTOR_THREAD_NAME;
 pub use lease::PostgresLease;
+pub use listener::LISTENER_THREAD_NAME;
 pub use runtime::PG_THREAD_NAME;
 
 use std::fmt;

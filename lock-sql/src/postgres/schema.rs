@@ -74,7 +74,7 @@ impl Tables {
             ),
             extend: format!(
                 "UPDATE {t} SET expires_at = clock_timestamp() + $3 * interval '1 millisecond' \
-                 WHERE name = $1 AND owner = $2 AND expires_at >= clock_timestamp()"
+                 WHERE name = $1 AND owner = $2 AND expires_at >= clock_timestamp() RETURNING 1"
             ),
             extend_many: format!(
                 "UPDATE {t} AS l SET expires_at = clock_timestamp() + v.ms * interval '1 millisecond' \

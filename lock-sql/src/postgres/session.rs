@@ -19,7 +19,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 
 use super::connection::{CallFailure, PooledPg};
-use super::error::{self, PgFailure};
+use super::error::PgFailure;
 use super::lease::{Hold, PostgresLease};
 use super::table::millis;
 use super::PostgresBackend;
@@ -78,22 +78,18 @@ impl PostgresBackend {
         let tables = &self.inner.tables;
         let name_text = name.as_str();
         let (wait, limit) = wait_limits(deadline, connection.io_timeout());
-        let outcome = connection.run_for("acquire", limit, |client| async move {
-            let begin = client.batch_execute("BEGIN");
-            let lock = async {
-                match &wait {
-                    None => client.query_typed(&tables.lock_row_nowait, &[(&name_text, Type::TEXT)]).await,
-                    Some(ms) => {
-                        client
-                            .query_typed(&tables.lock_row_wait, &[(&name_text, Type::TEXT), (ms, Type::TEXT)])
-                            .await
-                    }
-                }
-            };
-            let (begun, locked) = tokio::join!(begin, lock);
-            begun?;
-            locked
-        });
+        let outcome = match &wait {
+            None => {
+                connection.query("acquire", limit, true, &tables.lock_row_nowait, &[(&name_text, Type::TEXT)])
+            }
+            Some(ms) => connection.query(
+                "acquire",
+                limit,
+                true,
+                &tables.lock_row_wait,
+                &[(&name_text, Type::TEXT), (ms, Type::TEXT)],
+            ),
+        };
         let grant = match outcome {
             Ok(rows) => match rows.first() {
                 Some(row) => return Ok(Grant::Fence(row.get(0))),
@@ -121,18 +117,18 @@ impl PostgresBackend {
         let key = self.advisory_key(name);
         let tables = &self.inner.tables;
         let (wait, limit) = wait_limits(deadline, connection.io_timeout());
-        let outcome = connection.run_for("acquire", limit, |client| async move {
-            match &wait {
-                None => client.query_typed_one(&tables.try_advisory, &[(&key, Type::INT8)]).await,
-                Some(ms) => {
-                    client
-                        .query_typed_one(&tables.wait_advisory, &[(&key, Type::INT8), (ms, Type::TEXT)])
-                        .await
-                }
-            }
-        });
+        let outcome = match &wait {
+            None => connection.query("acquire", limit, false, &tables.try_advisory, &[(&key, Type::INT8)]),
+            Some(ms) => connection.query(
+                "acquire",
+                limit,
+                false,
+                &tables.wait_advisory,
+                &[(&key, Type::INT8), (ms, Type::TEXT)],
+            ),
+        };
         let fence: Option<i64> = match outcome {
-            Ok(row) => row.get(0),
+            Ok(rows) => rows.first().and_then(|row| row.get(0)),
             Err(CallFailure::Driver(error)) if is_busy(&error) => None,
             Err(failure) => {
                 // The lock may have been granted as the reply was lost: the connection is broken
@@ -160,7 +156,7 @@ impl PostgresBackend {
                 lease.ttl = ttl;
                 Ok(true)
             }
-            Err(CallFailure::Driver(error)) if error::session_ended(&error) => Ok(false),
+            Err(failure) if failure.session_ended() => Ok(false),
             Err(failure) => Err(call_error("check the session", failure)),
         }
     }
@@ -182,7 +178,7 @@ impl PostgresBackend {
                         Ok(true)
                     }
                     // The session is gone, and with it the lock: it was not held any more.
-                    Err(CallFailure::Driver(error)) if error::session_ended(&error) => Ok(false),
+                    Err(failure) if failure.session_ended() => Ok(false),
                     // Dropping the connection ends the session, which releases the lock.
                     Err(failure) => Err(call_error("release", failure)),
                 }
@@ -190,16 +186,20 @@ impl PostgresBackend {
             Hold::Advisory { key, mut connection } => {
                 let pg = connection.get();
                 let timeout = pg.io_timeout();
-                let unlocked = pg.run_for("release", timeout, |client| async move {
-                    client.query_typed_one("SELECT pg_advisory_unlock($1)", &[(&key, Type::INT8)]).await
-                });
+                let unlocked = pg.query(
+                    "release",
+                    timeout,
+                    false,
+                    "SELECT pg_advisory_unlock($1)",
+                    &[(&key, Type::INT8)],
+                );
                 match unlocked {
-                    Ok(row) if row.get::<_, bool>(0) => {
+                    Ok(rows) if rows.first().is_some_and(|row| row.get::<_, bool>(0)) => {
                         connection.give_back();
                         Ok(true)
                     }
                     Ok(_) => Ok(false),
-                    Err(CallFailure::Driver(error)) if error::session_ended(&error) => Ok(false),
+                    Err(failure) if failure.session_ended() => Ok(false),
                     Err(failure) => Err(call_error("release", failure)),
                 }
             }
@@ -251,10 +251,7 @@ fn is_busy(error: &tokio_postgres::Error) -> bool {
 }
 
 fn call_error(operation: &'static str, failure: CallFailure) -> Error {
-    match failure {
-        CallFailure::Timeout(failure) => failure.into(),
-        CallFailure::Driver(source) => error::map(operation, source),
-    }
+    failure.into_error(operation)
 }
 
 /// A `bigint` fence (sequences and counters start at 1) as the token's `u64`.

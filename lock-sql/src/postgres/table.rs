@@ -30,17 +30,16 @@ impl PostgresBackend {
         let token = owner.to_hex();
         let ms = millis(ttl);
         let (name_text, token_text) = (name.as_str(), token.as_str());
-        let row = connection.run("acquire", |client| async move {
-            client
-                .query_typed_opt(
-                    sql,
-                    &[(&name_text, Type::TEXT), (&token_text, Type::TEXT), (&ms, Type::INT8)],
-                )
-                .await
-        })?;
+        let rows = connection.rows(
+            "acquire",
+            sql,
+            &[(&name_text, Type::TEXT), (&token_text, Type::TEXT), (&ms, Type::INT8)],
+        )?;
         // A row comes back only when this statement won the lock; a conflict that the WHERE
         // refused is contention, not an error.
-        Ok(row.map(|row| PostgresLease::new(name, unsigned(row.get(0)), ttl, Hold::Table { owner: token })))
+        Ok(rows
+            .first()
+            .map(|row| PostgresLease::new(name, unsigned(row.get(0)), ttl, Hold::Table { owner: token })))
     }
 
     pub(crate) fn table_extend(&self, lease: &mut PostgresLease, ttl: Duration) -> Result<bool> {
@@ -49,15 +48,13 @@ impl PostgresBackend {
         let sql = self.inner.tables.extend.as_str();
         let name = lease.name.as_str();
         let ms = millis(ttl);
-        let updated = connection.run("extend", |client| async move {
-            client
-                .execute_typed(sql, &[(&name, Type::TEXT), (&owner.as_str(), Type::TEXT), (&ms, Type::INT8)])
-                .await
-        })?;
-        if updated == 1 {
+        let extended = !connection
+            .rows("extend", sql, &[(&name, Type::TEXT), (&owner.as_str(), Type::TEXT), (&ms, Type::INT8)])?
+            .is_empty();
+        if extended {
             lease.ttl = ttl;
         }
-        Ok(updated == 1)
+        Ok(extended)
     }
 
     /// One statement for the whole batch: 10,000 leases cost one round trip.
@@ -81,14 +78,11 @@ impl PostgresBackend {
         let sql = self.inner.tables.extend_many.as_str();
         let extended = self.inner.pool.get().and_then(|connection| {
             let (names, owners, ms) = (&names, &owners, &ms);
-            connection.run("extend", |client| async move {
-                client
-                    .query_typed(
-                        sql,
-                        &[(names, Type::TEXT_ARRAY), (owners, Type::TEXT_ARRAY), (ms, Type::INT8_ARRAY)],
-                    )
-                    .await
-            })
+            connection.rows(
+                "extend",
+                sql,
+                &[(names, Type::TEXT_ARRAY), (owners, Type::TEXT_ARRAY), (ms, Type::INT8_ARRAY)],
+            )
         });
         match extended {
             Ok(rows) => {
@@ -128,25 +122,20 @@ impl PostgresBackend {
         let sql = self.inner.tables.release.as_str();
         let channel = self.inner.tables.channel.as_str();
         let name = lease.name.as_str();
-        let row = connection.run("release", |client| async move {
-            client
-                .query_typed_one(
-                    sql,
-                    &[(&name, Type::TEXT), (&owner.as_str(), Type::TEXT), (&channel, Type::TEXT)],
-                )
-                .await
-        })?;
-        Ok(row.get::<_, i64>(0) == 1)
+        let rows = connection.rows(
+            "release",
+            sql,
+            &[(&name, Type::TEXT), (&owner.as_str(), Type::TEXT), (&channel, Type::TEXT)],
+        )?;
+        Ok(rows.first().is_some_and(|row| row.get::<_, i64>(0) == 1))
     }
 
     pub(crate) fn table_remaining(&self, name: &LockName) -> Result<Option<Duration>> {
         let connection = self.inner.pool.get()?;
         let sql = self.inner.tables.remaining.as_str();
         let name = name.as_str();
-        let row = connection.run("read the lease", |client| async move {
-            client.query_typed_opt(sql, &[(&name, Type::TEXT)]).await
-        })?;
-        Ok(row.map(|row| Duration::from_millis(u64::try_from(row.get::<_, i64>(0)).unwrap_or(1))))
+        let rows = connection.rows("read the lease", sql, &[(&name, Type::TEXT)])?;
+        Ok(rows.first().map(|row| Duration::from_millis(u64::try_from(row.get::<_, i64>(0)).unwrap_or(1))))
     }
 
     pub(crate) fn table_mark_free(&self, name: &LockName) -> Result<()> {

@@ -51,6 +51,9 @@ impl PostgresBackend {
             let Some(waiting) = &registration else {
                 // Listen first, then re-check: a release in between would otherwise be missed.
                 registration = Some(self.inner.listener.register(name.as_str()));
+                let until =
+                    deadline.map_or(now + FALLBACK_RECHECK, |deadline| deadline.min(now + FALLBACK_RECHECK));
+                self.inner.listener.wait_listening(until);
                 continue;
             };
             // An expiry sends no notification: re-check when the holder's lease ends.
