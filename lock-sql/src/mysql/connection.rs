@@ -102,6 +102,9 @@ impl MyPool {
             .tcp_connect_timeout(Some(settings.connect_timeout))
             .read_timeout(Some(settings.io_timeout))
             .write_timeout(Some(settings.io_timeout))
+            // Row locks: a locking read of an absent key takes no gap lock under READ COMMITTED
+            // (under REPEATABLE READ it would block unrelated inserts and deadlock).
+            .init(vec!["SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"])
             .pool_opts(
                 PoolOpts::default()
                     .with_constraints(constraints)

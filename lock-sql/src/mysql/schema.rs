@@ -175,9 +175,9 @@ impl Tables {
     }
 
     /// Opens the holding transaction and locks the row: `NOWAIT`, or waiting up to `wait_secs`
-    /// (whole seconds: what `innodb_lock_wait_timeout` takes). READ COMMITTED: a locking read of
-    /// an absent key takes no gap lock. The last statement's result is the fence, or nothing
-    /// when the row does not exist.
+    /// (whole seconds: what `innodb_lock_wait_timeout` takes); the session is READ COMMITTED (set
+    /// when the connection opens), so a locking read of an absent key takes no gap lock. The
+    /// last statement's result is the fence, or nothing when the row does not exist.
     pub(crate) fn lock_row(&self, name: &str, wait_secs: Option<u64>) -> String {
         let Self { rows, fence, .. } = self;
         let (setup, suffix) = match wait_secs {
@@ -185,10 +185,10 @@ impl Tables {
             Some(secs) => (format!("SET SESSION innodb_lock_wait_timeout = {secs}; "), ""),
         };
         format!(
-            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; {setup}START TRANSACTION; \
+            "{setup}START TRANSACTION; \
              SELECT name FROM {rows} WHERE name = {name} FOR UPDATE{suffix}; \
              UPDATE {rows} SET holder = CONNECTION_ID() WHERE name = {name}; \
-             SELECT IF(ROW_COUNT() > 0 OR EXISTS (SELECT 1 FROM {rows} WHERE name = {name}), NEXTVAL({fence}), NULL)"
+             SELECT IF(EXISTS (SELECT 1 FROM {rows} WHERE name = {name}), NEXTVAL({fence}), NULL)"
         )
     }
 
