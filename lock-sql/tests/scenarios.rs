@@ -34,6 +34,11 @@ macro_rules! sql_scenarios {
             }
 
             #[test]
+            fn q02_racing_first_locks_of_a_new_name_give_one_winner() {
+                super::racing_first_locks_of_a_new_name_give_one_winner($kind::Row);
+            }
+
+            #[test]
             fn q02_an_exhausted_pool_is_a_typed_error() {
                 super::q02_an_exhausted_pool_is_a_typed_error($kind::Row);
             }
@@ -161,6 +166,41 @@ fn q02_row_locks_nowait_timed_and_independent<K: SqlKind>(kind: K) {
     assert!(other.is_some(), "a row lock on one name blocked another name");
     assert!(locks.release(held).unwrap());
     assert!(locks.release(other.unwrap()).unwrap());
+}
+
+/// Q02: threads racing for a name nobody locked before — its row does not exist yet, each
+/// inserts it — end with exactly one holder, round after round.
+fn racing_first_locks_of_a_new_name_give_one_winner<K: SqlKind>(kind: K)
+where
+    <K::Backend as DistributedLock>::Lease: Debug,
+{
+    const RACERS: usize = 8;
+    let clients: Vec<_> = (0..RACERS).map(|_| backend(kind)).collect();
+    for _ in 0..25 {
+        let name = unique_name("q02first");
+        let start = Barrier::new(RACERS);
+        let outcomes: Vec<_> = thread::scope(|s| {
+            let racers: Vec<_> = clients
+                .iter()
+                .map(|locks| {
+                    let (name, start) = (&name, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        locks
+                            .try_acquire(name, &OwnerToken::random(), 10 * SECOND)
+                            .map(|lease| (locks, lease))
+                    })
+                })
+                .collect();
+            racers.into_iter().map(|racer| racer.join().unwrap().unwrap()).collect()
+        });
+        let winners: Vec<_> =
+            outcomes.into_iter().filter_map(|(locks, lease)| lease.map(|lease| (locks, lease))).collect();
+        assert_eq!(winners.len(), 1, "{kind:?}: {} holders of {name:?} at once", winners.len());
+        for (locks, lease) in winners {
+            assert!(locks.release(lease).unwrap());
+        }
+    }
 }
 
 /// Q02: held row locks own their connections; with the pool exhausted the next acquisition is a

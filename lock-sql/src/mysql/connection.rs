@@ -36,6 +36,11 @@ impl Results {
         self.sets.last()?.1.first()?.get::<Option<T>, _>(0).flatten()
     }
 
+    /// The first column of the first row any statement returned.
+    pub(crate) fn first_value<T: mysql::prelude::FromValue>(&self) -> Option<T> {
+        self.sets.iter().find_map(|(_, rows)| rows.first())?.get::<Option<T>, _>(0).flatten()
+    }
+
     /// The affected rows of statement `index`.
     pub(crate) fn affected(&self, index: usize) -> u64 {
         self.sets.get(index).map_or(0, |set| set.0)

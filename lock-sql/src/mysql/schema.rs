@@ -166,10 +166,12 @@ impl Tables {
     }
 
     /// Creates the row of a name about to be locked for the first time, without waiting on
-    /// anyone (a held row makes it fail fast, which is fine: the row exists).
+    /// anyone: InnoDB's duplicate check would wait for a holder's lock on the existing row, so
+    /// the wait is 0 (MariaDB: fail at once; MySQL clamps it to 1 s) and a lock-wait error means
+    /// the row exists.
     pub(crate) fn insert_row(&self, name: &str) -> String {
         format!(
-            "SET SESSION innodb_lock_wait_timeout = 1; INSERT IGNORE INTO {} (name) VALUES ({name})",
+            "SET SESSION innodb_lock_wait_timeout = 0; INSERT IGNORE INTO {} (name) VALUES ({name})",
             self.rows
         )
     }
@@ -177,7 +179,8 @@ impl Tables {
     /// Opens the holding transaction and locks the row: `NOWAIT`, or waiting up to `wait_secs`
     /// (whole seconds: what `innodb_lock_wait_timeout` takes); the session is READ COMMITTED (set
     /// when the connection opens), so a locking read of an absent key takes no gap lock. The
-    /// last statement's result is the fence, or nothing when the row does not exist.
+    /// fence comes from the locking `SELECT` itself, so there is one exactly when this
+    /// transaction locked the row (none when the row does not exist).
     pub(crate) fn lock_row(&self, name: &str, wait_secs: Option<u64>) -> String {
         let Self { rows, fence, .. } = self;
         let (setup, suffix) = match wait_secs {
@@ -186,9 +189,8 @@ impl Tables {
         };
         format!(
             "{setup}START TRANSACTION; \
-             SELECT name FROM {rows} WHERE name = {name} FOR UPDATE{suffix}; \
-             UPDATE {rows} SET holder = CONNECTION_ID() WHERE name = {name}; \
-             SELECT IF(EXISTS (SELECT 1 FROM {rows} WHERE name = {name}), NEXTVAL({fence}), NULL)"
+             SELECT NEXTVAL({fence}) FROM {rows} WHERE name = {name} FOR UPDATE{suffix}; \
+             UPDATE {rows} SET holder = CONNECTION_ID() WHERE name = {name}"
         )
     }
 

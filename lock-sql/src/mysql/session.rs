@@ -42,7 +42,13 @@ impl MySqlBackend {
         let name_literal = hex(name.as_str().as_bytes());
         let mut grant = self.row_lock(&mut connection, &name_literal, wait_secs)?;
         if matches!(grant, Grant::NoRow) {
-            connection.run("insert the lock row", &self.inner.tables.insert_row(&name_literal))?;
+            match connection.try_run(&self.inner.tables.insert_row(&name_literal)) {
+                // A lock-wait error: the row exists, and someone holds it.
+                Err(error) if !error::is_busy(&error) => {
+                    return Err(error::map("insert the lock row", error))
+                }
+                _ => {}
+            }
             grant = self.row_lock(&mut connection, &name_literal, wait_secs)?;
         }
         match grant {
@@ -59,7 +65,7 @@ impl MySqlBackend {
 
     fn row_lock(&self, connection: &mut MyConnection, name: &str, wait_secs: Option<u64>) -> Result<Grant> {
         let grant = match connection.try_run(&self.inner.tables.lock_row(name, wait_secs)) {
-            Ok(results) => match results.last_value::<u64>() {
+            Ok(results) => match results.first_value::<u64>() {
                 Some(fence) => return Ok(Grant::Fence(fence)),
                 None => Grant::NoRow,
             },
