@@ -61,6 +61,17 @@ pub trait DistributedLock: Send + Sync + 'static {
         Duration::ZERO
     }
 
+    /// Whether this client's session is known to be broken right now, before any liveness check
+    /// says so (ZooKeeper's `Disconnected`): every [`HoldKind::Session`] hold of this backend is
+    /// then [`HoldState::InDoubt`](crate::HoldState::InDoubt) — Curator's SUSPENDED — until the
+    /// session is back. Called by [`LockGuard::state`](crate::LockGuard::state) and
+    /// [`is_held`](crate::LockGuard::is_held): it must not do I/O or block.
+    ///
+    /// Defaults to `false`: doubt then comes from failed liveness checks only.
+    fn session_suspended(&self) -> bool {
+        false
+    }
+
     /// Tries once to acquire `name` for `owner` with a lease of `ttl`.
     ///
     /// Returns `Ok(None)` when another owner holds the lock.

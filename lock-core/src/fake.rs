@@ -22,6 +22,8 @@ pub(crate) struct FakeBackend {
 pub(crate) struct Switches {
     /// Report holds as bound to a session rather than a lease.
     pub(crate) session: AtomicBool,
+    /// Report the session as broken right now (`session_suspended`).
+    pub(crate) suspended: AtomicBool,
     /// `extend_many` answers for one lease fewer than it was given.
     pub(crate) short_batches: AtomicBool,
     /// `extend_many` panics.
@@ -55,6 +57,10 @@ impl DistributedLock for FakeBackend {
         } else {
             HoldKind::Lease
         }
+    }
+
+    fn session_suspended(&self) -> bool {
+        self.switches.suspended.load(Ordering::SeqCst)
     }
 
     fn lease_margin(&self, _ttl: Duration) -> Duration {

@@ -6,7 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::ThreadId;
 
-use crate::backend::{DistributedLock, FencingToken};
+use crate::backend::{DistributedLock, FencingToken, HoldKind};
 use crate::client::Shared;
 use crate::error::Error;
 use crate::error::Result;
@@ -83,13 +83,20 @@ impl<B: DistributedLock> LockGuard<B> {
     ///
     /// Check it before an irreversible step; a fencing token is the stronger protection.
     pub fn is_held(&self) -> bool {
-        self.held.is_held()
+        self.state() == HoldState::Held
     }
 
     /// What the holder may believe now: held, in doubt (a session-bound hold whose liveness
     /// check failed), lost, or released. See [`HoldState`].
     pub fn state(&self) -> HoldState {
-        self.held.state()
+        match self.held.state() {
+            HoldState::Held
+                if self.held.hold_kind == HoldKind::Session && self.shared.backend.session_suspended() =>
+            {
+                HoldState::InDoubt
+            }
+            state => state,
+        }
     }
 
     /// A handle that fires if the lock is lost while held.

@@ -110,6 +110,26 @@ fn a_session_hold_turns_in_doubt_then_held_then_lost_on_time() {
 }
 
 #[test]
+fn a_suspended_session_is_in_doubt_at_once_and_held_when_back() {
+    let backend = FakeBackend::default();
+    backend.switches.session.store(true, Ordering::SeqCst);
+    // A long session timeout: no liveness check is due while the session is suspended.
+    let client = LockClient::with_options(backend.clone(), options(60_000, true));
+    let guard = hold(&client, "suspended");
+    backend.switches.suspended.store(true, Ordering::SeqCst);
+    assert_eq!(guard.state(), HoldState::InDoubt, "a broken session puts its holds in doubt at once");
+    assert!(!guard.is_held());
+    backend.switches.suspended.store(false, Ordering::SeqCst);
+    assert_eq!(guard.state(), HoldState::Held, "the session is back");
+
+    // Leases are never in doubt: the server keeps them whatever the connection does.
+    backend.switches.session.store(false, Ordering::SeqCst);
+    let lease_guard = hold(&client, "lease");
+    backend.switches.suspended.store(true, Ordering::SeqCst);
+    assert_eq!(lease_guard.state(), HoldState::Held);
+}
+
+#[test]
 fn renewal_comes_before_what_the_holder_may_count_on_runs_out() {
     let backend = FakeBackend::default();
     // 300 ms leases of which the holder may count on 100 ms: the default interval (a third of the
