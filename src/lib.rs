@@ -3,7 +3,8 @@
 //!
 //! This facade re-exports [`lock_core`] (the API and the in-memory backend) and, behind Cargo
 //! features, each backend crate: `redis` (single-node locks and Redlock), `postgres` and `mysql`
-//! (lock table, row locks, advisory locks).
+//! (lock table, row locks, advisory locks), `zookeeper` (Curator-compatible ephemeral-sequential
+//! locks).
 //!
 //! ```
 //! use distlock::{LockClient, MemoryBackend};
@@ -76,3 +77,24 @@ pub use lock_sql::postgres;
 /// ```
 #[cfg(feature = "mysql")]
 pub use lock_sql::mysql;
+
+/// The ZooKeeper backend (feature `zookeeper`): [`ZooKeeperBackend`](lock_zk::ZooKeeperBackend),
+/// the ephemeral-sequential lock of Apache Curator's `InterProcessMutex` (same node layout, so
+/// Rust and Java services can share a lock), each waiter watching only its predecessor, holds
+/// bound to the session (in doubt while disconnected, lost on expiry) and the node's creation
+/// zxid as the fencing token.
+///
+/// ```no_run
+/// use distlock::zookeeper::ZooKeeperBackend;
+/// use distlock::LockClient;
+///
+/// let backend = ZooKeeperBackend::builder("10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181")
+///     .root("/locks")
+///     .build()?;
+/// let client = LockClient::new(backend);
+/// let guard = client.lock_named("reports:daily")?.lock()?;
+/// guard.unlock()?;
+/// # Ok::<(), distlock::Error>(())
+/// ```
+#[cfg(feature = "zookeeper")]
+pub use lock_zk as zookeeper;

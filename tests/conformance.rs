@@ -5,7 +5,10 @@
 //! on every backend. Each backend's suite targets come from its crate's `testkit` feature, which
 //! this crate's `testkit` feature turns on for every enabled backend.
 
-#[cfg(all(any(feature = "redis", feature = "postgres", feature = "mysql"), not(feature = "testkit")))]
+#[cfg(all(
+    any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper"),
+    not(feature = "testkit")
+))]
 compile_error!("the backends' conformance tests need this crate's `testkit` feature: use --all-features");
 
 lock_testkit::conformance_tests!(memory, lock_testkit::suite::MemoryTarget::new());
@@ -41,4 +44,12 @@ mod mysql {
     lock_testkit::conformance_tests!(table, MySqlTarget::new(MySqlLockKind::Table));
     lock_testkit::conformance_tests!(row, MySqlTarget::new(MySqlLockKind::Row));
     lock_testkit::conformance_tests!(advisory, MySqlTarget::new(MySqlLockKind::Advisory));
+}
+
+#[cfg(feature = "zookeeper")]
+mod zookeeper {
+    use distlock::zookeeper::testkit::ZooKeeperTarget;
+
+    // The shared standalone harness server (or the ensemble `DISTLOCK_ZOOKEEPER` names).
+    lock_testkit::conformance_tests!(curator_mutex, ZooKeeperTarget::new());
 }

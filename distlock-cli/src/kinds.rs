@@ -9,6 +9,8 @@ mod mysql;
 mod postgres;
 #[cfg(feature = "redis")]
 mod redis;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
 use std::time::Duration;
 
@@ -82,6 +84,12 @@ pub const KINDS: &[Kind] = &[
     kind!("mysql-table", "mysql", "MySQL/MariaDB lock table on the database clock", mysql::table),
     kind!("mysql-row", "mysql", "MySQL/MariaDB SELECT ... FOR UPDATE row lock", mysql::row),
     kind!("mysql-advisory", "mysql", "MySQL/MariaDB GET_LOCK advisory lock", mysql::advisory),
+    kind!(
+        "zookeeper",
+        "zookeeper",
+        "ZooKeeper, Curator-compatible ephemeral-sequential lock",
+        zookeeper::curator_mutex
+    ),
 ];
 
 impl Kind {

@@ -1,0 +1,18 @@
+//! The ZooKeeper kind: `zookeeper` (the ephemeral-sequential lock of Curator's
+//! `InterProcessMutex`).
+
+use distlock::zookeeper::testkit::ZooKeeperTarget;
+use lock_testkit::harness::shared;
+
+use super::{Opened, Servers};
+
+pub(super) fn curator_mutex(servers: Servers<'_>) -> Result<Opened, String> {
+    let target = match servers {
+        Servers::Harness => {
+            let server = shared::zookeeper().map_err(|e| format!("starting ZooKeeper: {e}"))?;
+            ZooKeeperTarget::at(server.address())
+        }
+        Servers::Url(connect_string) => ZooKeeperTarget::at(connect_string),
+    };
+    Ok(Opened { target: Box::new(target), single_node_w1_p50: None })
+}

@@ -1,0 +1,252 @@
+//! [`ZooKeeperBackend`]: the [`DistributedLock`] over one session, its liveness checks and
+//! release.
+
+use std::fmt;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use lock_core::{
+    check_lease, Acquired, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind, LockName,
+    NativeWait, OwnerToken, Result,
+};
+use zookeeper_client as zk;
+
+use crate::builder::{Settings, ZooKeeperLockBuilder};
+use crate::error::{Failure, BACKEND};
+use crate::lease::ZooKeeperLease;
+use crate::path::Root;
+use crate::recipe::Wait;
+use crate::session::Session;
+
+/// Locks on a ZooKeeper ensemble, in the layout of Apache Curator's `InterProcessMutex`.
+///
+/// Build it with [`ZooKeeperBackend::builder`] and hand it to a
+/// [`LockClient`](lock_core::LockClient). Clones share one session and its runtime thread.
+///
+/// Holds are [`HoldKind::Session`]: a lock is held as long as its ephemeral node, which lives as
+/// long as the session. Renewal is a liveness check of the node (one `exists` per held lock,
+/// pipelined per batch); a check without an answer puts the hold in doubt, and a hold is lost
+/// once no check succeeded for the negotiated session timeout (or the lease, if shorter) — by
+/// then the servers may have expired the session. A session that expired is replaced by a new
+/// one for later acquisitions.
+///
+/// Abilities: [`NativeWait`] (each waiter watches its predecessor's node) and [`Fencing`] (the
+/// lock node's creation zxid).
+///
+/// ```no_run
+/// use lock_core::LockClient;
+/// use lock_zk::ZooKeeperBackend;
+///
+/// let backend = ZooKeeperBackend::builder("10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181")
+///     .root("/locks")
+///     .build()?;
+/// let client = LockClient::new(backend);
+/// let guard = client.lock_named("orders")?.lock()?; // the node /locks/orders/_c_…-lock-…
+/// guard.unlock()?;
+/// # Ok::<(), lock_core::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct ZooKeeperBackend {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) session: Session,
+    pub(crate) root: Root,
+    /// `CREATOR_ALL` with digest authentication, else open to anyone.
+    pub(crate) acls: zk::Acls<'static>,
+    /// How many times a waiter of this backend was woken by a watch.
+    pub(crate) wake_ups: AtomicU64,
+}
+
+impl ZooKeeperBackend {
+    /// Starts building a backend for the ensemble at `connect_string` (`host:port[,host:port…]`,
+    /// every member listed).
+    pub fn builder(connect_string: impl Into<String>) -> ZooKeeperLockBuilder {
+        ZooKeeperLockBuilder::new(connect_string)
+    }
+
+    pub(crate) fn open(settings: Settings, root: Root) -> Result<Self> {
+        let acls = if settings.digest.is_some() { zk::Acls::creator_all() } else { zk::Acls::anyone_all() };
+        let session = Session::open(settings)?;
+        let backend = Self { inner: Arc::new(Inner { session, root, acls, wake_ups: AtomicU64::new(0) }) };
+        backend.create_root()?;
+        Ok(backend)
+    }
+
+    fn create_root(&self) -> Result<()> {
+        let session = &self.inner.session;
+        let client = session.client()?;
+        let options = zk::CreateMode::Persistent.with_acls(self.inner.acls);
+        session
+            .call(session.settings().request_timeout, client.mkdir(self.inner.root.as_str(), &options))
+            .map_err(|failure| failure.into_error("create the root"))
+    }
+
+    /// The root under which this backend's locks live.
+    pub fn root(&self) -> &str {
+        self.inner.root.as_str()
+    }
+
+    /// The negotiated timeout of the current session.
+    pub fn session_timeout(&self) -> Duration {
+        self.inner.session.negotiated_timeout()
+    }
+
+    /// The state of the current session (`SyncConnected`, `Disconnected`, `Expired`, …).
+    ///
+    /// # Errors
+    /// As connecting, when the session had ended and a new one cannot be had.
+    pub fn session_state(&self) -> Result<zk::SessionState> {
+        Ok(self.inner.session.client()?.state())
+    }
+
+    /// How many times a waiter of this backend (and its clones) was woken by a watch on its
+    /// predecessor: one release wakes one waiter.
+    pub fn wake_ups(&self) -> u64 {
+        self.inner.wake_ups.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Liveness of the holds in `leases`: one `exists` each, all sent at once, one deadline.
+    fn check_nodes(&self, leases: &[&ZooKeeperLease]) -> Vec<Result<bool>> {
+        let session = &self.inner.session;
+        let Some(first) = leases.first() else { return Vec::new() };
+        // Every lease of a batch was acquired by this backend; those of an ended session are gone.
+        let Some(client) = session.client_of(first.session) else {
+            return leases.iter().map(|_| Ok(false)).collect();
+        };
+        if client.state() == zk::SessionState::Disconnected {
+            // Requests would queue until the connection is back: in doubt now, not in a timeout.
+            let error = || Err(Failure::Zk(zk::Error::ConnectionLoss).into_error("check the session"));
+            return leases.iter().map(|_| error()).collect();
+        }
+        let checks = leases.iter().map(|lease| {
+            let check = client.check_stat(&lease.node);
+            async move {
+                match check.await {
+                    Ok(stat) => Ok(stat.is_some_and(|stat| stat.ephemeral_owner == lease.session)),
+                    Err(error) => Err(Failure::Zk(error)),
+                }
+            }
+        });
+        let timeout = session.settings().request_timeout;
+        let outcomes = session.call(timeout, async { Ok(join_all(checks).await) });
+        match outcomes {
+            Ok(outcomes) => outcomes
+                .into_iter()
+                .map(|outcome| match outcome {
+                    Ok(held) => Ok(held),
+                    Err(failure) if failure.session_ended() => Ok(false),
+                    Err(failure) => Err(failure.into_error("check the session")),
+                })
+                .collect(),
+            Err(failure) if failure.session_ended() => leases.iter().map(|_| Ok(false)).collect(),
+            Err(failure) => {
+                leases.iter().map(|_| Err(failure.clone().into_error("check the session"))).collect()
+            }
+        }
+    }
+}
+
+impl DistributedLock for ZooKeeperBackend {
+    type Lease = ZooKeeperLease;
+
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn hold_kind(&self) -> HoldKind {
+        HoldKind::Session
+    }
+
+    /// A hold is believed for at most the session timeout after its last confirmed check: past
+    /// that the servers may have expired the session and granted the lock to another.
+    fn lease_margin(&self, ttl: Duration) -> Duration {
+        ttl.saturating_sub(self.session_timeout())
+    }
+
+    /// `Disconnected`: the servers may be electing a leader, or this client may be cut off; its
+    /// holds are in doubt until the session is back (or lost when its timeout passes).
+    fn session_suspended(&self) -> bool {
+        self.inner.session.is_disconnected()
+    }
+
+    fn try_acquire(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+    ) -> Result<Option<ZooKeeperLease>> {
+        check_lease(ttl)?;
+        Ok(self.acquire(name, owner, Wait::No)?.map(|(lease, _)| lease))
+    }
+
+    fn extend(&self, lease: &mut ZooKeeperLease, ttl: Duration) -> Result<bool> {
+        check_lease(ttl)?;
+        self.check_nodes(&[lease]).pop().unwrap_or(Ok(false))
+    }
+
+    fn extend_many(&self, batch: &mut [Extension<'_, ZooKeeperLease>]) -> Vec<Result<bool>> {
+        if let Err(error) = batch.iter().try_for_each(|item| check_lease(item.ttl)) {
+            return batch.iter().map(|_| Err(Error::invalid_config(error.to_string()))).collect();
+        }
+        let leases: Vec<&ZooKeeperLease> = batch.iter().map(|item| &*item.lease).collect();
+        self.check_nodes(&leases)
+    }
+
+    fn release(&self, lease: ZooKeeperLease) -> Result<bool> {
+        let session = &self.inner.session;
+        // The session that owned the node has ended, and the node with it.
+        let Some(client) = session.client_of(lease.session) else { return Ok(false) };
+        match session.call(session.settings().request_timeout, client.delete(&lease.node, None)) {
+            Ok(()) => Ok(true),
+            Err(Failure::Zk(zk::Error::NoNode)) => Ok(false),
+            Err(failure) if failure.session_ended() => Ok(false),
+            Err(failure) => {
+                // The reply is lost: the node may still be there. Delete it in the background
+                // until the server answers (or the session ends, which deletes it too).
+                self.abandon(&client, lease.node);
+                Err(failure.into_error("release"))
+            }
+        }
+    }
+
+    fn native_wait(&self) -> Option<&dyn NativeWait<Lease = ZooKeeperLease>> {
+        Some(self)
+    }
+
+    fn fencing(&self) -> Option<&dyn Fencing<Lease = ZooKeeperLease>> {
+        Some(self)
+    }
+}
+
+impl NativeWait for ZooKeeperBackend {
+    fn acquire_until(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<ZooKeeperLease>>> {
+        check_lease(ttl)?;
+        let acquired = self.acquire(name, owner, Wait::Until(deadline))?;
+        Ok(acquired.map(|(lease, sent_at)| Acquired::new(lease, sent_at)))
+    }
+}
+
+impl Fencing for ZooKeeperBackend {
+    fn fencing_token(&self, lease: &ZooKeeperLease) -> FencingToken {
+        lease.fence
+    }
+}
+
+impl fmt::Debug for ZooKeeperBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZooKeeperBackend")
+            .field("connect_string", &self.inner.session.settings().connect_string)
+            .field("root", &self.inner.root.as_str())
+            .finish_non_exhaustive()
+    }
+}

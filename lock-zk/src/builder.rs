@@ -1,0 +1,203 @@
+//! [`ZooKeeperLockBuilder`]: settings, defaults, validation, and the first connection.
+
+use std::time::Duration;
+
+use lock_core::{Error, Result};
+
+use crate::path::Root;
+use crate::ZooKeeperBackend;
+
+/// Builds a [`ZooKeeperBackend`]. Every setter has a default; [`build`](Self::build) validates
+/// them, connects a session and creates the root, so an unreachable ensemble is reported there.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct ZooKeeperLockBuilder {
+    settings: Settings,
+    root: String,
+}
+
+/// What a backend's sessions are made with.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) connect_string: String,
+    pub(crate) session_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) request_timeout: Duration,
+    /// `user:password` for the `digest` scheme.
+    pub(crate) digest: Option<String>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("connect_string", &self.connect_string)
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("digest_user", &self.digest.as_deref().and_then(|d| d.split(':').next()))
+            .finish()
+    }
+}
+
+impl ZooKeeperLockBuilder {
+    pub(crate) fn new(connect_string: impl Into<String>) -> Self {
+        Self {
+            settings: Settings {
+                connect_string: connect_string.into(),
+                session_timeout: Duration::from_secs(10),
+                connect_timeout: Duration::from_secs(5),
+                request_timeout: Duration::from_secs(5),
+                digest: None,
+            },
+            root: "/distlock".into(),
+        }
+    }
+
+    /// A builder from a URL: `zk://[user:password@]host:port[,host:port…][/root]`. The
+    /// credentials become [`digest`](Self::digest) authentication, the path the
+    /// [`root`](Self::root).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for another scheme or no host.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let rest = url
+            .strip_prefix("zk://")
+            .or_else(|| url.strip_prefix("zookeeper://"))
+            .ok_or_else(|| Error::invalid_config(format!("not a zk:// URL: {}", redact(url))))?;
+        let (credentials, rest) = match rest.rsplit_once('@') {
+            Some((credentials, rest)) => (Some(credentials), rest),
+            None => (None, rest),
+        };
+        let (hosts, root) = match rest.find('/') {
+            Some(slash) => (&rest[..slash], Some(&rest[slash..])),
+            None => (rest, None),
+        };
+        if hosts.is_empty() {
+            return Err(Error::invalid_config(format!("no host in {}", redact(url))));
+        }
+        let mut builder = Self::new(hosts);
+        if let Some(root) = root {
+            builder = builder.root(root);
+        }
+        if let Some(credentials) = credentials {
+            let (user, password) = credentials.split_once(':').unwrap_or((credentials, ""));
+            builder = builder.digest(user, password);
+        }
+        Ok(builder)
+    }
+
+    /// The node under which every lock lives, created as a persistent node on
+    /// [`build`](Self::build) (with its ancestors); a lock named `orders` is the node
+    /// `<root>/orders`, where Curator's `InterProcessMutex` on the same path finds it. Defaults
+    /// to `"/distlock"`.
+    pub fn root(mut self, root: impl Into<String>) -> Self {
+        self.root = root.into();
+        self
+    }
+
+    /// The session timeout asked of the servers (they may negotiate it into their
+    /// `minSessionTimeout..=maxSessionTimeout`). A hold is believed for at most the negotiated
+    /// timeout after its last confirmed liveness check, whatever the lock's lease: after that the
+    /// servers may have ended the session and handed the lock to someone else. Defaults to 10 s.
+    pub fn session_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.session_timeout = timeout;
+        self
+    }
+
+    /// How long connecting a session may take. Defaults to 5 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one request (or one pipelined batch) may wait for its reply; a wait for the lock
+    /// itself is bounded by the caller's deadline instead. Defaults to 5 s.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.request_timeout = timeout;
+        self
+    }
+
+    /// Authenticates with the `digest` scheme as `user:password`; every node is then created
+    /// with `CREATOR_ALL` (only this identity may touch it). Defaults to no authentication, with
+    /// nodes open to anyone (`OPEN_ACL_UNSAFE`, as Curator's default).
+    ///
+    /// A wrong password does not fail the session in ZooKeeper: it authenticates another
+    /// identity, and acquiring reports [`Error::Authentication`] when that identity may not
+    /// create nodes under the root.
+    pub fn digest(mut self, user: impl AsRef<str>, password: impl AsRef<str>) -> Self {
+        self.settings.digest = Some(format!("{}:{}", user.as_ref(), password.as_ref()));
+        self
+    }
+
+    /// Validates the settings, connects a session and creates the root if absent.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for an invalid root, an empty connect string, zero timeouts or a
+    /// digest user that is empty or has `:`; [`Error::Connection`] or [`Error::Timeout`] when no
+    /// server answers within the connect timeout; [`Error::Authentication`] when the root exists
+    /// and this identity may not read it.
+    pub fn build(self) -> Result<ZooKeeperBackend> {
+        let settings = self.settings;
+        let root = Root::new(&self.root)?;
+        if settings.connect_string.trim().is_empty() {
+            return Err(Error::invalid_config("the ZooKeeper connect string is empty"));
+        }
+        if [settings.session_timeout, settings.connect_timeout, settings.request_timeout]
+            .contains(&Duration::ZERO)
+        {
+            return Err(Error::invalid_config("ZooKeeper timeouts must be greater than zero"));
+        }
+        if let Some(digest) = &settings.digest {
+            let user = digest.split(':').next().unwrap_or_default();
+            if user.is_empty() {
+                return Err(Error::invalid_config("the digest user must not be empty"));
+            }
+        }
+        ZooKeeperBackend::open(settings, root)
+    }
+}
+
+/// A URL without its password.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let user = url[scheme + 3..at].split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_give_hosts_credentials_and_root() {
+        let builder = ZooKeeperLockBuilder::from_url("zk://app:s3cr:et@h1:2181,h2:2182/apps/locks").unwrap();
+        assert_eq!(builder.settings.connect_string, "h1:2181,h2:2182");
+        assert_eq!(builder.root, "/apps/locks");
+        assert_eq!(builder.settings.digest.as_deref(), Some("app:s3cr:et"));
+        let plain = ZooKeeperLockBuilder::from_url("zk://127.0.0.1:2181").unwrap();
+        assert_eq!(plain.root, "/distlock");
+        assert!(plain.settings.digest.is_none());
+        for bad in ["redis://h", "zk://", "zk:///root"] {
+            assert!(matches!(ZooKeeperLockBuilder::from_url(bad), Err(Error::InvalidConfig { .. })), "{bad}");
+        }
+        assert!(!format!("{:?}", builder.settings).contains("s3cr"));
+    }
+
+    #[test]
+    fn bad_settings_fail_before_connecting() {
+        let base = || ZooKeeperLockBuilder::new("127.0.0.1:1");
+        for builder in [
+            base().root("relative"),
+            base().root("/zookeeper/x"),
+            base().session_timeout(Duration::ZERO),
+            base().digest("", "pw"),
+            ZooKeeperLockBuilder::new(" "),
+        ] {
+            assert!(matches!(builder.build(), Err(Error::InvalidConfig { .. })));
+        }
+    }
+}

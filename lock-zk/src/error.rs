@@ -1,0 +1,54 @@
+//! How ZooKeeper's errors map onto distlock's [`Error`] by meaning.
+
+use lock_core::Error;
+use zookeeper_client as zk;
+
+/// The backend's name in errors and logs.
+pub(crate) const BACKEND: &str = "zookeeper";
+
+/// What went wrong in one bounded call: the client's own error, or no answer in time.
+#[derive(Debug, Clone)]
+pub(crate) enum Failure {
+    Zk(zk::Error),
+    TimedOut,
+}
+
+impl From<zk::Error> for Failure {
+    fn from(error: zk::Error) -> Self {
+        Failure::Zk(error)
+    }
+}
+
+impl Failure {
+    /// Whether the session this call ran on is over: its nodes are gone.
+    pub(crate) fn session_ended(&self) -> bool {
+        matches!(self, Failure::Zk(zk::Error::SessionExpired | zk::Error::ClientClosed))
+    }
+
+    pub(crate) fn into_error(self, operation: &'static str) -> Error {
+        match self {
+            Failure::TimedOut => Error::Timeout { backend: BACKEND, operation, source: None },
+            Failure::Zk(error) => match error {
+                zk::Error::Timeout => {
+                    Error::Timeout { backend: BACKEND, operation, source: Some(error.into()) }
+                }
+                // A wrong digest password does not fail the session: it authenticates another
+                // identity, which then may not touch the nodes the right one created.
+                zk::Error::NoAuth | zk::Error::AuthFailed => {
+                    Error::Authentication { backend: BACKEND, source: error.into() }
+                }
+                zk::Error::ConnectionLoss
+                | zk::Error::NoHosts
+                | zk::Error::SessionExpired
+                | zk::Error::SessionMoved
+                | zk::Error::ClientClosed
+                | zk::Error::NotReadOnly
+                | zk::Error::Throttled => Error::Connection { backend: BACKEND, source: error.into() },
+                zk::Error::BadArguments(_) | zk::Error::InvalidAcl => {
+                    Error::InvalidConfig { reason: format!("ZooKeeper refused the request: {error}") }
+                }
+                other => Error::backend(BACKEND, other),
+            },
+        }
+    }
+}

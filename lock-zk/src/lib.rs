@@ -1,0 +1,65 @@
+//! ZooKeeper backend for [distlock](https://docs.rs/distlock): the lock recipe of Apache
+//! Curator's `InterProcessMutex`, node for node, so that a Rust service and a Java service using
+//! Curator can share one lock path.
+//!
+//! | | |
+//! | --- | --- |
+//! | layout | `<root>/<name>/_c_<uuid>-lock-<sequence>`, ephemeral-sequential; parents are container nodes |
+//! | acquire | create the node and list the siblings in one round trip; the lowest sequence holds |
+//! | wait | watch only the predecessor: one release wakes one waiter (no herd, seed 003), FIFO |
+//! | hold | [`HoldKind::Session`](lock_core::HoldKind::Session): as long as the session lives |
+//! | fencing | the node's creation zxid (`czxid`) |
+//! | lost | the node deleted, or the session expired; in doubt while the session is disconnected |
+//!
+//! # Sessions, leases and loss
+//! A lock is held by an ephemeral node, which the servers delete when the session ends. The
+//! renewal of a held lock is a liveness check of its node (`exists`, pipelined for all locks due
+//! at once). A check without an answer puts the hold in doubt
+//! ([`HoldState::InDoubt`](lock_core::HoldState::InDoubt), Curator's SUSPENDED); a hold with no
+//! successful check for the negotiated session timeout — or the lock's lease, if shorter — is
+//! lost (Curator's LOST), because by then the servers may have expired the session and granted
+//! the lock to the next waiter. So the lease option caps how long a silent session is trusted,
+//! and the session timeout ([`ZooKeeperLockBuilder::session_timeout`], default 10 s) is how long
+//! a crashed holder keeps its lock. After an expiry the backend connects a new session for later
+//! acquisitions.
+//!
+//! # Fencing: why the creation zxid, not the sequence number
+//! Every write to ZooKeeper gets the next zxid, across the whole ensemble and every leader
+//! change, so the zxid that created a holder's node is strictly greater than every earlier
+//! holder's. The sequence number is only a counter of the parent node: it restarts at 0 when the
+//! empty container parent is removed and created again, and would then hand out tokens below
+//! those already seen.
+//!
+//! # Why `zookeeper-client` and not the `zookeeper` crate
+//! Measured on this project's test servers: the `zookeeper` 0.8 crate busy-loops while the server
+//! is down (11.4 s of CPU in 10 s), blocks a request for the whole of a server pause (it has no
+//! request timeout), and never reports session expiry, so a holder could not learn it lost its
+//! lock. `zookeeper-client` reports every session state; this crate drives it from blocking
+//! calls through a private one-worker runtime per backend ([`ZK_THREAD_NAME`]), with a deadline on
+//! every call.
+//!
+//! # Security
+//! [`ZooKeeperLockBuilder::digest`] authenticates with the `digest` scheme, and every node —
+//! root, lock parents, lock nodes — is created with `CREATOR_ALL` (ZooKeeper checks the right to
+//! delete a node on its parent). A wrong password authenticates another identity, which gets
+//! `NoAuth`: reported as [`Error::Authentication`](lock_core::Error::Authentication).
+//!
+//! Feature `testkit` (not semver-stable): the suite target over lock-testkit's harness servers.
+#![warn(missing_docs)]
+
+mod backend;
+mod builder;
+mod error;
+mod lease;
+mod path;
+mod recipe;
+mod session;
+
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use backend::ZooKeeperBackend;
+pub use builder::ZooKeeperLockBuilder;
+pub use lease::ZooKeeperLease;
+pub use session::ZK_THREAD_NAME;
+pub use zookeeper_client;

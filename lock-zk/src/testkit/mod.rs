@@ -1,0 +1,186 @@
+//! Test support (feature `testkit`, not semver-stable): the ZooKeeper backend as a
+//! conformance-suite and workload target, on the shared harness server (or the ensemble
+//! `DISTLOCK_ZOOKEEPER` names).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use lock_core::{Error, LockName};
+use lock_testkit::harness::shared::{self, ZOOKEEPER_VARIABLE};
+use lock_testkit::harness::ZooKeeperServer;
+use lock_testkit::suite::{NotApplicable, OwnServers, SuiteTarget};
+use lock_testkit::workload::RoundTripProbe;
+use zookeeper_client as zk;
+
+use crate::{ZooKeeperBackend, ZooKeeperLockBuilder};
+
+/// The connect and request timeouts of every client the target makes: short, so S13's
+/// unreachable-server check is quick, and far above a loopback round trip.
+pub const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The session timeout of the target's clients: what a crashed holder (S04) keeps its lock for.
+/// Short for quick tests, yet many pings long on a loaded two-core machine.
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// The digest identity of the target's clients; S13 presents a wrong password for it.
+const USER: &str = "distlock";
+const PASSWORD: &str = "distlock-suite";
+
+/// S15: the timeouts of the client of the server the scenario stops.
+const OWN_SERVER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How many create + delete pairs measure the write round trip (after as many to warm up).
+const WRITE_PAIRS: usize = 2_000;
+
+/// The ZooKeeper backend on an ensemble, with digest authentication.
+#[derive(Debug, Clone)]
+pub struct ZooKeeperTarget {
+    connect_string: String,
+    root: String,
+}
+
+impl ZooKeeperTarget {
+    /// The shared harness server (or the ensemble `DISTLOCK_ZOOKEEPER` names).
+    ///
+    /// # Panics
+    /// When the shared server cannot be started (the harness error says why).
+    pub fn new() -> Self {
+        let server = shared::zookeeper().expect("the shared ZooKeeper server for the ZooKeeper suite target");
+        Self::at(server.address())
+    }
+
+    /// The ensemble at `connect_string`; locks live under `/distlock-suite`.
+    pub fn at(connect_string: impl Into<String>) -> Self {
+        Self { connect_string: connect_string.into(), root: "/distlock-suite".into() }
+    }
+
+    /// The ensemble's connect string.
+    pub fn connect_string(&self) -> &str {
+        &self.connect_string
+    }
+
+    /// A builder with the target's settings: its root, digest identity and short timeouts.
+    pub fn builder(&self) -> ZooKeeperLockBuilder {
+        builder(&self.connect_string, TIMEOUT).root(&self.root).digest(USER, PASSWORD)
+    }
+}
+
+impl Default for ZooKeeperTarget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn builder(connect_string: &str, timeout: Duration) -> ZooKeeperLockBuilder {
+    ZooKeeperBackend::builder(connect_string)
+        .session_timeout(SESSION_TIMEOUT)
+        .connect_timeout(timeout)
+        .request_timeout(timeout)
+}
+
+impl SuiteTarget for ZooKeeperTarget {
+    type Backend = ZooKeeperBackend;
+
+    fn label(&self) -> String {
+        "zookeeper".into()
+    }
+
+    fn backend(&self) -> lock_core::Result<ZooKeeperBackend> {
+        self.builder().build()
+    }
+
+    fn remaining_lease(
+        &self,
+        _name: &LockName,
+    ) -> Result<lock_core::Result<Option<Duration>>, NotApplicable> {
+        Err(NotApplicable("a session hold has no server-side lease: its node ends with its session"))
+    }
+
+    fn break_lock(&self, name: &LockName) -> Result<lock_core::Result<()>, NotApplicable> {
+        Ok(self.backend().and_then(|backend| backend.break_lock(name)))
+    }
+
+    fn child_env(&self) -> Result<Vec<(String, String)>, NotApplicable> {
+        Ok(vec![(ZOOKEEPER_VARIABLE.to_owned(), self.connect_string.clone())])
+    }
+
+    fn free_after_crash_within(&self, _lease: Duration) -> Duration {
+        // The servers end the dead holder's session within its timeout, checked every tick.
+        SESSION_TIMEOUT + Duration::from_secs(2)
+    }
+
+    fn backend_at(
+        &self,
+        addresses: &[SocketAddr],
+    ) -> Result<lock_core::Result<ZooKeeperBackend>, NotApplicable> {
+        let connect_string = addresses.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(",");
+        Ok(builder(&connect_string, TIMEOUT).build())
+    }
+
+    fn wrong_password_backend(&self) -> Result<lock_core::Result<ZooKeeperBackend>, NotApplicable> {
+        // The right identity creates the root first, as its owner.
+        if let Err(error) = self.backend() {
+            return Ok(Err(error));
+        }
+        Ok(builder(&self.connect_string, TIMEOUT).root(&self.root).digest(USER, "wrong-password").build())
+    }
+
+    fn unreachable_report_bound(&self) -> Duration {
+        TIMEOUT + Duration::from_secs(3)
+    }
+
+    fn own_servers(&self) -> Result<lock_core::Result<OwnServers<ZooKeeperBackend>>, NotApplicable> {
+        let server = match ZooKeeperServer::start() {
+            Ok(server) => server,
+            Err(error) => return Ok(Err(Error::backend("harness", error.to_string()))),
+        };
+        let backend = builder(&server.connect_string(), OWN_SERVER_TIMEOUT).root(&self.root).build();
+        let call_bound = 2 * OWN_SERVER_TIMEOUT + Duration::from_secs(1);
+        Ok(backend.map(|backend| OwnServers { backend, servers: Box::new(vec![server]), call_bound }))
+    }
+
+    fn round_trip(&self) -> Option<RoundTripProbe> {
+        let target = self.clone();
+        Some(RoundTripProbe::new(
+            format!(
+                "round trip = half the p50 of {WRITE_PAIRS} ephemeral-node create + delete pairs on one session \
+                 to {} (a lock pair's write limit is 1/(2 × this))",
+                self.connect_string
+            ),
+            move || {
+                let backend = target.backend().map_err(|e| e.to_string())?;
+                backend.write_round_trip(WRITE_PAIRS).map(|pair| pair / 2).map_err(|e| e.to_string())
+            },
+        ))
+    }
+}
+
+impl ZooKeeperBackend {
+    /// The median time of `samples` create + delete pairs of an ephemeral node under the root,
+    /// on this backend's session (after as many to warm up): the write limit a lock pair is
+    /// measured against, with no lock logic.
+    ///
+    /// # Errors
+    /// As any request.
+    pub fn write_round_trip(&self, samples: usize) -> lock_core::Result<Duration> {
+        let session = &self.inner.session;
+        let client = session.client()?;
+        let node = format!("{}/round-trip-{}", self.root(), uuid::Uuid::new_v4());
+        let options = zk::CreateMode::Ephemeral.with_acls(self.inner.acls);
+        let mut timings = Vec::with_capacity(samples);
+        for round in 0..2 * samples {
+            let started = Instant::now();
+            session
+                .call(TIMEOUT, async {
+                    client.create(&node, b"", &options).await?;
+                    client.delete(&node, None).await
+                })
+                .map_err(|failure| failure.into_error("measure the write round trip"))?;
+            if round >= samples {
+                timings.push(started.elapsed());
+            }
+        }
+        timings.sort_unstable();
+        Ok(timings[timings.len() / 2])
+    }
+}
