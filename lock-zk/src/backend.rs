@@ -2,11 +2,11 @@
 //! release.
 
 use std::fmt;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::join_all;
+use futures::future::{join, join_all};
 use lock_core::{
     check_lease, Acquired, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind, LockName,
     NativeWait, OwnerToken, Result,
@@ -26,8 +26,9 @@ use crate::session::Session;
 /// [`LockClient`](lock_core::LockClient). Clones share one session and its runtime thread.
 ///
 /// Holds are [`HoldKind::Session`]: a lock is held as long as its ephemeral node, which lives as
-/// long as the session. Renewal is a liveness check of the node (one `exists` per held lock,
-/// pipelined per batch); a check without an answer puts the hold in doubt, and a hold is lost
+/// long as the session. Renewal is a liveness check (one round trip per batch, however many
+/// locks: the session, and a watch on each node); a disconnected session or a check without an
+/// answer puts the hold in doubt, and a hold is lost
 /// once no check succeeded for the negotiated session timeout (or the lease, if shorter) — by
 /// then the servers may have expired the session. A session that expired is replaced by a new
 /// one for later acquisitions.
@@ -106,47 +107,68 @@ impl ZooKeeperBackend {
     /// How many times a waiter of this backend (and its clones) was woken by a watch on its
     /// predecessor: one release wakes one waiter.
     pub fn wake_ups(&self) -> u64 {
-        self.inner.wake_ups.load(std::sync::atomic::Ordering::Relaxed)
+        self.inner.wake_ups.load(Ordering::Relaxed)
     }
 
-    /// Liveness of the holds in `leases`: one `exists` each, all sent at once, one deadline.
-    fn check_nodes(&self, leases: &[&ZooKeeperLease]) -> Vec<Result<bool>> {
+    /// Liveness of the holds in `leases`, in one round trip: an `exists` on the root confirms the
+    /// session, which owns every node of it; the watch on each node says which were deleted. A
+    /// node not watched yet (its first check) is looked at with an `exists` that sets the watch,
+    /// in the same round trip.
+    fn check_holds(&self, leases: &mut [&mut ZooKeeperLease]) -> Vec<Result<bool>> {
         let session = &self.inner.session;
-        let Some(first) = leases.first() else { return Vec::new() };
-        // Every lease of a batch was acquired by this backend; those of an ended session are gone.
-        let Some(client) = session.client_of(first.session) else {
-            return leases.iter().map(|_| Ok(false)).collect();
-        };
-        if client.state() == zk::SessionState::Disconnected {
+        let Some(client) = session.current() else { return leases.iter().map(|_| Ok(false)).collect() };
+        let id = client.session_id().0;
+        let unwatched: Vec<usize> =
+            (0..leases.len()).filter(|&i| leases[i].session == id && leases[i].watch.needs_watch()).collect();
+        let confirmed = if client.state() == zk::SessionState::Disconnected {
             // Requests would queue until the connection is back: in doubt now, not in a timeout.
-            let error = || Err(Failure::Zk(zk::Error::ConnectionLoss).into_error("check the session"));
-            return leases.iter().map(|_| error()).collect();
-        }
-        let checks = leases.iter().map(|lease| {
-            let check = client.check_stat(&lease.node);
-            async move {
-                match check.await {
-                    Ok(stat) => Ok(stat.is_some_and(|stat| stat.ephemeral_owner == lease.session)),
-                    Err(error) => Err(Failure::Zk(error)),
+            Err(Failure::Zk(zk::Error::ConnectionLoss))
+        } else {
+            let nodes: Vec<&str> = unwatched.iter().map(|&i| leases[i].node.as_str()).collect();
+            session.call(session.settings().request_timeout, async {
+                let confirmed = client.check_stat(self.inner.root.as_str());
+                let watches = nodes.iter().map(|node| client.check_and_watch_stat(node)).collect::<Vec<_>>();
+                let (confirmed, watches) = join(confirmed, join_all(watches)).await;
+                confirmed.map(|_| watches)
+            })
+        };
+        let mut outcomes: Vec<Result<bool>> = Vec::with_capacity(leases.len());
+        let mut watches = match confirmed {
+            Ok(watches) => watches.into_iter(),
+            Err(failure) => {
+                let lost = failure.session_ended();
+                return leases
+                    .iter()
+                    .map(|lease| match lease.session == id && !lost {
+                        true => Err(failure.clone().into_error("check the session")),
+                        false => Ok(false),
+                    })
+                    .collect();
+            }
+        };
+        for (index, lease) in leases.iter().enumerate() {
+            if lease.session != id {
+                outcomes.push(Ok(false));
+                continue;
+            }
+            if unwatched.contains(&index) {
+                match watches.next() {
+                    Some(Ok((Some(_), watcher))) => self.follow_watch(watcher, lease.watch.clone()),
+                    Some(Ok((None, _))) => lease.watch.deleted(),
+                    Some(Err(error)) => {
+                        let failure = Failure::Zk(error);
+                        outcomes.push(match failure.session_ended() {
+                            true => Ok(false),
+                            false => Err(failure.into_error("check the session")),
+                        });
+                        continue;
+                    }
+                    None => {}
                 }
             }
-        });
-        let timeout = session.settings().request_timeout;
-        let outcomes = session.call(timeout, async { Ok(join_all(checks).await) });
-        match outcomes {
-            Ok(outcomes) => outcomes
-                .into_iter()
-                .map(|outcome| match outcome {
-                    Ok(held) => Ok(held),
-                    Err(failure) if failure.session_ended() => Ok(false),
-                    Err(failure) => Err(failure.into_error("check the session")),
-                })
-                .collect(),
-            Err(failure) if failure.session_ended() => leases.iter().map(|_| Ok(false)).collect(),
-            Err(failure) => {
-                leases.iter().map(|_| Err(failure.clone().into_error("check the session"))).collect()
-            }
+            outcomes.push(Ok(!lease.watch.is_deleted()));
         }
+        outcomes
     }
 }
 
@@ -185,15 +207,15 @@ impl DistributedLock for ZooKeeperBackend {
 
     fn extend(&self, lease: &mut ZooKeeperLease, ttl: Duration) -> Result<bool> {
         check_lease(ttl)?;
-        self.check_nodes(&[lease]).pop().unwrap_or(Ok(false))
+        self.check_holds(&mut [lease]).pop().unwrap_or(Ok(false))
     }
 
     fn extend_many(&self, batch: &mut [Extension<'_, ZooKeeperLease>]) -> Vec<Result<bool>> {
         if let Err(error) = batch.iter().try_for_each(|item| check_lease(item.ttl)) {
             return batch.iter().map(|_| Err(Error::invalid_config(error.to_string()))).collect();
         }
-        let leases: Vec<&ZooKeeperLease> = batch.iter().map(|item| &*item.lease).collect();
-        self.check_nodes(&leases)
+        let mut leases: Vec<&mut ZooKeeperLease> = batch.iter_mut().map(|item| &mut *item.lease).collect();
+        self.check_holds(&mut leases)
     }
 
     fn release(&self, lease: ZooKeeperLease) -> Result<bool> {

@@ -13,8 +13,10 @@
 //!
 //! # Sessions, leases and loss
 //! A lock is held by an ephemeral node, which the servers delete when the session ends. The
-//! renewal of a held lock is a liveness check of its node (`exists`, pipelined for all locks due
-//! at once). A check without an answer puts the hold in doubt
+//! renewal of held locks is a liveness check: one `exists` per batch confirms the session, and a
+//! watch on each held node (set by its first check, in the same round trip) reports a node
+//! deleted underneath its holder. A disconnected session, or a check without an answer, puts the
+//! hold in doubt
 //! ([`HoldState::InDoubt`](lock_core::HoldState::InDoubt), Curator's SUSPENDED); a hold with no
 //! successful check for the negotiated session timeout — or the lock's lease, if shorter — is
 //! lost (Curator's LOST), because by then the servers may have expired the session and granted

@@ -16,6 +16,7 @@
 //! a container parent is removed and created again.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join;
@@ -23,7 +24,7 @@ use lock_core::{FencingToken, LockName, OwnerToken, Result};
 use zookeeper_client as zk;
 
 use crate::error::Failure;
-use crate::lease::ZooKeeperLease;
+use crate::lease::{NodeWatch, ZooKeeperLease};
 use crate::path::{self, is_protected_by, lock_order};
 use crate::ZooKeeperBackend;
 
@@ -82,6 +83,7 @@ impl ZooKeeperBackend {
                     node,
                     session: client.session_id().0,
                     fence: FencingToken::new(u64::try_from(created.czxid).unwrap_or_default()),
+                    watch: Arc::default(),
                 };
                 Ok(Some((lease, confirmed_at)))
             }
@@ -217,6 +219,22 @@ impl ZooKeeperBackend {
             listed_at = Instant::now();
             children = session.call(request_timeout, client.list_children(lock_path))?;
         }
+    }
+
+    /// Waits in the background for the event of the watch just set on a held node: a deletion
+    /// (by an administrator, S10, or this holder's release) is recorded for the next liveness
+    /// check; any other node event spends the watch, and the next check sets it again. A session
+    /// that ends ends the watch too: the liveness check sees the session.
+    pub(crate) fn follow_watch(&self, watcher: zk::OneshotWatcher, watch: Arc<NodeWatch>) {
+        watch.watched();
+        self.inner.session.spawn(async move {
+            let event = watcher.changed().await;
+            match event.event_type {
+                zk::EventType::NodeDeleted => watch.deleted(),
+                zk::EventType::Session => {}
+                _ => watch.spent(),
+            }
+        });
     }
 
     /// Deletes `node`, whose acquisition failed or was given up: the request leaves now, ahead of

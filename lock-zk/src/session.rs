@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 use tokio::runtime::Runtime;
-use tokio::task::JoinHandle;
+use tokio::task::JoinSet;
 use zookeeper_client as zk;
 
 use crate::builder::Settings;
@@ -41,9 +41,10 @@ pub(crate) struct Session {
     state: RwLock<Option<zk::StateWatcher>>,
     /// The negotiated session timeout of the current session, in ms.
     negotiated_ms: AtomicU64,
-    /// Clean-ups left running in the background (deletes whose reply was lost), stopped before the
-    /// session is closed so they hold no client.
-    background: Mutex<Vec<JoinHandle<()>>>,
+    /// Tasks left running in the background — clean-ups of deletes whose reply was lost, and the
+    /// watches on held nodes — stopped before the session is closed, so that none holds a client
+    /// or waits on a watch when the runtime goes.
+    background: Mutex<JoinSet<()>>,
 }
 
 impl Session {
@@ -65,7 +66,7 @@ impl Session {
             client: Mutex::new(None),
             state: RwLock::new(None),
             negotiated_ms: AtomicU64::new(0),
-            background: Mutex::new(Vec::new()),
+            background: Mutex::new(JoinSet::new()),
         };
         let client = session.connect()?;
         session.install(client);
@@ -101,6 +102,11 @@ impl Session {
     fn install(&self, client: zk::Client) {
         *self.state.write() = Some(client.state_watcher());
         *self.client.lock() = Some(client);
+    }
+
+    /// The current session's client, whatever its state (no new session is connected).
+    pub(crate) fn current(&self) -> Option<zk::Client> {
+        self.client.lock().clone()
     }
 
     /// The current session's client, if that session is `session` and has not ended.
@@ -166,11 +172,11 @@ impl Session {
         self.runtime().block_on(async { tokio::time::timeout_at(deadline.into(), future).await }).ok()
     }
 
-    /// Leaves `future` (a clean-up whose request is already sent) to finish in the background.
+    /// Leaves `future` (whose requests are already sent) to finish in the background.
     pub(crate) fn spawn(&self, future: impl Future<Output = ()> + Send + 'static) {
         let mut background = self.background.lock();
-        background.retain(|task| !task.is_finished());
-        background.push(self.runtime().spawn(future));
+        while background.try_join_next().is_some() {}
+        background.spawn_on(future, self.runtime().handle());
     }
 }
 
@@ -183,18 +189,15 @@ impl Drop for Session {
     fn drop(&mut self) {
         let Some(runtime) = self.runtime.take() else { return };
         let client = self.client.get_mut().take();
-        let tasks = std::mem::take(self.background.get_mut());
+        let mut tasks = std::mem::take(self.background.get_mut());
         // `block_on` panics inside another runtime; there, skip the orderly close (the server
         // then ends the session after its timeout).
         if tokio::runtime::Handle::try_current().is_err() {
             runtime.block_on(async move {
-                // The clean-ups hold clients: stop them, so that dropping ours closes the session.
-                for task in &tasks {
-                    task.abort();
-                }
-                for task in tasks {
-                    let _ = task.await;
-                }
+                // Clean-ups hold clients: stop every task, so that dropping ours closes the session
+                // (and no watch is left waiting on a session that is gone).
+                tasks.abort_all();
+                while tasks.join_next().await.is_some() {}
                 if let Some(client) = client {
                     let mut state = client.state_watcher();
                     drop(client);

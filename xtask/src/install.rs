@@ -128,6 +128,31 @@ const SERVERS: &[Server] = &[
             },
         ],
     },
+    Server {
+        name: "Apache Curator (the Java client of the ZooKeeper interop test, Z03)",
+        environment_variable: "DISTLOCK_CURATOR_CLASSPATH",
+        programs: &[
+            Program {
+                name: "curator-recipes.jar",
+                candidates: &["/usr/share/java/curator-recipes.jar"],
+                version_argument: None,
+                package: "libcurator-recipes-java",
+            },
+            Program {
+                name: "slf4j-nop.jar",
+                candidates: &["/usr/share/java/slf4j-nop.jar"],
+                version_argument: None,
+                package: "libslf4j-java",
+            },
+            Program {
+                name: "javac",
+                candidates: &["javac", "/usr/bin/javac"],
+                version_argument: Some("-version"),
+                // Z03 compiles its small Curator program.
+                package: "default-jdk-headless",
+            },
+        ],
+    },
 ];
 
 /// What to tell users of systems without `apt-get`.
@@ -143,6 +168,10 @@ or point the tests at servers that are already running:
     DISTLOCK_POSTGRES_URL=postgres://user:password@127.0.0.1:5432/database
     DISTLOCK_MYSQL_URL=mysql://user:password@127.0.0.1:3306/database
     DISTLOCK_ZOOKEEPER=127.0.0.1:2181
+
+The ZooKeeper interop test (Z03) also needs a JDK and Apache Curator's jars (brew install
+openjdk, and the jars from Maven Central), named by
+DISTLOCK_CURATOR_CLASSPATH=/path/curator-recipes.jar:/path/curator-framework.jar:…
 
 (or skip this check with `cargo xtask test --no-install`).";
 

@@ -106,6 +106,19 @@ pub trait SuiteTarget: Send + Sync + 'static {
         Err(NotApplicable("in-process backend: there is no server to stop answering"))
     }
 
+    /// W4: why holding 10,000 locks at once does not apply to this backend, if it does not.
+    /// Defaults to: session holds own a connection each (row and advisory locks), so 10,000 of
+    /// them would take 10,000 connections; a backend whose session holds share one session
+    /// (ZooKeeper) says `None`.
+    ///
+    /// # Errors
+    /// A client that cannot be built.
+    fn many_holds_not_applicable(&self) -> lock_core::Result<Option<&'static str>> {
+        Ok((self.backend()?.hold_kind() == lock_core::HoldKind::Session).then_some(
+            "session holds own a connection each: 10,000 held locks would take 10,000 connections",
+        ))
+    }
+
     /// Benchmarks: the physical limit results are printed beside — one round trip to the
     /// server, measured on demand. `None` for in-process backends.
     fn round_trip(&self) -> Option<RoundTripProbe> {

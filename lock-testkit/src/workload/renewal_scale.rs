@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use lock_core::{DistributedLock as _, HoldKind, LockClient, LockOptions, RENEWAL_THREAD_PREFIX};
+use lock_core::{LockClient, LockOptions, RENEWAL_THREAD_PREFIX};
 
 use crate::suite::{unique_name, SuiteTarget};
 
@@ -45,14 +45,13 @@ impl W4Report {
     }
 }
 
-/// Whether W4 applies to `target`: it renews leases; holds that are sessions own a connection
-/// each, and 10,000 of them would need 10,000 connections.
+/// Why W4 does not apply to `target`, if it does not
+/// ([`SuiteTarget::many_holds_not_applicable`]).
 ///
 /// # Errors
 /// A client that cannot be built.
 pub fn not_applicable<T: SuiteTarget>(target: &T) -> lock_core::Result<Option<&'static str>> {
-    Ok((target.backend()?.hold_kind() == HoldKind::Session)
-        .then_some("session holds own a connection each: 10,000 held locks would take 10,000 connections"))
+    target.many_holds_not_applicable()
 }
 
 /// Runs W4 (takes a little over 30 s).

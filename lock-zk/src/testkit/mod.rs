@@ -139,6 +139,11 @@ impl SuiteTarget for ZooKeeperTarget {
         Ok(backend.map(|backend| OwnServers { backend, servers: Box::new(vec![server]), call_bound }))
     }
 
+    fn many_holds_not_applicable(&self) -> lock_core::Result<Option<&'static str>> {
+        // Every hold of a client is a node of its one session.
+        Ok(None)
+    }
+
     fn round_trip(&self) -> Option<RoundTripProbe> {
         let target = self.clone();
         Some(RoundTripProbe::new(

@@ -2,7 +2,8 @@
 // so a Java client and a Rust client can contend on the same ZooKeeper lock path.
 //
 // Usage: java -cp CP CuratorMutex <connectString> <lockPath> <mode> [args...]
-//   contend <iterations> <markerFile>  loop acquire/critical section/release;
+//   contend <iterations> <markerFile>  loop acquire/critical section/release, appending "J" to
+//                                      <markerFile>.log in each critical section;
 //                                      prints "DONE acquisitions=<n> overlaps=<m>"
 //   hold                               acquire, print "HELD <node>" and "CHILDREN <a,b,..>",
 //                                      release after one line (or EOF) on stdin, print "RELEASED"
@@ -17,6 +18,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
@@ -120,6 +122,7 @@ public final class CuratorMutex {
     private static void contend(Mutex mutex, int iterations, Path marker) throws Exception {
         int acquisitions = 0;
         int overlaps = 0;
+        Path log = Path.of(marker + ".log");
         for (int i = 0; i < iterations; i++) {
             mutex.acquire();
             try {
@@ -131,6 +134,8 @@ public final class CuratorMutex {
                 } catch (FileAlreadyExistsException e) {
                     overlaps++;
                 }
+                // Who held the lock, in order: the test checks that both sides took turns.
+                Files.writeString(log, "J\n", StandardOpenOption.CREATE, StandardOpenOption.APPEND);
                 // Widen the window so a broken lock actually shows up as an overlap.
                 Thread.sleep(1);
                 // Never delete someone else's marker: that would hide their overlap.
