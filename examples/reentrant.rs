@@ -7,6 +7,7 @@
 //! cargo run --example reentrant --features redis -- redis://127.0.0.1:6379/
 //! cargo run --example reentrant --features postgres -- postgres://user:pw@127.0.0.1/db [table|row|advisory]
 //! cargo run --example reentrant --features mysql -- mysql://user:pw@127.0.0.1/db [table|row|advisory]
+//! cargo run --example reentrant --features zookeeper -- zk://127.0.0.1:2181[,host:port…][/root]
 //! ```
 
 use std::error::Error;
@@ -30,6 +31,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         #[cfg(feature = "mysql")]
         url if url.starts_with("mysql://") => demo(mysql(url)?, mysql(url)?),
+        #[cfg(feature = "zookeeper")]
+        url if url.starts_with("zk://") => {
+            let zookeeper = || distlock::zookeeper::ZooKeeperLockBuilder::from_url(url)?.build();
+            demo(zookeeper()?, zookeeper()?)
+        }
         other => Err(format!(
             "unknown backend {other:?}: use `memory`, or a URL of a backend whose feature is enabled"
         )

@@ -9,6 +9,7 @@
 //! cargo run --example seckill --features redis -- redis://127.0.0.1:6379/
 //! cargo run --example seckill --features postgres -- postgres://user:pw@127.0.0.1/db [table|row|advisory]
 //! cargo run --example seckill --features mysql -- mysql://user:pw@127.0.0.1/db [table|row|advisory]
+//! cargo run --example seckill --features zookeeper -- zk://127.0.0.1:2181[,host:port…][/root]
 //! ```
 
 use std::error::Error;
@@ -44,6 +45,10 @@ fn main() -> Result<(), Box<dyn Error>> {
             // Checks the arguments and creates the tables; each buyer thread then builds its own.
             let kind = mysql(url)?.kind();
             sale(&target, || distlock::mysql::MySqlBackend::builder(url).kind(kind).build())
+        }
+        #[cfg(feature = "zookeeper")]
+        url if url.starts_with("zk://") => {
+            sale(&target, || distlock::zookeeper::ZooKeeperLockBuilder::from_url(url)?.build())
         }
         other => Err(format!(
             "unknown backend {other:?}: use `memory`, or a URL of a backend whose feature is enabled"
