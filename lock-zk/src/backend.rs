@@ -14,11 +14,11 @@ use lock_core::{
 use zookeeper_client as zk;
 
 use crate::builder::{Settings, ZooKeeperLockBuilder};
-use crate::error::{Failure, BACKEND};
-use crate::lease::ZooKeeperLease;
+use crate::error::{session_ended, Failure, BACKEND};
+use crate::lease::{NodeWatch, ZooKeeperLease};
 use crate::path::Root;
 use crate::recipe::Wait;
-use crate::session::Session;
+use crate::session::{is_terminal, Session};
 
 /// Locks on a ZooKeeper ensemble, in the layout of Apache Curator's `InterProcessMutex`.
 ///
@@ -110,63 +110,63 @@ impl ZooKeeperBackend {
         self.inner.wake_ups.load(Ordering::Relaxed)
     }
 
-    /// Liveness of the holds in `leases`, in one round trip: an `exists` on the root confirms the
-    /// session, which owns every node of it; the watch on each node says which were deleted. A
-    /// node not watched yet (its first check) is looked at with an `exists` that sets the watch,
-    /// in the same round trip.
+    /// Liveness of the holds in `leases`, in one round trip: a `sync` (answered through the
+    /// leader, so a follower cut off from the quorum cannot vouch for a session the leader may
+    /// have expired) confirms the session, which owns every node of it; the watch on each node
+    /// says whether it was deleted. A node not watched yet (its first check) gets an `exists`
+    /// that sets the watch, in the same round trip.
     fn check_holds(&self, leases: &mut [&mut ZooKeeperLease]) -> Vec<Result<bool>> {
         let session = &self.inner.session;
         let Some(client) = session.current() else { return leases.iter().map(|_| Ok(false)).collect() };
         let id = client.session_id().0;
-        let unwatched: Vec<usize> =
-            (0..leases.len()).filter(|&i| leases[i].session == id && leases[i].watch.needs_watch()).collect();
-        let confirmed = if client.state() == zk::SessionState::Disconnected {
+        let unwatched: Vec<usize> = (0..leases.len())
+            .filter(|&i| leases[i].session == id && matches!(leases[i].watch, NodeWatch::Unset))
+            .collect();
+        let confirmed = match client.state() {
+            state if is_terminal(state) => Err(Failure::Zk(zk::Error::SessionExpired)),
             // Requests would queue until the connection is back: in doubt now, not in a timeout.
-            Err(Failure::Zk(zk::Error::ConnectionLoss))
-        } else {
-            let nodes: Vec<&str> = unwatched.iter().map(|&i| leases[i].node.as_str()).collect();
-            session.call(session.settings().request_timeout, async {
-                let confirmed = client.check_stat(self.inner.root.as_str());
-                let watches = nodes.iter().map(|node| client.check_and_watch_stat(node)).collect::<Vec<_>>();
-                let (confirmed, watches) = join(confirmed, join_all(watches)).await;
-                confirmed.map(|_| watches)
-            })
-        };
-        let mut outcomes: Vec<Result<bool>> = Vec::with_capacity(leases.len());
-        let mut watches = match confirmed {
-            Ok(watches) => watches.into_iter(),
-            Err(failure) => {
-                let lost = failure.session_ended();
-                return leases
-                    .iter()
-                    .map(|lease| match lease.session == id && !lost {
-                        true => Err(failure.clone().into_error("check the session")),
-                        false => Ok(false),
-                    })
-                    .collect();
+            zk::SessionState::Disconnected => Err(Failure::Zk(zk::Error::ConnectionLoss)),
+            _ => {
+                let nodes: Vec<&str> = unwatched.iter().map(|&i| leases[i].node.as_str()).collect();
+                session.call(session.settings().request_timeout, async {
+                    let synced = client.sync(self.inner.root.as_str());
+                    let watches: Vec<_> =
+                        nodes.iter().map(|node| client.check_and_watch_stat(node)).collect();
+                    let (synced, watches) = join(synced, join_all(watches)).await;
+                    synced.map(|()| watches)
+                })
             }
         };
-        for (index, lease) in leases.iter().enumerate() {
+        let mut watches = match confirmed {
+            Ok(watches) => unwatched.into_iter().zip(watches).peekable(),
+            Err(failure) => {
+                let ended = failure.session_ended();
+                let outcome = |lease: &&mut ZooKeeperLease| match lease.session == id && !ended {
+                    true => Err(failure.clone().into_error("check the session")),
+                    false => Ok(false),
+                };
+                return leases.iter().map(outcome).collect();
+            }
+        };
+        let mut outcomes = Vec::with_capacity(leases.len());
+        for (index, lease) in leases.iter_mut().enumerate() {
             if lease.session != id {
                 outcomes.push(Ok(false));
                 continue;
             }
-            if unwatched.contains(&index) {
-                match watches.next() {
-                    Some(Ok((Some(_), watcher))) => self.follow_watch(watcher, lease.watch.clone()),
-                    Some(Ok((None, _))) => lease.watch.deleted(),
-                    Some(Err(error)) => {
-                        let failure = Failure::Zk(error);
-                        outcomes.push(match failure.session_ended() {
-                            true => Ok(false),
-                            false => Err(failure.into_error("check the session")),
-                        });
+            if let Some((_, watched)) = watches.next_if(|(at, _)| *at == index) {
+                match watched {
+                    Ok((Some(_), watcher)) => lease.watch = NodeWatch::Set(Box::pin(watcher.changed())),
+                    Ok((None, _)) => lease.watch = NodeWatch::Deleted,
+                    Err(error) if session_ended(&error) => lease.watch = NodeWatch::Deleted,
+                    Err(error) => {
+                        outcomes.push(Err(Failure::Zk(error).into_error("check the session")));
                         continue;
                     }
-                    None => {}
                 }
             }
-            outcomes.push(Ok(!lease.watch.is_deleted()));
+            lease.watch.poll_event();
+            outcomes.push(Ok(!matches!(lease.watch, NodeWatch::Deleted)));
         }
         outcomes
     }
@@ -179,6 +179,15 @@ impl DistributedLock for ZooKeeperBackend {
         BACKEND
     }
 
+    fn profile(&self) -> lock_core::BackendProfile {
+        lock_core::BackendProfile::new(
+            "the lock node's creation zxid (czxid)",
+            "a watch on the predecessor's node: one release wakes one waiter",
+            "a leader change is a short in-doubt blip; the ensemble keeps the nodes; a session the \
+             ensemble expires loses its locks",
+        )
+    }
+
     fn hold_kind(&self) -> HoldKind {
         HoldKind::Session
     }
@@ -189,10 +198,11 @@ impl DistributedLock for ZooKeeperBackend {
         ttl.saturating_sub(self.session_timeout())
     }
 
-    /// `Disconnected`: the servers may be electing a leader, or this client may be cut off; its
-    /// holds are in doubt until the session is back (or lost when its timeout passes).
+    /// Not connected (`Disconnected`: the servers may be electing a leader, or this client may be
+    /// cut off; or the session is over and not replaced yet): its holds are in doubt until the
+    /// session is back, or lost when its timeout passes.
     fn session_suspended(&self) -> bool {
-        self.inner.session.is_disconnected()
+        self.inner.session.is_suspended()
     }
 
     fn try_acquire(

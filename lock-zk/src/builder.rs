@@ -14,7 +14,12 @@ use crate::ZooKeeperBackend;
 pub struct ZooKeeperLockBuilder {
     settings: Settings,
     root: String,
+    /// The digest user as given, checked by `build`.
+    digest_user: Option<String>,
 }
+
+/// The longest timeout accepted: far beyond any sensible one, and no overflow of `Instant`.
+const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// What a backend's sessions are made with.
 #[derive(Clone)]
@@ -50,6 +55,7 @@ impl ZooKeeperLockBuilder {
                 digest: None,
             },
             root: "/distlock".into(),
+            digest_user: None,
         }
     }
 
@@ -126,31 +132,34 @@ impl ZooKeeperLockBuilder {
     /// create nodes under the root.
     pub fn digest(mut self, user: impl AsRef<str>, password: impl AsRef<str>) -> Self {
         self.settings.digest = Some(format!("{}:{}", user.as_ref(), password.as_ref()));
+        self.digest_user = Some(user.as_ref().to_owned());
         self
     }
 
     /// Validates the settings, connects a session and creates the root if absent.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for an invalid root, an empty connect string, zero timeouts or a
-    /// digest user that is empty or has `:`; [`Error::Connection`] or [`Error::Timeout`] when no
-    /// server answers within the connect timeout; [`Error::Authentication`] when the root exists
-    /// and this identity may not read it.
+    /// [`Error::InvalidConfig`] for an invalid root, an empty connect string, timeouts that are
+    /// zero or over an hour, or a digest user that is empty or has `:`; [`Error::Connection`] or
+    /// [`Error::Timeout`] when no server answers within the connect timeout;
+    /// [`Error::Authentication`] when the servers refuse the credentials or the root's parent.
+    /// (A wrong digest password is only noticed by the first acquisition: see
+    /// [`digest`](Self::digest).)
     pub fn build(self) -> Result<ZooKeeperBackend> {
         let settings = self.settings;
         let root = Root::new(&self.root)?;
         if settings.connect_string.trim().is_empty() {
             return Err(Error::invalid_config("the ZooKeeper connect string is empty"));
         }
-        if [settings.session_timeout, settings.connect_timeout, settings.request_timeout]
-            .contains(&Duration::ZERO)
-        {
-            return Err(Error::invalid_config("ZooKeeper timeouts must be greater than zero"));
+        let timeouts = [settings.session_timeout, settings.connect_timeout, settings.request_timeout];
+        if timeouts.iter().any(|timeout| timeout.is_zero() || *timeout > MAX_TIMEOUT) {
+            return Err(Error::invalid_config(
+                "ZooKeeper timeouts must be greater than zero and at most an hour",
+            ));
         }
-        if let Some(digest) = &settings.digest {
-            let user = digest.split(':').next().unwrap_or_default();
-            if user.is_empty() {
-                return Err(Error::invalid_config("the digest user must not be empty"));
+        if let Some(user) = &self.digest_user {
+            if user.is_empty() || user.contains(':') {
+                return Err(Error::invalid_config("the digest user must not be empty or contain `:`"));
             }
         }
         ZooKeeperBackend::open(settings, root)
@@ -175,6 +184,7 @@ mod tests {
     #[test]
     fn urls_give_hosts_credentials_and_root() {
         let builder = ZooKeeperLockBuilder::from_url("zk://app:s3cr:et@h1:2181,h2:2182/apps/locks").unwrap();
+        assert_eq!(builder.digest_user.as_deref(), Some("app"));
         assert_eq!(builder.settings.connect_string, "h1:2181,h2:2182");
         assert_eq!(builder.root, "/apps/locks");
         assert_eq!(builder.settings.digest.as_deref(), Some("app:s3cr:et"));
@@ -195,6 +205,8 @@ mod tests {
             base().root("/zookeeper/x"),
             base().session_timeout(Duration::ZERO),
             base().digest("", "pw"),
+            base().digest("a:b", "pw"),
+            base().request_timeout(Duration::MAX),
             ZooKeeperLockBuilder::new(" "),
         ] {
             assert!(matches!(builder.build(), Err(Error::InvalidConfig { .. })));

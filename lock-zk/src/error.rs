@@ -22,7 +22,15 @@ impl From<zk::Error> for Failure {
 impl Failure {
     /// Whether the session this call ran on is over: its nodes are gone.
     pub(crate) fn session_ended(&self) -> bool {
-        matches!(self, Failure::Zk(zk::Error::SessionExpired | zk::Error::ClientClosed))
+        matches!(self, Failure::Zk(error) if session_ended(error))
+    }
+
+    /// Whether the server's answer says what became of the request. A connection lost before
+    /// the reply (`ConnectionLoss`, or the client's own error for a server that stopped
+    /// answering or reset the socket) or no reply in time leaves it unknown: a create or delete
+    /// may or may not have happened.
+    pub(crate) fn is_definite(&self) -> bool {
+        matches!(self, Failure::Zk(error) if is_definite(error))
     }
 
     pub(crate) fn into_error(self, operation: &'static str) -> Error {
@@ -38,6 +46,8 @@ impl Failure {
                     Error::Authentication { backend: BACKEND, source: error.into() }
                 }
                 zk::Error::ConnectionLoss
+                | zk::Error::Custom(_)
+                | zk::Error::UnexpectedError(_)
                 | zk::Error::NoHosts
                 | zk::Error::SessionExpired
                 | zk::Error::SessionMoved
@@ -51,4 +61,25 @@ impl Failure {
             },
         }
     }
+}
+
+/// Whether `error` means the session is over: its ephemeral nodes are gone.
+pub(crate) fn session_ended(error: &zk::Error) -> bool {
+    matches!(error, zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::AuthFailed)
+}
+
+/// Whether `error` is the server's own answer to the request (see [`Failure::is_definite`]).
+pub(crate) fn is_definite(error: &zk::Error) -> bool {
+    session_ended(error)
+        || matches!(
+            error,
+            zk::Error::NoNode
+                | zk::Error::NodeExists
+                | zk::Error::NoAuth
+                | zk::Error::BadVersion
+                | zk::Error::NotEmpty
+                | zk::Error::NoChildrenForEphemerals
+                | zk::Error::InvalidAcl
+                | zk::Error::BadArguments(_)
+        )
 }

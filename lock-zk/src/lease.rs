@@ -1,9 +1,12 @@
 //! [`ZooKeeperLease`]: one held lock — its node, the session that owns it, its fencing token.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 
+use futures::FutureExt as _;
 use lock_core::{FencingToken, LockName};
+use zookeeper_client as zk;
 
 /// A lock held by an ephemeral-sequential node of one session.
 #[derive(Debug)]
@@ -15,8 +18,8 @@ pub struct ZooKeeperLease {
     pub(crate) session: i64,
     /// The node's creation zxid.
     pub(crate) fence: FencingToken,
-    /// What the watch on the node knows, shared with the task that waits on it.
-    pub(crate) watch: Arc<NodeWatch>,
+    /// The watch on the node.
+    pub(crate) watch: NodeWatch,
 }
 
 impl ZooKeeperLease {
@@ -36,34 +39,38 @@ impl ZooKeeperLease {
     }
 }
 
-/// What the watch on a held node knows. The first liveness check sets the watch (holds shorter
-/// than a renewal interval never pay for one); the task waiting on it records a deletion, or that
-/// the watch is spent without one (the next check sets it again).
-#[derive(Debug, Default)]
-pub(crate) struct NodeWatch(AtomicU8);
+/// The watch on a held node, set by its first liveness check (holds shorter than a renewal
+/// interval never pay for one) and looked at by each later check, right after that check's
+/// round trip: ZooKeeper delivers a watch event before the reply to any later request of the
+/// session, so a deletion is seen by the first check after it, never later.
+pub(crate) enum NodeWatch {
+    /// Not set yet, or spent by an event that was not a deletion.
+    Unset,
+    /// Set: the event, when it comes.
+    Set(Pin<Box<dyn Future<Output = zk::WatchedEvent> + Send>>),
+    /// The node was deleted (by anyone, this holder's release included).
+    Deleted,
+}
 
 impl NodeWatch {
-    const UNWATCHED: u8 = 0;
-    const WATCHED: u8 = 1;
-    const DELETED: u8 = 2;
-
-    pub(crate) fn is_deleted(&self) -> bool {
-        self.0.load(Ordering::Acquire) == Self::DELETED
+    /// Takes in whatever event has come (no waiting).
+    pub(crate) fn poll_event(&mut self) {
+        if let NodeWatch::Set(event) = self {
+            match event.as_mut().now_or_never() {
+                Some(event) if event.event_type == zk::EventType::NodeDeleted => *self = NodeWatch::Deleted,
+                Some(_) => *self = NodeWatch::Unset,
+                None => {}
+            }
+        }
     }
+}
 
-    pub(crate) fn needs_watch(&self) -> bool {
-        self.0.load(Ordering::Acquire) == Self::UNWATCHED
-    }
-
-    pub(crate) fn watched(&self) {
-        let _ = self.0.compare_exchange(Self::UNWATCHED, Self::WATCHED, Ordering::AcqRel, Ordering::Acquire);
-    }
-
-    pub(crate) fn deleted(&self) {
-        self.0.store(Self::DELETED, Ordering::Release);
-    }
-
-    pub(crate) fn spent(&self) {
-        let _ = self.0.compare_exchange(Self::WATCHED, Self::UNWATCHED, Ordering::AcqRel, Ordering::Acquire);
+impl fmt::Debug for NodeWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NodeWatch::Unset => "Unset",
+            NodeWatch::Set(_) => "Set",
+            NodeWatch::Deleted => "Deleted",
+        })
     }
 }

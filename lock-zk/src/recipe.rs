@@ -16,24 +16,24 @@
 //! a container parent is removed and created again.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join;
 use lock_core::{FencingToken, LockName, OwnerToken, Result};
 use zookeeper_client as zk;
 
-use crate::error::Failure;
+use crate::error::{is_definite, Failure};
 use crate::lease::{NodeWatch, ZooKeeperLease};
 use crate::path::{self, is_protected_by, lock_order};
+use crate::session::is_terminal;
 use crate::ZooKeeperBackend;
 
 /// A waiter looks at the lock again on its own this often, so that a lost watch (none is known
 /// in ZooKeeper, but a wait must never depend on one message) delays it but never strands it.
 const RECHECK: Duration = Duration::from_secs(5);
 
-/// How long the background clean-up waits before retrying a request lost with the connection.
-const CLEANUP_RETRY: Duration = Duration::from_millis(200);
+/// How long a request without an answer waits before it is sent again (a wait, a clean-up).
+const RETRY: Duration = Duration::from_millis(200);
 
 /// How long an acquisition may wait for the lock.
 #[derive(Debug, Clone, Copy)]
@@ -83,7 +83,7 @@ impl ZooKeeperBackend {
                     node,
                     session: client.session_id().0,
                     fence: FencingToken::new(u64::try_from(created.czxid).unwrap_or_default()),
-                    watch: Arc::default(),
+                    watch: NodeWatch::Unset,
                 };
                 Ok(Some((lease, confirmed_at)))
             }
@@ -134,19 +134,23 @@ impl ZooKeeperBackend {
                     let parent = zk::CreateMode::Container.with_acls(self.inner.acls);
                     session.call_until(deadline, client.mkdir(lock_path, &parent))?;
                 }
-                // The create may have succeeded: look for our node before creating another.
-                (Err(zk::Error::ConnectionLoss), _) => {
+                (Err(error), _) if is_definite(&error) => return Err(Failure::Zk(error)),
+                // No answer: the create may have happened. Look for our node before creating
+                // another (Curator's protected mode).
+                (Err(_), _) => {
                     if let Some(found) = self.find_protected(client, lock_path, protection, deadline)? {
                         let children = session.call_until(deadline, client.list_children(lock_path))?;
                         return Ok((found, children));
                     }
                 }
-                (Err(error), _) => return Err(Failure::Zk(error)),
             }
         }
     }
 
-    /// Curator's protected mode: our node, found by its `uuid` after a lost create reply.
+    /// Curator's protected mode: our node, found by its `uuid` after a create whose reply was
+    /// lost. The `sync` first brings the server this session now talks to up to date with the
+    /// leader, where the create (if it happened) was decided. Should a retried create have made a
+    /// second node, the lowest is kept and the other deleted.
     fn find_protected(
         &self,
         client: &zk::Client,
@@ -155,14 +159,21 @@ impl ZooKeeperBackend {
         deadline: Instant,
     ) -> Result<Option<Created>, Failure> {
         let session = &self.inner.session;
-        let children = match session.call_until(deadline, client.list_children(lock_path)) {
-            Ok(children) => children,
+        let listed = session.call_until(deadline, async {
+            client.sync(lock_path).await?;
+            client.list_children(lock_path).await
+        });
+        let mut ours: Vec<String> = match listed {
+            Ok(children) => children.into_iter().filter(|child| is_protected_by(child, protection)).collect(),
             Err(Failure::Zk(zk::Error::NoNode)) => return Ok(None),
             Err(failure) => return Err(failure),
         };
-        let Some(child) = children.into_iter().find(|child| is_protected_by(child, protection)) else {
-            return Ok(None);
-        };
+        ours.sort_unstable_by(|a, b| lock_order(a, b));
+        let mut ours = ours.into_iter();
+        let Some(child) = ours.next() else { return Ok(None) };
+        for extra in ours {
+            self.abandon(client, format!("{lock_path}/{extra}"));
+        }
         match session.call_until(deadline, client.check_stat(&format!("{lock_path}/{child}")))? {
             Some(stat) => Ok(Some(Created { child, czxid: stat.czxid })),
             None => Ok(None),
@@ -170,7 +181,10 @@ impl ZooKeeperBackend {
     }
 
     /// Step 2: waits until our node is the lowest; returns when the listing that showed it was
-    /// requested, or `None` when the wait ended first.
+    /// requested, or `None` when the wait ended first. Every request is bounded by the request
+    /// timeout and by the deadline plus one request timeout; a request without an answer (a
+    /// leader election, a reconnection) is tried again while the session lives, keeping our
+    /// place in the queue.
     fn wait_for_turn(
         &self,
         client: &zk::Client,
@@ -182,6 +196,14 @@ impl ZooKeeperBackend {
     ) -> Result<Option<Instant>, Failure> {
         let session = &self.inner.session;
         let request_timeout = session.settings().request_timeout;
+        let deadline = match wait {
+            Wait::No => None,
+            Wait::Until(deadline) => deadline,
+        };
+        // Past the deadline, one more request timeout at most.
+        let bound = |now: Instant| {
+            deadline.map_or(now + request_timeout, |d| (now + request_timeout).min(d + request_timeout))
+        };
         loop {
             children.sort_unstable_by(|a, b| lock_order(a, b));
             let Some(position) = children.iter().position(|child| child == ours) else {
@@ -192,83 +214,89 @@ impl ZooKeeperBackend {
             if position == 0 {
                 return Ok(Some(listed_at));
             }
-            let deadline = match wait {
-                Wait::No => return Ok(None),
-                Wait::Until(deadline) => deadline,
-            };
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            if matches!(wait, Wait::No) || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Ok(None);
             }
             let predecessor = format!("{lock_path}/{}", children[position - 1]);
-            let watched = session.call(request_timeout, client.get_and_watch_data(&predecessor));
-            match watched {
+            match session.call_until(bound(Instant::now()), client.get_and_watch_data(&predecessor)) {
                 Ok((_, _, watcher)) => {
                     let now = Instant::now();
                     let until = deadline.map_or(now + RECHECK, |deadline| deadline.min(now + RECHECK));
                     if let Some(event) = session.wait_until(until, watcher.changed()) {
                         self.inner.wake_ups.fetch_add(1, Ordering::Relaxed);
-                        if crate::session::is_terminal(event.session_state) {
+                        if is_terminal(event.session_state) {
                             return Err(Failure::Zk(zk::Error::SessionExpired));
                         }
                     }
                 }
                 // Gone between the listing and the watch: look again.
                 Err(Failure::Zk(zk::Error::NoNode)) => {}
-                Err(failure) => return Err(failure),
+                Err(failure) => self.pause_unless_final(failure, deadline)?,
             }
-            listed_at = Instant::now();
-            children = session.call(request_timeout, client.list_children(lock_path))?;
+            loop {
+                listed_at = Instant::now();
+                match session.call_until(bound(listed_at), client.list_children(lock_path)) {
+                    Ok(listed) => break children = listed,
+                    Err(failure) => self.pause_unless_final(failure, deadline)?,
+                }
+                if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                    return Ok(None);
+                }
+            }
         }
     }
 
-    /// Waits in the background for the event of the watch just set on a held node: a deletion
-    /// (by an administrator, S10, or this holder's release) is recorded for the next liveness
-    /// check; any other node event spends the watch, and the next check sets it again. A session
-    /// that ends ends the watch too: the liveness check sees the session.
-    pub(crate) fn follow_watch(&self, watcher: zk::OneshotWatcher, watch: Arc<NodeWatch>) {
-        watch.watched();
-        self.inner.session.spawn(async move {
-            let event = watcher.changed().await;
-            match event.event_type {
-                zk::EventType::NodeDeleted => watch.deleted(),
-                zk::EventType::Session => {}
-                _ => watch.spent(),
-            }
-        });
+    /// A failed request in a wait: the failure if it is final (a definite answer, or the
+    /// session's end), else a short pause before the wait goes on.
+    fn pause_unless_final(&self, failure: Failure, deadline: Option<Instant>) -> Result<(), Failure> {
+        if failure.is_definite() || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            return Err(failure);
+        }
+        let pause =
+            deadline.map_or(RETRY, |deadline| deadline.saturating_duration_since(Instant::now()).min(RETRY));
+        std::thread::sleep(pause);
+        Ok(())
     }
 
-    /// Deletes `node`, whose acquisition failed or was given up: the request leaves now, ahead of
-    /// any later request of this session, and is retried in the background if its reply is lost.
+    /// Deletes `node`, whose acquisition failed or was given up, or whose release got no answer:
+    /// the request leaves now, ahead of any later request of this session, and is sent again in
+    /// the background until the server answers — or the session ends, which deletes the node too.
     pub(crate) fn abandon(&self, client: &zk::Client, node: String) {
         let first = client.delete(&node, None);
         let client = client.clone();
         self.inner.session.spawn(async move {
             let mut outcome = first.await;
-            while outcome == Err(zk::Error::ConnectionLoss) {
-                tokio::time::sleep(CLEANUP_RETRY).await;
+            while outcome.as_ref().is_err_and(|error| !is_definite(error)) {
+                tokio::time::sleep(RETRY).await;
                 outcome = client.delete(&node, None).await;
-            }
-            if let Err(error) = outcome.or_else(|error| if error == zk::Error::NoNode { Ok(()) } else { Err(error) }) {
-                tracing::debug!(node, %error, "abandoned ZooKeeper lock node not deleted; its session will end it");
             }
         });
     }
 
-    /// Deletes the node a failed create may have left, found by its `uuid`, in the background.
+    /// Deletes, in the background, whatever node a create without an answer may have made, found
+    /// by its `uuid` once the server answers (after a `sync`, so a create decided by the leader is
+    /// seen).
     fn abandon_protected(&self, client: &zk::Client, lock_path: String, protection: String) {
         let client = client.clone();
         self.inner.session.spawn(async move {
-            loop {
-                match client.list_children(&lock_path).await {
-                    Ok(children) => {
-                        for child in children.iter().filter(|child| is_protected_by(child, &protection)) {
-                            let _ = client.delete(&format!("{lock_path}/{child}"), None).await;
-                        }
-                        return;
-                    }
-                    Err(zk::Error::ConnectionLoss) => tokio::time::sleep(CLEANUP_RETRY).await,
+            let listed = loop {
+                let listed = async {
+                    client.sync(&lock_path).await?;
+                    client.list_children(&lock_path).await
+                };
+                match listed.await {
+                    Ok(children) => break children,
                     // No lock path, or the session is over: no node of ours is left.
-                    Err(_) => return,
+                    Err(error) if is_definite(&error) => return,
+                    Err(_) => tokio::time::sleep(RETRY).await,
+                }
+            };
+            for child in listed.iter().filter(|child| is_protected_by(child, &protection)) {
+                let node = format!("{lock_path}/{child}");
+                let mut outcome = client.delete(&node, None).await;
+                while outcome.as_ref().is_err_and(|error| !is_definite(error)) {
+                    tokio::time::sleep(RETRY).await;
+                    outcome = client.delete(&node, None).await;
                 }
             }
         });

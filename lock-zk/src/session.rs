@@ -34,16 +34,16 @@ pub(crate) struct Session {
     settings: Settings,
     /// `None` only while dropping.
     runtime: Option<Runtime>,
-    /// The current session's client; replaced when the session has ended. Locked while a new
-    /// session connects.
-    client: Mutex<Option<zk::Client>>,
-    /// The current session's state, readable without waiting for a connect in progress.
-    state: RwLock<Option<zk::StateWatcher>>,
+    /// The current session's client, read by every call; replaced (under the write lock, for a
+    /// moment) when a new session has connected.
+    current: RwLock<Option<zk::Client>>,
+    /// Held while a new session connects: one thread connects, the others wait for it, each no
+    /// longer than its connect timeout.
+    connecting: Mutex<()>,
     /// The negotiated session timeout of the current session, in ms.
     negotiated_ms: AtomicU64,
-    /// Tasks left running in the background — clean-ups of deletes whose reply was lost, and the
-    /// watches on held nodes — stopped before the session is closed, so that none holds a client
-    /// or waits on a watch when the runtime goes.
+    /// Clean-ups left running in the background (deletes whose outcome is unknown), stopped
+    /// before the session is closed so that none holds a client when the runtime goes.
     background: Mutex<JoinSet<()>>,
 }
 
@@ -63,13 +63,13 @@ impl Session {
         let session = Self {
             settings,
             runtime: Some(runtime),
-            client: Mutex::new(None),
-            state: RwLock::new(None),
+            current: RwLock::new(None),
+            connecting: Mutex::new(()),
             negotiated_ms: AtomicU64::new(0),
             background: Mutex::new(JoinSet::new()),
         };
         let client = session.connect()?;
-        session.install(client);
+        *session.current.write() = Some(client);
         Ok(session)
     }
 
@@ -84,39 +84,47 @@ impl Session {
     /// The client of a live session: the current one, or a new session if it has ended.
     ///
     /// # Errors
-    /// As [`connect`](Self::connect).
+    /// As [`connect`](Self::connect); [`Error::Timeout`] when another thread's connect did not
+    /// finish within the connect timeout.
     pub(crate) fn client(&self) -> Result<zk::Client> {
-        let mut current = self.client.lock();
-        if let Some(client) = current.as_ref() {
-            if !is_terminal(client.state()) {
-                return Ok(client.clone());
-            }
-            tracing::info!(session = ?client.session_id(), state = ?client.state(), "ZooKeeper session ended; connecting a new one");
+        if let Some(client) = self.live() {
+            return Ok(client);
+        }
+        let timeout = self.settings.connect_timeout;
+        let Some(_connecting) = self.connecting.try_lock_for(timeout) else {
+            return Err(Error::Timeout { backend: BACKEND, operation: "connect", source: None });
+        };
+        // Another thread may have connected while this one waited.
+        if let Some(client) = self.live() {
+            return Ok(client);
+        }
+        if let Some(ended) = self.current.read().as_ref() {
+            tracing::info!(session = ?ended.session_id(), state = ?ended.state(), "ZooKeeper session ended; connecting a new one");
         }
         let client = self.connect()?;
-        *self.state.write() = Some(client.state_watcher());
-        *current = Some(client.clone());
+        *self.current.write() = Some(client.clone());
         Ok(client)
     }
 
-    fn install(&self, client: zk::Client) {
-        *self.state.write() = Some(client.state_watcher());
-        *self.client.lock() = Some(client);
+    /// The current session's client if that session has not ended.
+    fn live(&self) -> Option<zk::Client> {
+        self.current.read().as_ref().filter(|client| !is_terminal(client.state())).cloned()
     }
 
-    /// The current session's client, whatever its state (no new session is connected).
+    /// The current session's client, whatever its state (never connects).
     pub(crate) fn current(&self) -> Option<zk::Client> {
-        self.client.lock().clone()
+        self.current.read().clone()
     }
 
-    /// The current session's client, if that session is `session` and has not ended.
+    /// The current session's client, if that session is `session` (never connects).
     pub(crate) fn client_of(&self, session: i64) -> Option<zk::Client> {
-        self.client.lock().as_ref().filter(|client| client.session_id().0 == session).cloned()
+        self.current.read().as_ref().filter(|client| client.session_id().0 == session).cloned()
     }
 
-    /// Whether the current session is disconnected right now (no I/O).
-    pub(crate) fn is_disconnected(&self) -> bool {
-        self.state.read().as_ref().is_some_and(|state| state.peek_state() == zk::SessionState::Disconnected)
+    /// Whether the current session is not connected right now (disconnected, or over and not
+    /// replaced yet); no I/O.
+    pub(crate) fn is_suspended(&self) -> bool {
+        self.current.read().as_ref().is_some_and(|client| client.state() != zk::SessionState::SyncConnected)
     }
 
     /// The negotiated timeout of the current session.
@@ -188,7 +196,7 @@ pub(crate) fn is_terminal(state: zk::SessionState) -> bool {
 impl Drop for Session {
     fn drop(&mut self) {
         let Some(runtime) = self.runtime.take() else { return };
-        let client = self.client.get_mut().take();
+        let client = self.current.get_mut().take();
         let mut tasks = std::mem::take(self.background.get_mut());
         // `block_on` panics inside another runtime; there, skip the orderly close (the server
         // then ends the session after its timeout).

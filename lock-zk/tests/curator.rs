@@ -274,6 +274,17 @@ fn z03_each_sides_release_wakes_the_others_waiter() {
     assert!(queued(2), "the distlock client never queued");
     let ours = observer.contenders(&name).unwrap().pop().unwrap();
     assert_layout(&ours);
+    // Release only once distlock's waiter watches Curator's node: else it would find the node
+    // gone when it sets the watch, and acquire without being woken.
+    let watched = eventually(Duration::from_secs(30), || match shared::zookeeper().unwrap().server() {
+        Ok(server) => server.four_letter_word("wchp").is_ok_and(|watches| watches.contains(&node)),
+        // An external ensemble may not answer four-letter words: give the waiter a moment.
+        Err(_) => {
+            thread::sleep(Duration::from_secs(1));
+            true
+        }
+    });
+    assert!(watched, "distlock's waiter never watched Curator's node");
     java.tell("release");
     acquired.recv_timeout(Duration::from_secs(30)).expect("distlock never acquired after Curator's release");
     assert_eq!(java.line(Duration::from_secs(10)), "RELEASED");

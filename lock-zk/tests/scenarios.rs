@@ -108,8 +108,9 @@ fn z02_session_expiry_loses_the_lock_and_leaves_no_node() {
     server.process().pause().unwrap();
     let paused = Instant::now();
     assert!(lost.wait_timeout(session_timeout + Duration::from_secs(1)), "the holder was not told");
+    // The hold is lost when the session timeout has passed since its last confirmed check.
     assert!(
-        paused.elapsed() <= session_timeout + Duration::from_millis(100),
+        paused.elapsed() <= session_timeout + Duration::from_millis(250),
         "told after {:?}",
         paused.elapsed()
     );
@@ -138,7 +139,8 @@ fn z02_session_expiry_loses_the_lock_and_leaves_no_node() {
 fn z02_leader_loss_never_yields_two_holders() {
     let ensemble = ZooKeeperEnsemble::start(3).unwrap();
     let target = ZooKeeperTarget::at(ensemble.connect_string());
-    let holder = client(target.backend().unwrap());
+    // A session timeout well above an election and a reconnection on a loaded machine.
+    let holder = client(target.builder().session_timeout(Duration::from_secs(10)).build().unwrap());
     let name = unique_name("z02-leader");
     let guard = holder.lock_named(name.as_str()).unwrap().lock().unwrap();
 

@@ -111,6 +111,14 @@ impl ZooKeeperServer {
         }
     }
 
+    /// Sends a four-letter word (`srvr`, `wchp`, `cons`, …) and returns the whole answer.
+    ///
+    /// # Errors
+    /// When the node cannot be reached or does not answer within a second.
+    pub fn four_letter_word(&self, word: &str) -> Result<String, String> {
+        four_letter_word(self.port(), word)
+    }
+
     /// The node's process, for fault injection. After a [`restart`](ServerProcess::restart)
     /// an ensemble member answers `ruok` but may not have rejoined yet; see
     /// [`ZooKeeperEnsemble::wait_for_leader`].

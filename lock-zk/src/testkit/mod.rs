@@ -172,6 +172,7 @@ impl ZooKeeperBackend {
         let client = session.client()?;
         let node = format!("{}/round-trip-{}", self.root(), uuid::Uuid::new_v4());
         let options = zk::CreateMode::Ephemeral.with_acls(self.inner.acls);
+        let samples = samples.max(1);
         let mut timings = Vec::with_capacity(samples);
         for round in 0..2 * samples {
             let started = Instant::now();
