@@ -14,9 +14,11 @@ mod zookeeper;
 
 use std::time::Duration;
 
-use distlock::Result;
-use lock_testkit::suite::SuiteTarget;
-use lock_testkit::workload::{self, RoundTripProbe, W1Report, W2Report, W3Report, W4Report};
+use distlock::{DistributedLock, HoldKind, Result};
+use lock_testkit::negative::BrokenRecipe;
+use lock_testkit::suite::{ScenarioResult, SuiteTarget};
+use lock_testkit::workload::{self, RoundTripProbe, Scale, W1Report, W2Report, W3Report, W4Report};
+use serde::Serialize;
 
 /// Where a kind's servers are.
 #[derive(Debug, Clone, Copy)]
@@ -31,7 +33,7 @@ pub enum Servers<'a> {
 /// A kind's target, ready to be measured.
 pub struct Opened {
     /// The target.
-    pub target: Box<dyn BenchTarget>,
+    pub target: Box<dyn KindTarget>,
     /// A single-node W1 pair p50 measured while opening, for kinds compared against one
     /// (Redlock: "pair p50 ≤ 2 × single-node").
     pub single_node_w1_p50: Option<Duration>,
@@ -39,6 +41,26 @@ pub struct Opened {
 
 /// Makes a kind's target.
 type Open = fn(Servers<'_>) -> std::result::Result<Opened, String>;
+
+/// The docs' broken recipes a kind's column shows (each family's, under one of its kinds).
+type Recipes = fn() -> Vec<BrokenRecipe>;
+
+/// Which of a user's servers a kind runs on (`distlock compare --redis URL`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// In this process: no server.
+    InProcess,
+    /// One Redis server.
+    Redis,
+    /// Several independent Redis servers.
+    Redlock,
+    /// A PostgreSQL server.
+    Postgres,
+    /// A MySQL or MariaDB server.
+    MySql,
+    /// A ZooKeeper ensemble.
+    ZooKeeper,
+}
 
 /// One backend kind.
 pub struct Kind {
@@ -48,48 +70,57 @@ pub struct Kind {
     pub feature: Option<&'static str>,
     /// What it is, in a few words.
     pub about: &'static str,
+    /// Which servers it needs.
+    pub family: Family,
     /// How to make its target; `None` when this binary was built without its feature.
     open: Option<Open>,
+    /// The broken recipes shown in its column.
+    recipes: Option<Recipes>,
 }
 
-/// A row of [`KINDS`] for a kind behind `$feature`, whose `open` function exists only with it.
+/// A row of [`KINDS`] for a kind behind `$feature`, whose functions exist only with it.
 macro_rules! kind {
-    ($name:literal, $feature:literal, $about:literal, $open:path) => {
+    ($name:literal, $feature:literal, $family:ident, $about:literal, $open:path $(, recipes: $recipes:path)?) => {
         Kind {
             name: $name,
             feature: Some($feature),
             about: $about,
+            family: Family::$family,
             #[cfg(feature = $feature)]
             open: Some($open),
             #[cfg(not(feature = $feature))]
             open: None,
+            #[cfg(feature = $feature)]
+            recipes: kind!(@recipes $($recipes)?),
+            #[cfg(not(feature = $feature))]
+            recipes: None,
         }
     };
+    (@recipes) => { None };
+    (@recipes $recipes:path) => { Some($recipes) };
 }
 
 /// Every backend kind distlock knows, whether or not this binary was built with it.
+#[rustfmt::skip] // One row per kind reads best unwrapped.
 pub const KINDS: &[Kind] = &[
     Kind {
         name: "memory",
         feature: None,
         about: "the in-process reference backend",
+        family: Family::InProcess,
         open: Some(open_memory),
+        recipes: None,
     },
-    kind!("redis", "redis", "Redis, one server, SET NX PX layout", redis::set_nx),
-    kind!("redis-hash", "redis", "Redis, one server, reentrant-hash layout", redis::reentrant_hash),
-    kind!("redlock", "redis", "Redlock over five independent Redis servers", redis::redlock),
-    kind!("pg-table", "postgres", "PostgreSQL lock table on the database clock", postgres::table),
-    kind!("pg-row", "postgres", "PostgreSQL SELECT ... FOR UPDATE row lock", postgres::row),
-    kind!("pg-advisory", "postgres", "PostgreSQL advisory lock", postgres::advisory),
-    kind!("mysql-table", "mysql", "MySQL/MariaDB lock table on the database clock", mysql::table),
-    kind!("mysql-row", "mysql", "MySQL/MariaDB SELECT ... FOR UPDATE row lock", mysql::row),
-    kind!("mysql-advisory", "mysql", "MySQL/MariaDB GET_LOCK advisory lock", mysql::advisory),
-    kind!(
-        "zookeeper",
-        "zookeeper",
-        "ZooKeeper, Curator-compatible ephemeral-sequential lock",
-        zookeeper::curator_mutex
-    ),
+    kind!("redis", "redis", Redis, "Redis, one server, SET NX PX layout", redis::set_nx, recipes: redis::broken_recipes),
+    kind!("redis-hash", "redis", Redis, "Redis, one server, reentrant-hash layout", redis::reentrant_hash),
+    kind!("redlock", "redis", Redlock, "Redlock over five independent Redis servers", redis::redlock),
+    kind!("pg-table", "postgres", Postgres, "PostgreSQL lock table on the database clock", postgres::table),
+    kind!("pg-row", "postgres", Postgres, "PostgreSQL SELECT ... FOR UPDATE row lock", postgres::row),
+    kind!("pg-advisory", "postgres", Postgres, "PostgreSQL advisory lock", postgres::advisory),
+    kind!("mysql-table", "mysql", MySql, "MySQL/MariaDB lock table on the database clock", mysql::table, recipes: mysql::broken_recipes),
+    kind!("mysql-row", "mysql", MySql, "MySQL/MariaDB SELECT ... FOR UPDATE row lock", mysql::row),
+    kind!("mysql-advisory", "mysql", MySql, "MySQL/MariaDB GET_LOCK advisory lock", mysql::advisory),
+    kind!("zookeeper", "zookeeper", ZooKeeper, "ZooKeeper, Curator-compatible ephemeral-sequential lock", zookeeper::curator_mutex),
 ];
 
 impl Kind {
@@ -110,6 +141,16 @@ impl Kind {
             )),
             None => Err(format!("unknown backend kind `{name}`; this binary knows: {}", built.join(", "))),
         }
+    }
+
+    /// Every kind this binary was built with, in table order.
+    pub fn built() -> impl Iterator<Item = &'static Kind> {
+        KINDS.iter().filter(|kind| kind.open.is_some())
+    }
+
+    /// The broken recipes shown in this kind's column (none for most kinds).
+    pub fn broken_recipes(&self) -> Vec<BrokenRecipe> {
+        self.recipes.map_or_else(Vec::new, |recipes| recipes())
     }
 
     /// Makes this kind's target on `servers`.
@@ -139,39 +180,50 @@ fn open_memory(servers: Servers<'_>) -> std::result::Result<Opened, String> {
     Ok(Opened { target: Box::new(lock_testkit::suite::MemoryTarget::new()), single_node_w1_p50: None })
 }
 
-/// A [`SuiteTarget`] with its backend type erased, as the benchmark runs it.
-pub trait BenchTarget {
+/// A [`SuiteTarget`] with its backend type erased, as `distlock bench` and `distlock compare`
+/// run it.
+pub trait KindTarget: Send + Sync {
     /// The name shown in reports.
     fn label(&self) -> String;
     /// The physical limit: one server round trip; `None` in process.
     fn round_trip(&self) -> Option<RoundTripProbe>;
     /// W1, uncontended pairs.
-    fn w1(&self) -> Result<W1Report>;
+    fn w1(&self, scale: Scale) -> Result<W1Report>;
     /// W2, eight workers on one name.
-    fn w2(&self) -> Result<W2Report>;
+    fn w2(&self, scale: Scale) -> Result<W2Report>;
     /// W3, eight workers on eight names.
-    fn w3(&self) -> Result<W3Report>;
+    fn w3(&self, scale: Scale) -> Result<W3Report>;
     /// Why W4 does not apply, if it does not.
     fn w4_not_applicable(&self) -> Result<Option<&'static str>>;
     /// W4, 10,000 leases renewed.
     fn w4(&self) -> Result<W4Report>;
+    /// Runs scenario `id` (`"S01"`); S04 re-runs this binary with `test_name` as its holder.
+    fn scenario(&self, id: &str, test_name: &str) -> ScenarioResult;
+    /// What a client of the kind says about itself.
+    fn properties(&self) -> Result<Properties>;
 }
 
-impl<T: SuiteTarget> BenchTarget for T {
+impl<T: SuiteTarget> KindTarget for T {
     fn label(&self) -> String {
         SuiteTarget::label(self)
     }
     fn round_trip(&self) -> Option<RoundTripProbe> {
         SuiteTarget::round_trip(self)
     }
-    fn w1(&self) -> Result<W1Report> {
-        workload::w1_uncontended(self)
+    fn w1(&self, scale: Scale) -> Result<W1Report> {
+        workload::w1_uncontended(self, scale)
     }
-    fn w2(&self) -> Result<W2Report> {
-        workload::w2_contended(self)
+    fn w2(&self, scale: Scale) -> Result<W2Report> {
+        workload::w2_contended(self, scale)
     }
-    fn w3(&self) -> Result<W3Report> {
-        workload::w3_independent(self)
+    fn w3(&self, scale: Scale) -> Result<W3Report> {
+        workload::w3_independent(self, scale)
+    }
+    fn scenario(&self, id: &str, test_name: &str) -> ScenarioResult {
+        lock_testkit::suite::run(self, id, test_name)
+    }
+    fn properties(&self) -> Result<Properties> {
+        Ok(Properties::of(&self.backend()?))
     }
     fn w4_not_applicable(&self) -> Result<Option<&'static str>> {
         workload::w4_not_applicable(self)
@@ -180,6 +232,70 @@ impl<T: SuiteTarget> BenchTarget for T {
         workload::w4_renewal_scale(self)
     }
 }
+
+/// What a backend kind is, as a client of it says (the trait's answers and its
+/// [`BackendProfile`](distlock::BackendProfile)), never typed by hand per kind.
+#[derive(Debug, Clone, Serialize)]
+pub struct Properties {
+    /// The backend's name (`redis`, `postgres`, …).
+    pub backend: &'static str,
+    /// `lease` (the server drops the lock when its lease runs out) or `session` (the lock lives
+    /// as long as a connection or session).
+    pub hold: &'static str,
+    /// Where fencing tokens come from, or `none`.
+    pub fencing: String,
+    /// What wakes a waiter.
+    pub wake_up: String,
+    /// How holds are counted.
+    pub reentrancy: String,
+    /// What a server failover, restart or crash does to a held lock.
+    pub failover: String,
+}
+
+impl Properties {
+    /// The properties of `backend`.
+    pub fn of<B: DistributedLock>(backend: &B) -> Self {
+        let profile = backend.profile();
+        let hold = match backend.hold_kind() {
+            HoldKind::Lease => "lease",
+            HoldKind::Session => "session",
+            _ => "other",
+        };
+        Self {
+            backend: backend.backend_name(),
+            hold,
+            fencing: if backend.fencing().is_some() { profile.fencing.to_owned() } else { "none".to_owned() },
+            wake_up: if backend.native_wait().is_some() {
+                profile.wake_up.to_owned()
+            } else {
+                "none: the waiter backs off (capped exponential, with jitter)".to_owned()
+            },
+            reentrancy: match profile.server_reentrancy {
+                Some(how) => format!("per thread in the client; the server counts holds too ({how})"),
+                None => "per thread, in the client (the server sees one hold)".to_owned(),
+            },
+            failover: profile.failover.to_owned(),
+        }
+    }
+}
+
+/// S04's holder process: this binary re-run by the suite with [`S04_HOLD_VARIABLE`] set and the
+/// holder's test name as its first argument. Runs S04 on the same target, which holds the lock
+/// until the parent kills it; returns only if `test_name` names no target of this binary.
+///
+/// [`S04_HOLD_VARIABLE`]: lock_testkit::suite::S04_HOLD_VARIABLE
+pub fn hold_for_s04(test_name: &str) {
+    if let Some(kind) = test_name.strip_prefix(S04_TEST_PREFIX).and_then(|name| Kind::find(name).ok()) {
+        if let Ok(opened) = kind.open(Servers::Harness) {
+            let _ = opened.target.scenario("S04", test_name);
+        }
+    }
+    #[cfg(feature = "mysql")]
+    mysql::hold_for_s04(test_name);
+}
+
+/// The test name a kind's S04 holder process is re-run with: `compare/<kind>`.
+pub const S04_TEST_PREFIX: &str = "compare/";
 
 #[cfg(test)]
 mod tests {

@@ -1,5 +1,10 @@
 //! `distlock`: the command-line face of distlock.
 //!
+//! - `distlock compare`: the docs' suite (S01–S15), the broken recipes (N01–N06) and the
+//!   workloads W1–W3 across every backend kind, as a terminal matrix and a JSON, Markdown and
+//!   HTML report. `cargo xtask compare` builds this in release mode and runs it.
+//! - `distlock exec --url URL --name NAME -- CMD…`: holds a lock around a command, like
+//!   `flock(1)`.
 //! - `distlock bench <kind>`: the benchmark workloads W1–W4 against one backend kind, each
 //!   result printed beside the physical limit measured in the same run (the server's round
 //!   trip). `cargo xtask bench <kind>` builds this in release mode and runs it.
@@ -8,6 +13,8 @@
 //! Backend kinds come from one table ([`kinds::KINDS`]): adding a backend adds a row there.
 
 mod bench;
+mod compare;
+mod exec;
 mod kinds;
 
 use std::process::ExitCode;
@@ -24,6 +31,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the docs' scenarios, the broken recipes and the workloads across every backend kind
+    /// (or those named), and print the comparison matrix.
+    Compare(compare::CompareArgs),
+    /// Hold a distributed lock while a command runs, like flock(1): the command's exit status
+    /// is distlock's; 75 if the lock is busy; 70 if it was lost while the command ran.
+    Exec(exec::ExecArgs),
     /// Run the benchmark workloads W1–W4 against one backend kind, beside the server round trip
     /// measured in the same run.
     Bench(bench::BenchArgs),
@@ -32,8 +45,21 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // S04's holder process: the suite re-runs this binary with the holder's test name.
+    if std::env::var_os(lock_testkit::suite::S04_HOLD_VARIABLE).is_some() {
+        let test_name = std::env::args().nth(1).unwrap_or_default();
+        kinds::hold_for_s04(&test_name);
+        eprintln!("distlock: no S04 holder called {test_name:?}");
+        return ExitCode::from(2);
+    }
     let cli = Cli::parse();
     let outcome = match &cli.command {
+        Command::Compare(args) => match compare::run(args) {
+            Ok(true) => return ExitCode::SUCCESS,
+            Ok(false) => return ExitCode::FAILURE,
+            Err(error) => Err(error),
+        },
+        Command::Exec(args) => return exec::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Kinds => {
             kinds::print_table();

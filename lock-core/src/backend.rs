@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use crate::error::Result;
 use crate::name::LockName;
 use crate::owner::OwnerToken;
+use crate::profile::BackendProfile;
 
 /// What a backend does atomically: acquire once, extend, release — each bound to the caller's own
 /// [`OwnerToken`].
@@ -70,6 +71,14 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// Defaults to `false`: doubt then comes from failed liveness checks only.
     fn session_suspended(&self) -> bool {
         false
+    }
+
+    /// How this backend works, in words, for reports that compare backends (`distlock
+    /// compare`): the source of its fencing tokens, what wakes its waiters, what a failover does.
+    ///
+    /// Defaults to a profile that says "not described".
+    fn profile(&self) -> BackendProfile {
+        BackendProfile::default()
     }
 
     /// Tries once to acquire `name` for `owner` with a lease of `ttl`.

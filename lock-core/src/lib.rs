@@ -45,6 +45,7 @@ mod memory;
 mod name;
 mod options;
 mod owner;
+mod profile;
 mod reentrancy;
 mod renewal;
 mod state;
@@ -59,6 +60,7 @@ pub use memory::{MemoryBackend, MemoryLease};
 pub use name::LockName;
 pub use options::{check_lease, LockOptions, LockOptionsBuilder, OnLost, MAX_BACKOFF, MAX_LEASE};
 pub use owner::OwnerToken;
+pub use profile::BackendProfile;
 pub use renewal::{MAX_RENEWAL_IO_THREADS, MAX_RENEWAL_THREADS, RENEWAL_THREAD_PREFIX};
 pub use state::HoldState;
 

@@ -105,6 +105,14 @@ impl DistributedLock for MemoryBackend {
         "memory"
     }
 
+    fn profile(&self) -> crate::BackendProfile {
+        crate::BackendProfile::new(
+            "a per-name counter in the process's lock table",
+            "a condition variable in the process",
+            "none: the locks live and die with the process",
+        )
+    }
+
     fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<MemoryLease>> {
         check_lease(ttl)?;
         Ok(self.state.locks.lock().acquire(name, owner, ttl, Instant::now()))

@@ -3,12 +3,16 @@
 //!
 //! - `cargo xtask test`: install the server programs the tests need (Debian/Ubuntu), check
 //!   formatting, run clippy, and run every test of the workspace. CI runs this through `.ci/run`.
+//! - `cargo xtask compare`: install the servers, then run `distlock compare --quick --out
+//!   target/distlock-report` (release build): the docs' suite, the broken recipes and the
+//!   workloads across every backend kind.
 //! - `cargo xtask bench <backend>`: run the benchmark workloads W1–W4 (release build).
 //!
 //! Each command lives in its own module; this file only holds the command line.
 
 mod bench;
 mod cmd;
+mod compare;
 mod install;
 mod test;
 
@@ -37,6 +41,10 @@ enum Task {
     /// `cargo test --workspace --all-features` (a test that cannot get its server fails; none
     /// skips); then the seckill and reentrant examples. The first failing step stops the run.
     Test(TestArgs),
+    /// Install the servers, build `distlock` in release mode and compare every backend kind:
+    /// the docs' scenarios, the broken recipes and the workloads, as a matrix on the terminal and
+    /// a report in `target/distlock-report/` (JSON, Markdown, HTML).
+    Compare(compare::CompareArgs),
     /// Run the benchmark workloads W1–W4 against one backend, in release mode, each result
     /// printed beside the limit measured in the same run (the server's round trip).
     Bench(bench::BenchArgs),
@@ -61,6 +69,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.task {
         Task::Test(args) => test::run(args),
+        Task::Compare(args) => compare::run(args),
         Task::Bench(args) => bench::run(args),
     };
     match result {

@@ -9,7 +9,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use lock_testkit::workload::{Percentiles, RoundTripProbe};
 
-use crate::kinds::{BenchTarget, Kind, Opened, Servers};
+use lock_testkit::workload::Scale;
+
+use crate::kinds::{Kind, KindTarget, Opened, Servers};
 
 /// Options of `distlock bench`.
 #[derive(Debug, Args)]
@@ -92,10 +94,11 @@ fn measure(
     probe: Option<&RoundTripProbe>,
     w1_rate: &mut Option<f64>,
 ) -> Result<(serde_json::Value, Option<RoundTrip>), String> {
-    let target: &dyn BenchTarget = &*opened.target;
+    let target: &dyn KindTarget = &*opened.target;
     match workload {
         Workload::W1 => {
-            let (report, round_trip) = around(probe, || target.w1().map_err(|e| format!("W1: {e}")))?;
+            let (report, round_trip) =
+                around(probe, || target.w1(Scale::FULL).map_err(|e| format!("W1: {e}")))?;
             let rate = report.pairs_per_second();
             *w1_rate = Some(rate);
             let Percentiles { p50, p99 } = report.latency();
@@ -119,7 +122,8 @@ fn measure(
             Ok((report.to_json(), round_trip))
         }
         Workload::W2 => {
-            let (report, round_trip) = around(probe, || target.w2().map_err(|e| format!("W2: {e}")))?;
+            let (report, round_trip) =
+                around(probe, || target.w2(Scale::FULL).map_err(|e| format!("W2: {e}")))?;
             let handoffs = report.handoffs();
             let (min, max) = report.per_worker_min_max();
             let fairness = if max == 0 { 0.0 } else { min as f64 / max as f64 };
@@ -148,7 +152,7 @@ fn measure(
             Ok((report.to_json(), round_trip))
         }
         Workload::W3 => {
-            let report = target.w3().map_err(|e| format!("W3: {e}"))?;
+            let report = target.w3(Scale::FULL).map_err(|e| format!("W3: {e}"))?;
             let rate = report.pairs_per_second();
             let Percentiles { p50, p99 } = report.latency();
             println!(
@@ -181,7 +185,7 @@ fn measure(
 }
 
 /// Runs `workload` between two round-trip measurements (none in process).
-fn around<R>(
+pub(crate) fn around<R>(
     probe: Option<&RoundTripProbe>,
     workload: impl FnOnce() -> Result<R, String>,
 ) -> Result<(R, Option<RoundTrip>), String> {

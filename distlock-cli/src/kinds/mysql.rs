@@ -29,3 +29,16 @@ fn open(kind: MySqlLockKind, servers: Servers<'_>) -> Result<Opened, String> {
     };
     Ok(Opened { target: Box::new(target), single_node_w1_p50: None })
 }
+
+/// The docs' broken SQL recipe N05 (a primary-key lock without expiry, against S04).
+pub(super) fn broken_recipes() -> Vec<lock_testkit::negative::BrokenRecipe> {
+    distlock::mysql::testkit::broken_recipes()
+}
+
+/// S04's holder process for N05, when this binary is re-run as one (see [`super::hold_for_s04`]).
+pub(super) fn hold_for_s04(test_name: &str) {
+    use distlock::mysql::testkit::{primary_key_lock::PrimaryKeyLockTarget, N05_TEST};
+    if test_name == N05_TEST {
+        let _ = lock_testkit::suite::run(&PrimaryKeyLockTarget::new(), "S04", test_name);
+    }
+}

@@ -26,6 +26,7 @@ fn single_node(kind: RedisLockKind, servers: Servers<'_>) -> Result<Opened, Stri
 
 /// Redlock, with its yardstick measured first: single-node W1 on a server of its own.
 pub(super) fn redlock(servers: Servers<'_>) -> Result<Opened, String> {
+    // The single-node reference runs on the first node (a server of its own in the harness).
     let (target, single) = match servers {
         Servers::Harness => (RedlockTarget::shared(), RedisTarget::set_nx()),
         Servers::Url(urls) => {
@@ -34,9 +35,13 @@ pub(super) fn redlock(servers: Servers<'_>) -> Result<Opened, String> {
             (RedlockTarget::new(urls), RedisTarget::at(RedisLockKind::SetNx, first))
         }
     };
-    println!("single-node reference: W1 on {}", single.url());
-    let report = workload::w1_uncontended(&single).map_err(|e| format!("single-node W1: {e}"))?;
+    let report = workload::w1_uncontended(&single, workload::Scale::FULL)
+        .map_err(|e| format!("single-node W1: {e}"))?;
     let p50 = Duration::from_nanos(report.latency().p50);
-    println!("single-node W1 pair p50 {p50:.1?}");
     Ok(Opened { target: Box::new(target), single_node_w1_p50: Some(p50) })
+}
+
+/// The docs' broken Redis recipes (N01–N04 against S05/S06, N06 against R02).
+pub(super) fn broken_recipes() -> Vec<lock_testkit::negative::BrokenRecipe> {
+    distlock::redis::testkit::broken_recipes()
 }

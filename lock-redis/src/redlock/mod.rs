@@ -249,6 +249,16 @@ impl DistributedLock for RedlockBackend {
         BACKEND
     }
 
+    fn profile(&self) -> lock_core::BackendProfile {
+        lock_core::BackendProfile::new(
+            "best effort: the highest of the quorum's per-node counters, raised on every node after \
+             a grant (not safe across node restarts without persistence)",
+            "pub/sub message on release from any node",
+            "a quorum of independent nodes: survives a minority down; a node restarting without \
+             persistence can hand the lock out twice",
+        )
+    }
+
     fn hold_kind(&self) -> HoldKind {
         HoldKind::Lease
     }

@@ -213,6 +213,21 @@ impl DistributedLock for RedisBackend {
         BACKEND
     }
 
+    fn profile(&self) -> lock_core::BackendProfile {
+        let profile = lock_core::BackendProfile::new(
+            "INCR of a per-name counter, in the acquire script (one round trip)",
+            "pub/sub message on release, to the head of a fair wait queue",
+            "the counter and the lock replicate asynchronously: a failover may lose the lock \
+             (WAIT option: acquire returns only once replicas have it)",
+        );
+        match self.kind() {
+            RedisLockKind::ReentrantHash => {
+                profile.with_server_reentrancy("a hash of owner token to hold count")
+            }
+            _ => profile,
+        }
+    }
+
     fn hold_kind(&self) -> HoldKind {
         HoldKind::Lease
     }

@@ -180,6 +180,23 @@ impl DistributedLock for MySqlBackend {
         BACKEND
     }
 
+    fn profile(&self) -> lock_core::BackendProfile {
+        match self.inner.kind {
+            MySqlLockKind::Table => lock_core::BackendProfile::new(
+                "a per-name counter in the lock row, bumped by the acquiring statement \
+                 (LAST_INSERT_ID(expr))",
+                "none: MySQL has no notifications",
+                "the row is as durable as the database: a failover to a replica keeps it if the \
+                 commit replicated",
+            ),
+            _ => lock_core::BackendProfile::new(
+                "a sequence, in the statement that grants the lock (never rolled back)",
+                "the database's own lock queue",
+                "the holding session ends with its server: the lock is released, the holder told",
+            ),
+        }
+    }
+
     fn hold_kind(&self) -> HoldKind {
         match self.inner.kind {
             MySqlLockKind::Table => HoldKind::Lease,
@@ -252,7 +269,7 @@ impl fmt::Debug for MySqlBackend {
 /// Test support (feature `testkit`, not semver-stable): the suite and workload target.
 #[cfg(feature = "testkit")]
 pub mod testkit {
-    pub use crate::testkit::{MySqlTarget, TIMEOUT};
+    pub use crate::testkit::{broken_recipes, primary_key_lock, MySqlTarget, N05_TEST, TIMEOUT};
 }
 
 #[cfg(feature = "testkit")]

@@ -167,6 +167,22 @@ impl DistributedLock for PostgresBackend {
         BACKEND
     }
 
+    fn profile(&self) -> lock_core::BackendProfile {
+        match self.inner.kind {
+            PostgresLockKind::Table => lock_core::BackendProfile::new(
+                "a per-name counter in the lock row, bumped by the acquiring statement",
+                "NOTIFY from the release statement, on one LISTEN connection per client",
+                "the row is as durable as the database: a failover to a replica keeps it if the \
+                 commit replicated",
+            ),
+            _ => lock_core::BackendProfile::new(
+                "a sequence, in the statement that grants the lock (never rolled back)",
+                "the database's own lock queue",
+                "the holding session ends with its server: the lock is released, the holder told",
+            ),
+        }
+    }
+
     fn hold_kind(&self) -> HoldKind {
         match self.inner.kind {
             PostgresLockKind::Table => HoldKind::Lease,

@@ -16,7 +16,11 @@ mod target;
 pub use fenced::{FencedResource, StaleToken};
 pub use outcome::{Failure, ScenarioResult, Verdict};
 pub use runner::{run, run_scenario, Scenario, SCENARIOS};
-pub use support::unique_name;
+/// Set in S04's holder process (this binary re-run with the calling test's name as its first
+/// argument): a binary that is not a libtest harness (`distlock compare`) must recognise it and
+/// run S04 on the same target again, which then holds the lock until killed.
+pub use scenarios::holder_crash::HOLD_VAR as S04_HOLD_VARIABLE;
+pub use support::{set_name_namespace, unique_name};
 pub use target::{MemoryTarget, NotApplicable, OwnServers, PausableServers, SuiteTarget};
 
 /// Expands to one `#[test]` per scenario S01–S15 in a module named `$module`, each running the

@@ -1,15 +1,27 @@
 //! Small helpers the scenarios share.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use lock_core::{DistributedLock, Lock, LockClient, LockGuard, LockName, LockOptions, OwnerToken};
 
 use crate::suite::{Failure, SuiteTarget};
 
-/// A fresh name for one test, so runs never see each other's locks: `prefix-<16 hex digits>`.
+/// A fresh name for one test, so runs never see each other's locks: `prefix-<16 hex digits>`,
+/// under the namespace [`set_name_namespace`] set, if any.
 pub fn unique_name(prefix: &str) -> LockName {
     let token = OwnerToken::random().to_hex();
-    LockName::new(format!("{prefix}-{}", &token[..16])).expect("generated names are valid")
+    let namespace = NAMESPACE.get().map_or("", String::as_str);
+    LockName::new(format!("{namespace}{prefix}-{}", &token[..16])).expect("generated names are valid")
+}
+
+static NAMESPACE: OnceLock<String> = OnceLock::new();
+
+/// Puts every name [`unique_name`] makes from now on under `namespace` (`distlock-compare:` when
+/// the suite runs on a user's own servers, so its locks are told apart and cleaned up). Set once
+/// per process; a second call is ignored.
+pub fn set_name_namespace(namespace: &str) {
+    let _ = NAMESPACE.set(namespace.to_owned());
 }
 
 /// Options with this lease, renewal on or off, defaults otherwise.

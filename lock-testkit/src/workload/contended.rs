@@ -12,10 +12,9 @@ use serde_json::{json, Value};
 use lock_core::Lock;
 
 use crate::suite::{unique_name, SuiteTarget};
-use crate::workload::{bench_client, Clock, Percentiles};
+use crate::workload::{bench_client, Clock, Percentiles, Scale};
 
 const WORKERS: usize = 8;
-const DURATION: Duration = Duration::from_secs(5);
 
 /// What W2 measured.
 #[derive(Debug, Clone)]
@@ -32,6 +31,8 @@ pub struct W2Report {
     pub acquire_errors: usize,
     /// Failed releases.
     pub release_errors: usize,
+    /// How long the workers contended.
+    pub duration: Duration,
 }
 
 /// Hand-off times between consecutive holders.
@@ -95,6 +96,16 @@ impl W2Report {
         }
     }
 
+    /// Every hand-off to a different worker than the previous holder, in ns (`ta` − previous
+    /// `tr`): the distribution behind [`Handoffs::cross_worker`].
+    pub fn cross_worker_handoffs_ns(&self) -> Vec<u64> {
+        self.sorted()
+            .windows(2)
+            .filter(|pair| pair[0].0 != pair[1].0)
+            .map(|pair| pair[1].1.saturating_sub(pair[0].2))
+            .collect()
+    }
+
     /// The fewest and most acquisitions of one worker.
     pub fn per_worker_min_max(&self) -> (usize, usize) {
         let mut counts = [0usize; WORKERS];
@@ -108,7 +119,7 @@ impl W2Report {
     pub fn to_json(&self) -> Value {
         let records: Vec<[u64; 3]> =
             self.records.iter().map(|&(worker, ta, tr)| [worker as u64, ta, tr]).collect();
-        json!({"workload": "w2", "workers": WORKERS, "duration_s": DURATION.as_secs(),
+        json!({"workload": "w2", "workers": WORKERS, "duration_s": self.duration.as_secs_f64(),
                "start_ns": self.start_ns, "end_ns": self.end_ns, "final_counter": self.final_counter,
                "records": records, "acquire_errors": self.acquire_errors,
                "release_errors": self.release_errors})
@@ -119,7 +130,7 @@ impl W2Report {
 ///
 /// # Errors
 /// A client that cannot be built; errors during the run are counted, not returned.
-pub fn run<T: SuiteTarget>(target: &T) -> lock_core::Result<W2Report> {
+pub fn run<T: SuiteTarget>(target: &T, scale: Scale) -> lock_core::Result<W2Report> {
     let name = unique_name("w2");
     let clients = (0..WORKERS).map(|_| bench_client(target)).collect::<lock_core::Result<Vec<_>>>()?;
     let clock = Clock::start();
@@ -138,7 +149,7 @@ pub fn run<T: SuiteTarget>(target: &T) -> lock_core::Result<W2Report> {
                 s.spawn(move || {
                     let mut records = Vec::new();
                     start.wait();
-                    let end = start_ns.load(Ordering::SeqCst) + DURATION.as_nanos() as u64;
+                    let end = start_ns.load(Ordering::SeqCst) + scale.w2_duration.as_nanos() as u64;
                     while clock.now_ns() < end {
                         let guard = match lock.lock() {
                             Ok(guard) => guard,
@@ -173,6 +184,7 @@ pub fn run<T: SuiteTarget>(target: &T) -> lock_core::Result<W2Report> {
         records: per_worker.into_iter().flatten().collect(),
         acquire_errors: acquire_errors.load(Ordering::Relaxed),
         release_errors: release_errors.load(Ordering::Relaxed),
+        duration: scale.w2_duration,
     })
 }
 
@@ -188,6 +200,7 @@ mod tests {
             records,
             acquire_errors: 0,
             release_errors: 0,
+            duration: Duration::from_secs(1),
         }
     }
 

@@ -10,11 +10,10 @@ use serde_json::{json, Value};
 use lock_core::Lock;
 
 use crate::suite::{unique_name, SuiteTarget};
-use crate::workload::{bench_client, Clock, Percentiles};
+use crate::workload::{bench_client, Clock, Percentiles, Scale};
 
 const WORKERS: usize = 8;
 const WARMUP: usize = 10;
-const DURATION: Duration = Duration::from_secs(5);
 
 /// What W3 measured.
 #[derive(Debug, Clone)]
@@ -27,6 +26,8 @@ pub struct W3Report {
     pub per_worker: Vec<(usize, u64)>,
     /// Nanoseconds of every pair of every worker.
     pub lat_ns: Vec<u64>,
+    /// How long the workers ran.
+    pub duration: Duration,
 }
 
 impl W3Report {
@@ -48,7 +49,7 @@ impl W3Report {
             .enumerate()
             .map(|(idx, &(count, last_ns))| json!({"idx": idx, "count": count, "last_ns": last_ns}))
             .collect();
-        json!({"workload": "w3", "workers": WORKERS, "duration_s": DURATION.as_secs(),
+        json!({"workload": "w3", "workers": WORKERS, "duration_s": self.duration.as_secs_f64(),
                "start_ns": self.start_ns, "end_ns": self.end_ns, "per_worker": per_worker,
                "lat_ns": self.lat_ns})
     }
@@ -58,7 +59,7 @@ impl W3Report {
 ///
 /// # Errors
 /// A client that cannot be built, or the first acquire or release error of any worker.
-pub fn run<T: SuiteTarget>(target: &T) -> lock_core::Result<W3Report> {
+pub fn run<T: SuiteTarget>(target: &T, scale: Scale) -> lock_core::Result<W3Report> {
     let clients = (0..WORKERS).map(|_| bench_client(target)).collect::<lock_core::Result<Vec<_>>>()?;
     let clock = Clock::start();
     let start = Barrier::new(WORKERS + 1);
@@ -74,7 +75,7 @@ pub fn run<T: SuiteTarget>(target: &T) -> lock_core::Result<W3Report> {
                         lock.lock()?.unlock()?;
                     }
                     start.wait();
-                    let end = start_ns.load(Ordering::SeqCst) + DURATION.as_nanos() as u64;
+                    let end = start_ns.load(Ordering::SeqCst) + scale.w3_duration.as_nanos() as u64;
                     let (mut lat_ns, mut last_ns) = (Vec::new(), 0);
                     while last_ns < end {
                         let before = clock.now_ns();
@@ -107,5 +108,5 @@ pub fn run<T: SuiteTarget>(target: &T) -> lock_core::Result<W3Report> {
         lat_ns.extend(latencies);
     }
     let end_ns = per_worker.iter().map(|&(_, last)| last).max().unwrap_or(start_ns);
-    Ok(W3Report { start_ns, end_ns, per_worker, lat_ns })
+    Ok(W3Report { start_ns, end_ns, per_worker, lat_ns, duration: scale.w3_duration })
 }

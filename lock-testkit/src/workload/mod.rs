@@ -27,6 +27,27 @@ use lock_core::{LockClient, LockOptions};
 
 use crate::suite::SuiteTarget;
 
+/// How long W1–W3 run: [`Scale::FULL`] for `distlock bench` (the sizes the results in the
+/// README were measured with), [`Scale::QUICK`] for `distlock compare --quick`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scale {
+    /// W1's measured pairs (after 100 warm-up pairs).
+    pub w1_pairs: usize,
+    /// How long W2's workers contend.
+    pub w2_duration: Duration,
+    /// How long W3's workers run.
+    pub w3_duration: Duration,
+}
+
+impl Scale {
+    /// The benchmark's sizes: 3,000 W1 pairs, 5 s of W2 and of W3.
+    pub const FULL: Scale =
+        Scale { w1_pairs: 3000, w2_duration: Duration::from_secs(5), w3_duration: Duration::from_secs(5) };
+    /// A tenth of W1, a fifth of W2 and W3: enough for the shape, not for a tight number.
+    pub const QUICK: Scale =
+        Scale { w1_pairs: 300, w2_duration: Duration::from_secs(1), w3_duration: Duration::from_secs(1) };
+}
+
 /// The lease every workload uses.
 pub const LEASE: Duration = Duration::from_secs(10);
 

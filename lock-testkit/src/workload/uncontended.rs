@@ -1,14 +1,14 @@
-//! W1 — uncontended: one worker, one name, 100 warm-up pairs, then 3000 × {acquire, release}.
+//! W1 — uncontended: one worker, one name, 100 warm-up pairs, then 3000 × {acquire, release}
+//! ([`Scale::FULL`]).
 
 use serde_json::{json, Value};
 
 use lock_core::Lock;
 
 use crate::suite::{unique_name, SuiteTarget};
-use crate::workload::{bench_client, Clock, Percentiles};
+use crate::workload::{bench_client, Clock, Percentiles, Scale};
 
 const WARMUP: usize = 100;
-const PAIRS: usize = 3000;
 
 /// What W1 measured.
 #[derive(Debug, Clone)]
@@ -41,16 +41,16 @@ impl W1Report {
 ///
 /// # Errors
 /// The first acquire or release error.
-pub fn run<T: SuiteTarget>(target: &T) -> lock_core::Result<W1Report> {
+pub fn run<T: SuiteTarget>(target: &T, scale: Scale) -> lock_core::Result<W1Report> {
     let client = bench_client(target)?;
     let lock = Lock::new(&client, unique_name("w1"));
     for _ in 0..WARMUP {
         lock.lock()?.unlock()?;
     }
     let clock = Clock::start();
-    let mut lat_ns = Vec::with_capacity(PAIRS);
+    let mut lat_ns = Vec::with_capacity(scale.w1_pairs);
     let started = clock.now_ns();
-    for _ in 0..PAIRS {
+    for _ in 0..scale.w1_pairs {
         let before = clock.now_ns();
         lock.lock()?.unlock()?;
         lat_ns.push(clock.now_ns() - before);

@@ -19,7 +19,7 @@ use crate::suite::support::{acquire, client, options, unique_name, SECOND};
 use crate::suite::{Failure, ScenarioResult, SuiteTarget, Verdict};
 
 /// Set in the child: the name of the lock to hold.
-const HOLD_VAR: &str = "DISTLOCK_S04_HOLD";
+pub const HOLD_VAR: &str = "DISTLOCK_S04_HOLD";
 /// What the child prints once it holds the lock.
 const HELD_LINE: &str = "DISTLOCK-S04-HELD";
 const LEASE: Duration = Duration::from_secs(2);

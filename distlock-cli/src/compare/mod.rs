@@ -1,0 +1,208 @@
+//! `distlock compare`: the docs' suite (S01–S15), the broken recipes (N01–N06) and the
+//! workloads (W1–W3, beside the server round trip) across every backend kind, as a terminal
+//! matrix and, with `--out`, `report.json`, `report.md` and a self-contained `report.html`.
+
+mod execute;
+mod progress;
+mod render;
+pub mod report;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+use lock_testkit::suite::SCENARIOS;
+use lock_testkit::workload::Scale;
+
+use crate::kinds::{Family, Kind, Servers};
+use execute::Contender;
+use progress::Progress;
+use report::{KindReport, Report, ScenarioInfo};
+
+/// Options of `distlock compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Short workloads (W1 300 pairs, W2 and W3 1 s each): every kind in a few minutes. The
+    /// default.
+    #[arg(long, conflicts_with = "full")]
+    quick: bool,
+    /// The benchmark's workloads (W1 3,000 pairs, W2 and W3 5 s each).
+    #[arg(long)]
+    full: bool,
+    /// Only these scenarios, workloads and broken recipes, comma-separated: `s01,s06,w1`, `n01`
+    /// (or `recipes` for all of them). Default: everything.
+    #[arg(long, value_delimiter = ',', value_name = "IDS")]
+    only: Vec<String>,
+    /// Only these backend kinds, comma-separated (`redis,pg-row`). Default: every kind this
+    /// binary was built with (`distlock kinds`).
+    #[arg(long, value_delimiter = ',', value_name = "KINDS")]
+    backends: Vec<String>,
+    /// Run the Redis kinds on this server instead of a throwaway one.
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
+    /// Run Redlock on these independent servers (comma-separated URLs) instead of throwaway ones.
+    #[arg(long, value_name = "URLS")]
+    redlock: Option<String>,
+    /// Run the PostgreSQL kinds on this server (`postgres://user:password@host/db`).
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
+    /// Run the MySQL kinds on this server (`mysql://user:password@host/db`).
+    #[arg(long, value_name = "URL")]
+    mysql: Option<String>,
+    /// Run the ZooKeeper kind on this ensemble (`host:port[,host:port…]`).
+    #[arg(long, value_name = "HOSTS")]
+    zookeeper: Option<String>,
+    /// Write `report.json`, `report.md` and `report.html` into this directory.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// How many scenarios run at once (the workloads always run alone).
+    #[arg(long, default_value_t = 2)]
+    jobs: usize,
+}
+
+/// The namespace of every lock name on a user's own servers.
+const NAMESPACE: &str = "distlock-compare:";
+
+impl CompareArgs {
+    fn user_servers(&self, family: Family) -> Option<&str> {
+        match family {
+            Family::InProcess => None,
+            Family::Redis => self.redis.as_deref(),
+            Family::Redlock => self.redlock.as_deref(),
+            Family::Postgres => self.postgres.as_deref(),
+            Family::MySql => self.mysql.as_deref(),
+            Family::ZooKeeper => self.zookeeper.as_deref(),
+        }
+    }
+
+    fn kinds(&self) -> Result<Vec<&'static Kind>, String> {
+        if self.backends.is_empty() {
+            return Ok(Kind::built().collect());
+        }
+        self.backends.iter().map(|name| Kind::find(name.trim())).collect()
+    }
+
+    /// The selected scenario ids, workloads and whether the broken recipes run.
+    fn selection(&self) -> Result<(Vec<&'static str>, Vec<&'static str>, bool), String> {
+        let only: Vec<String> = self.only.iter().map(|id| id.trim().to_lowercase()).collect();
+        let all = only.is_empty();
+        for id in &only {
+            let known = SCENARIOS.iter().any(|s| s.id.eq_ignore_ascii_case(id))
+                || ["w1", "w2", "w3", "recipes"].contains(&id.as_str())
+                || (id.len() == 3 && id.starts_with('n'));
+            if !known {
+                return Err(format!("--only: unknown id `{id}` (use s01…s15, w1…w3, n01…n06 or recipes)"));
+            }
+        }
+        let scenarios = SCENARIOS
+            .iter()
+            .map(|s| s.id)
+            .filter(|id| all || only.iter().any(|o| id.eq_ignore_ascii_case(o)))
+            .collect();
+        let workloads =
+            ["w1", "w2", "w3"].into_iter().filter(|w| all || only.iter().any(|o| o == w)).collect();
+        let recipes = all || only.iter().any(|o| o == "recipes" || o.starts_with('n'));
+        Ok((scenarios, workloads, recipes))
+    }
+}
+
+/// Runs the comparison; returns whether everything passed (the exit status).
+///
+/// # Errors
+/// Bad arguments, or a report that cannot be written.
+pub fn run(args: &CompareArgs) -> Result<bool, String> {
+    let started = Instant::now();
+    let kinds = args.kinds()?;
+    let (scenarios, workloads, recipes) = args.selection()?;
+    let scale = if args.full { Scale::FULL } else { Scale::QUICK };
+    let on_user_servers = kinds.iter().any(|kind| args.user_servers(kind.family).is_some());
+    if on_user_servers {
+        lock_testkit::suite::set_name_namespace(NAMESPACE);
+    }
+    let recipe_filter = |id: &str| {
+        args.only.is_empty()
+            || args.only.iter().any(|o| o.eq_ignore_ascii_case("recipes") || o.eq_ignore_ascii_case(id))
+    };
+
+    // Open every kind first: that starts the throwaway servers (or reaches the user's).
+    let setup = Progress::new(0);
+    let mut contenders = Vec::new();
+    let mut reports = Vec::new();
+    for kind in &kinds {
+        let user = args.user_servers(kind.family);
+        setup.note(&format!(
+            "{}: {}",
+            kind.name,
+            if user.is_some() { "reaching your servers" } else { "starting servers" }
+        ));
+        let servers = user.map_or(Servers::Harness, Servers::Url);
+        let mut report = KindReport {
+            name: kind.name,
+            label: kind.name.to_owned(),
+            servers: if user.is_some() { "user" } else { "harness" },
+            properties: None,
+            cells: Vec::new(),
+            recipes: Vec::new(),
+            performance: None,
+            error: None,
+        };
+        match kind.open(servers) {
+            Ok(opened) => {
+                report.label = opened.target.label();
+                match opened.target.properties() {
+                    Ok(properties) => report.properties = Some(properties),
+                    Err(error) => report.error = Some(format!("no client: {error}")),
+                }
+                let recipes_of_kind = if recipes {
+                    kind.broken_recipes().into_iter().filter(|recipe| recipe_filter(recipe.id)).collect()
+                } else {
+                    Vec::new()
+                };
+                if report.error.is_none() {
+                    contenders.push((
+                        reports.len(),
+                        Contender { name: kind.name, target: opened.target, recipes: recipes_of_kind },
+                    ));
+                }
+            }
+            Err(error) => report.error = Some(error),
+        }
+        reports.push(report);
+    }
+    setup.done();
+
+    let (indices, contenders): (Vec<usize>, Vec<Contender>) = contenders.into_iter().unzip();
+    let recipe_count: usize = contenders.iter().map(|c| c.recipes.len()).sum();
+    let steps = contenders.len() * (scenarios.len() + workloads.len()) + recipe_count;
+    let progress = Progress::new(steps);
+    let found = execute::scenarios_and_recipes(&contenders, &scenarios, recipes, args.jobs, &progress);
+    for ((index, contender), found) in indices.iter().zip(&contenders).zip(found) {
+        let report = &mut reports[*index];
+        report.cells = found.cells;
+        report.recipes = found.recipes;
+        if !workloads.is_empty() {
+            report.performance = Some(execute::workloads(contender, &workloads, scale, &progress));
+        }
+    }
+    progress.done();
+
+    let ok = reports.iter().all(KindReport::ok);
+    let report = Report {
+        distlock_version: env!("CARGO_PKG_VERSION"),
+        mode: if args.full { "full" } else { "quick" },
+        elapsed_s: started.elapsed().as_secs_f64(),
+        scenarios: SCENARIOS
+            .iter()
+            .filter(|s| scenarios.contains(&s.id))
+            .map(|s| ScenarioInfo { id: s.id, title: s.title })
+            .collect(),
+        kinds: reports,
+        ok,
+    };
+    print!("{}", render::terminal(&report));
+    if let Some(dir) = &args.out {
+        render::write_all(&report, dir)?;
+        println!("report: {}", dir.display());
+    }
+    Ok(ok)
+}

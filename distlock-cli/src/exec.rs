@@ -1,0 +1,239 @@
+//! `distlock exec`: hold a distributed lock while a command runs, like `flock(1)` and
+//! `etcdctl lock`.
+//!
+//! The command runs in a process group of its own, with `DISTLOCK_NAME` and
+//! `DISTLOCK_FENCING_TOKEN` in its environment, while the lease is renewed in the background.
+//! Exit status: the command's own (128 + the signal that ended it); [`BUSY`] when the lock stays
+//! held by someone else for `--no-wait` or the whole `--wait`; [`LOST`] when the lock was lost
+//! while the command ran (the command is then sent SIGTERM, and SIGKILL after `--grace`);
+//! [`FAILED`] when the lock could not be taken for another reason. SIGINT, SIGTERM and SIGHUP sent
+//! to `distlock` are passed on to the command; the lock is released when it has exited.
+
+use std::process::{Child, Command, ExitCode, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use distlock::{DistributedLock, HoldState, LockClient, LockGuard, LockOptions};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+/// `EX_TEMPFAIL`: the lock is held by someone else.
+pub const BUSY: u8 = 75;
+/// The lock was lost while the command ran, and the command was stopped.
+pub const LOST: u8 = 70;
+/// The lock could not be taken or the command not started (bad URL, unreachable server, …).
+pub const FAILED: u8 = 71;
+
+/// Options of `distlock exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// The lock server: `redis://`, `rediss://`, `postgres://`, `mysql://` or `zk://` URL.
+    #[arg(long)]
+    url: String,
+    /// The lock's name.
+    #[arg(long)]
+    name: String,
+    /// The kind of lock where a scheme has several: `redis` or `redis-hash`; `pg-table`,
+    /// `pg-row` or `pg-advisory`; `mysql-table`, `mysql-row` or `mysql-advisory`. Defaults to
+    /// the first of each.
+    #[arg(long)]
+    kind: Option<String>,
+    /// Wait at most this long for the lock (`30s`, `500ms`, `2m`); default: as long as it takes.
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
+    wait: Option<Duration>,
+    /// Do not wait: exit 75 at once if the lock is held.
+    #[arg(long)]
+    no_wait: bool,
+    /// The lease, renewed while the command runs (`30s`): how long a crashed `distlock` keeps
+    /// the lock on lease backends.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    lease: Duration,
+    /// How long the command has between SIGTERM and SIGKILL once the lock is lost.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    grace: Duration,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// Runs `distlock exec`.
+pub fn run(args: &ExecArgs) -> ExitCode {
+    match dispatch(args) {
+        Ok(code) => ExitCode::from(code),
+        Err(message) => {
+            eprintln!("distlock exec: {message}");
+            ExitCode::from(FAILED)
+        }
+    }
+}
+
+/// Builds the backend the URL's scheme names and holds the lock with it.
+fn dispatch(args: &ExecArgs) -> Result<u8, String> {
+    let url = args.url.as_str();
+    let kind = args.kind.as_deref();
+    let scheme = url.split("://").next().unwrap_or_default();
+    let unknown = || format!("--kind {} does not go with a {scheme}:// URL", kind.unwrap_or_default());
+    match scheme {
+        #[cfg(feature = "redis")]
+        "redis" | "rediss" => {
+            use distlock::redis::{RedisBackend, RedisLockKind};
+            let layout = match kind {
+                None | Some("redis") => RedisLockKind::SetNx,
+                Some("redis-hash") => RedisLockKind::ReentrantHash,
+                Some(_) => return Err(unknown()),
+            };
+            hold(RedisBackend::builder(url).kind(layout).build(), args)
+        }
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => {
+            use distlock::postgres::{PostgresBackend, PostgresLockKind as Kind};
+            let sql_kind = match kind {
+                None | Some("pg-table") => Kind::Table,
+                Some("pg-row") => Kind::Row,
+                Some("pg-advisory") => Kind::Advisory,
+                Some(_) => return Err(unknown()),
+            };
+            let backend = PostgresBackend::builder(url).kind(sql_kind).build();
+            hold(backend.and_then(|backend| backend.ensure_schema().map(|()| backend)), args)
+        }
+        #[cfg(feature = "mysql")]
+        "mysql" => {
+            use distlock::mysql::{MySqlBackend, MySqlLockKind as Kind};
+            let sql_kind = match kind {
+                None | Some("mysql-table") => Kind::Table,
+                Some("mysql-row") => Kind::Row,
+                Some("mysql-advisory") => Kind::Advisory,
+                Some(_) => return Err(unknown()),
+            };
+            let backend = MySqlBackend::builder(url).kind(sql_kind).build();
+            hold(backend.and_then(|backend| backend.ensure_schema().map(|()| backend)), args)
+        }
+        #[cfg(feature = "zookeeper")]
+        "zk" | "zookeeper" => {
+            if kind.is_some_and(|kind| kind != "zookeeper") {
+                return Err(unknown());
+            }
+            hold(distlock::zookeeper::ZooKeeperLockBuilder::from_url(url).and_then(|b| b.build()), args)
+        }
+        _ => Err(format!("no backend for {scheme}:// URLs in this binary (`distlock kinds` lists them)")),
+    }
+}
+
+/// Takes the lock, runs the command, releases the lock.
+fn hold<B: DistributedLock>(backend: distlock::Result<B>, args: &ExecArgs) -> Result<u8, String> {
+    let backend = backend.map_err(|e| format!("connecting to {}: {}", redact(&args.url), chain(&e)))?;
+    let options = LockOptions::builder().lease(args.lease).build().map_err(|e| e.to_string())?;
+    let client = LockClient::with_options(backend, options);
+    let lock = client.lock_named(&args.name).map_err(|e| e.to_string())?;
+    let acquired = if args.no_wait {
+        lock.try_lock()
+    } else if let Some(wait) = args.wait {
+        lock.try_lock_for(wait)
+    } else {
+        lock.lock().map(Some)
+    };
+    let guard = match acquired.map_err(|e| format!("taking {}: {}", args.name, chain(&e)))? {
+        Some(guard) => guard,
+        None => {
+            eprintln!("distlock exec: {} is held by another owner", args.name);
+            return Ok(BUSY);
+        }
+    };
+    let code = supervise(&guard, args)?;
+    if let Err(error) = guard.unlock() {
+        if code != LOST {
+            eprintln!("distlock exec: releasing {}: {}", args.name, chain(&error));
+        }
+    }
+    Ok(code)
+}
+
+/// Runs the command while the lock is held; stops it if the lock is lost.
+fn supervise<B: DistributedLock>(guard: &LockGuard<B>, args: &ExecArgs) -> Result<u8, String> {
+    // Signals to distlock are noted by flags here and passed on to the command's process group.
+    let signals = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+    let mut handlers = Vec::new();
+    for signal in signals {
+        let flag = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal as i32, flag.clone())
+            .map_err(|e| format!("signal handler: {e}"))?;
+        handlers.push((signal, flag));
+    }
+    let mut command = Command::new(&args.command[0]);
+    command.args(&args.command[1..]).env("DISTLOCK_NAME", &args.name);
+    if let Some(token) = guard.fencing_token() {
+        command.env("DISTLOCK_FENCING_TOKEN", token.to_string());
+    }
+    // A group of its own: a terminal's Ctrl-C reaches distlock, which decides what the command gets.
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut child = command.spawn().map_err(|e| format!("starting {:?}: {e}", args.command[0]))?;
+    let group = Pid::from_raw(i32::try_from(child.id()).map_err(|e| e.to_string())?);
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            return Ok(exit_code(status));
+        }
+        for (signal, flag) in &handlers {
+            if flag.swap(false, Ordering::SeqCst) {
+                let _ = killpg(group, *signal);
+            }
+        }
+        if guard.state() == HoldState::Lost {
+            eprintln!(
+                "distlock exec: lost the lock {} while {:?} ran; stopping it (SIGTERM, SIGKILL after {:?})",
+                args.name, args.command[0], args.grace
+            );
+            stop(&mut child, group, args.grace);
+            return Ok(LOST);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGTERM to the group, then SIGKILL after `grace` if the command has not exited.
+fn stop(child: &mut Child, group: Pid, grace: Duration) {
+    let _ = killpg(group, Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let _ = killpg(group, Signal::SIGKILL);
+    let _ = child.wait();
+}
+
+/// The command's exit status as distlock's: its code, or 128 + the signal that ended it.
+fn exit_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code).unwrap_or(1),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
+        (None, None) => 1,
+    }
+}
+
+/// An error with its causes, on one line.
+fn chain(error: &distlock::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    message
+}
+
+/// A URL without its password.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let user = url[scheme + 3..at].split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
