@@ -129,6 +129,16 @@ const SERVERS: &[Server] = &[
         ],
     },
     Server {
+        name: "Chromium (renders the HTML report of `distlock compare` in the CLI's test)",
+        environment_variable: "DISTLOCK_CHROMIUM",
+        programs: &[Program {
+            name: "chromium",
+            candidates: &["/usr/bin/chromium", "chromium"],
+            version_argument: Some("--version"),
+            package: "chromium",
+        }],
+    },
+    Server {
         name: "Apache Curator (the Java client of the ZooKeeper interop test, Z03)",
         environment_variable: "DISTLOCK_CURATOR_CLASSPATH",
         programs: &[

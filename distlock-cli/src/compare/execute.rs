@@ -58,12 +58,12 @@ pub fn scenarios_and_recipes(
     let found: Vec<Mutex<Found>> = contenders.iter().map(|_| Mutex::default()).collect();
     thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
-            scope.spawn(|| {
-                while let Some(job) =
-                    queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop_front()
-                {
-                    run_job(contenders, job, &found, progress);
-                }
+            scope.spawn(|| loop {
+                // Take the job and let go of the queue before running it (a `while let` on the
+                // lock would hold it for the whole job, and run the jobs one by one).
+                let job = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop_front();
+                let Some(job) = job else { break };
+                run_job(contenders, job, &found, progress);
             });
         }
     });
@@ -174,6 +174,23 @@ pub fn workloads(
         ..Performance::default()
     };
     let mut round_trips: Vec<Duration> = Vec::new();
+    // Quick runs measure the round trip once for all workloads (a probe takes a few thousand
+    // requests); full runs before and after each, as `distlock bench` does.
+    let once = scale != Scale::FULL;
+    let probe = match (&probe, once) {
+        (Some(probe), true) => match probe.measure() {
+            Ok(rtt) => {
+                round_trips.push(rtt);
+                None
+            }
+            Err(error) => {
+                performance.errors.push(format!("{} round trip: {error}", contender.name));
+                None
+            }
+        },
+        _ => probe,
+    };
+    let single = round_trips.first().copied();
     let step = |workload: &str| {
         let step = format!("{} {}", contender.name, workload.to_uppercase());
         progress.start(&step);
@@ -185,7 +202,7 @@ pub fn workloads(
             Ok((report, rtt)) => {
                 let pairs_per_s = report.pairs_per_second();
                 let Percentiles { p50, p99 } = report.latency();
-                let ratio_to_limit = rtt.map(|rtt| pairs_per_s * 2.0 * rtt.as_secs_f64());
+                let ratio_to_limit = rtt.or(single).map(|rtt| pairs_per_s * 2.0 * rtt.as_secs_f64());
                 progress.finish(&name, &format!("{pairs_per_s:.0} pairs/s"));
                 performance.w1 = Some(W1 { pairs_per_s, ratio_to_limit, p50_ns: p50, p99_ns: p99 });
             }

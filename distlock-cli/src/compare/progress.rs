@@ -46,7 +46,7 @@ impl Progress {
     pub fn finish(&self, step: &str, outcome: &str) {
         match &self.bar {
             Some(bar) => {
-                if outcome.starts_with("FAIL") || outcome.starts_with("NOT") {
+                if outcome.starts_with("FAIL:") || outcome.starts_with("NOT caught") {
                     bar.println(format!("{step}: {outcome}"));
                 }
                 bar.inc(1);

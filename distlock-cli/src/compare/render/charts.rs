@@ -41,6 +41,7 @@ pub fn throughput(report: &Report) -> Result<Option<String>, String> {
             .disable_x_mesh()
             .disable_x_axis()
             .y_desc("pairs/s (log)")
+            .y_label_formatter(&|value| format!("{value:.0}"))
             .draw()
             .map_err(chart_error)?;
         for (series, offset, color) in [("W1", 0.1, BLUE.mix(0.7)), ("W3", 0.52, RED.mix(0.6))] {

@@ -90,7 +90,7 @@ fn class_of(cell: &str) -> &'static str {
         "pass"
     } else if cell.starts_with("n/a") {
         "na"
-    } else if cell.starts_with("FAIL") || cell.starts_with("NOT") || cell == "not run" {
+    } else if cell.starts_with("FAIL:") || cell.starts_with("NOT caught") || cell == "not run" {
         "fail"
     } else if cell.starts_with("caught") {
         "caught"

@@ -1,0 +1,123 @@
+//! `distlock exec` against a throwaway Redis server: mutual exclusion of two commands, the busy
+//! exit status, a lock taken away under a running command, and Ctrl-C.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::Duration;
+
+use distlock::redis::testkit::RedisTarget;
+use distlock::redis::RedisLockKind;
+use distlock::LockName;
+use lock_testkit::eventually;
+use lock_testkit::harness::shared;
+use lock_testkit::suite::{unique_name, SuiteTarget};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+fn redis_url() -> String {
+    shared::redis().unwrap().address().to_owned()
+}
+
+/// `distlock exec --url <redis> --name NAME <options> -- sh -c SCRIPT`.
+fn exec(name: &LockName, options: &[&str], script: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_distlock"));
+    command
+        .args(["exec", "--url", &redis_url(), "--name", name.as_str()])
+        .args(options)
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null());
+    command
+}
+
+fn exit_code(child: Child) -> i32 {
+    child.wait_with_output().unwrap().status.code().unwrap_or(-1)
+}
+
+/// Waits until `path` exists (the command has started, holding the lock).
+fn started(path: &Path) {
+    assert!(eventually(Duration::from_secs(20), || path.exists()), "{} never appeared", path.display());
+}
+
+#[test]
+fn two_commands_never_interleave() {
+    let name = unique_name("exec-mutex");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let script = format!(
+        "for i in 1 2 3 4 5; do echo \"$DISTLOCK_NAME $DISTLOCK_FENCING_TOKEN $ID\" >> {}; sleep 0.05; done",
+        log.display()
+    );
+    let children: Vec<Child> =
+        ["a", "b"].iter().map(|id| exec(&name, &[], &script).env("ID", id).spawn().unwrap()).collect();
+    for child in children {
+        assert_eq!(exit_code(child), 0);
+    }
+    let lines: Vec<String> = fs::read_to_string(&log).unwrap().lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 10);
+    // Each holder's five lines are together, with its own fencing token and the lock's name.
+    assert_eq!(lines[..5].iter().collect::<std::collections::HashSet<_>>().len(), 1, "{lines:?}");
+    assert_eq!(lines[5..].iter().collect::<std::collections::HashSet<_>>().len(), 1, "{lines:?}");
+    assert_ne!(lines[0], lines[5]);
+    assert!(lines[0].starts_with(name.as_str()), "{lines:?}");
+}
+
+#[test]
+fn a_held_lock_is_busy_for_no_wait_and_for_a_short_wait() {
+    let name = unique_name("exec-busy");
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("started");
+    let holder = exec(&name, &[], &format!("touch {} && sleep 3", marker.display())).spawn().unwrap();
+    started(&marker);
+    let busy = exec(&name, &["--no-wait"], "true").output().unwrap();
+    assert_eq!(busy.status.code(), Some(75), "{}", String::from_utf8_lossy(&busy.stderr));
+    assert!(String::from_utf8_lossy(&busy.stderr).contains("is held by another owner"));
+    let waited = exec(&name, &["--wait", "200ms"], "true").output().unwrap();
+    assert_eq!(waited.status.code(), Some(75));
+    assert_eq!(exit_code(holder), 0);
+    // The command's own status is distlock's.
+    assert_eq!(exec(&name, &["--no-wait"], "exit 7").status().unwrap().code(), Some(7));
+}
+
+#[test]
+fn a_lock_taken_away_stops_the_command_with_its_own_status() {
+    let name = unique_name("exec-lost");
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    // A short lease: renewal (every third of it) notices the deletion within a second.
+    let child = exec(
+        &name,
+        &["--lease", "1s", "--grace", "1s"],
+        &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    started(&pid_file);
+    thread::sleep(Duration::from_millis(100));
+    let command_pid: i32 = fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    RedisTarget::at(RedisLockKind::SetNx, redis_url()).break_lock(&name).unwrap().unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(70), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("lost the lock"));
+    assert!(kill(Pid::from_raw(command_pid), None).is_err(), "the command still runs");
+}
+
+#[test]
+fn ctrl_c_stops_the_command_and_releases_the_lock() {
+    let name = unique_name("exec-sigint");
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("started");
+    let child = exec(&name, &[], &format!("touch {}; exec sleep 60", marker.display())).spawn().unwrap();
+    started(&marker);
+    thread::sleep(Duration::from_millis(100));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    // The command died of the forwarded SIGINT: 128 + 2.
+    assert_eq!(exit_code(child), 130);
+    assert_eq!(
+        exec(&name, &["--no-wait"], "true").status().unwrap().code(),
+        Some(0),
+        "the lock was not released"
+    );
+}
