@@ -174,23 +174,13 @@ pub fn workloads(
         ..Performance::default()
     };
     let mut round_trips: Vec<Duration> = Vec::new();
-    // Quick runs measure the round trip once for all workloads (a probe takes a few thousand
-    // requests); full runs before and after each, as `distlock bench` does.
-    let once = scale != Scale::FULL;
-    let probe = match (&probe, once) {
-        (Some(probe), true) => match probe.measure() {
-            Ok(rtt) => {
-                round_trips.push(rtt);
-                None
-            }
-            Err(error) => {
-                performance.errors.push(format!("{} round trip: {error}", contender.name));
-                None
-            }
-        },
-        _ => probe,
-    };
-    let single = round_trips.first().copied();
+    // Quick runs measure the round trip before the first workload and after the last (a probe
+    // takes a few thousand requests); full runs before and after each, as `distlock bench` does.
+    let quick = scale != Scale::FULL;
+    let (probe, whole_run) = if quick { (None, probe) } else { (probe, None) };
+    if let Some(probe) = &whole_run {
+        probe_into(probe, &mut round_trips, &mut performance, contender.name);
+    }
     let step = |workload: &str| {
         let step = format!("{} {}", contender.name, workload.to_uppercase());
         progress.start(&step);
@@ -202,7 +192,7 @@ pub fn workloads(
             Ok((report, rtt)) => {
                 let pairs_per_s = report.pairs_per_second();
                 let Percentiles { p50, p99 } = report.latency();
-                let ratio_to_limit = rtt.or(single).map(|rtt| pairs_per_s * 2.0 * rtt.as_secs_f64());
+                let ratio_to_limit = rtt.map(|rtt| pairs_per_s * 2.0 * rtt.as_secs_f64());
                 progress.finish(&name, &format!("{pairs_per_s:.0} pairs/s"));
                 performance.w1 = Some(W1 { pairs_per_s, ratio_to_limit, p50_ns: p50, p99_ns: p99 });
             }
@@ -247,11 +237,34 @@ pub fn workloads(
             Err(error) => failed(&mut performance, progress, &name, error.to_string()),
         }
     }
+    if let Some(probe) = &whole_run {
+        probe_into(probe, &mut round_trips, &mut performance, contender.name);
+    }
     if !round_trips.is_empty() {
-        let total: Duration = round_trips.iter().sum();
-        performance.round_trip_ns = Some((total / round_trips.len() as u32).as_nanos() as u64);
+        let mean: Duration = round_trips.iter().sum::<Duration>() / round_trips.len() as u32;
+        performance.round_trip_ns = Some(mean.as_nanos() as u64);
+        // Quick runs compare every workload with the mean of the run's two round trips.
+        if let Some(w1) = performance.w1.as_mut().filter(|w1| w1.ratio_to_limit.is_none()) {
+            w1.ratio_to_limit = Some(w1.pairs_per_s * 2.0 * mean.as_secs_f64());
+        }
+        if let Some(w2) = performance.w2.as_mut().filter(|w2| w2.handoff_ratio_to_rtt.is_none()) {
+            w2.handoff_ratio_to_rtt = Some(w2.handoff_p50_ns as f64 / mean.as_nanos() as f64);
+        }
     }
     performance
+}
+
+/// Measures one round trip into `round_trips` (a failure is the run's error).
+fn probe_into(
+    probe: &RoundTripProbe,
+    round_trips: &mut Vec<Duration>,
+    performance: &mut Performance,
+    kind: &str,
+) {
+    match probe.measure() {
+        Ok(rtt) => round_trips.push(rtt),
+        Err(error) => performance.errors.push(format!("{kind} round trip: {error}")),
+    }
 }
 
 /// Runs a workload between two round trips; returns its report and their mean.
