@@ -4,7 +4,7 @@
 //!   workloads W1–W3 across every backend kind, as a terminal matrix and a JSON, Markdown and
 //!   HTML report. `cargo xtask compare` builds this in release mode and runs it.
 //! - `distlock exec --url URL --name NAME -- CMD…`: holds a lock around a command, like
-//!   `flock(1)`.
+//!   `flock(1)`; `distlock inspect --url URL NAME`: what the server knows of one lock.
 //! - `distlock bench <kind>`: the benchmark workloads W1–W4 against one backend kind, each
 //!   result printed beside the physical limit measured in the same run (the server's round
 //!   trip). `cargo xtask bench <kind>` builds this in release mode and runs it.
@@ -15,6 +15,7 @@
 mod bench;
 mod compare;
 mod exec;
+mod inspect;
 mod kinds;
 
 use std::process::ExitCode;
@@ -37,6 +38,9 @@ enum Command {
     /// Hold a distributed lock while a command runs, like flock(1): the command's exit status
     /// is distlock's; 75 if the lock is busy; 70 if it was lost while the command ran.
     Exec(exec::ExecArgs),
+    /// Show what the server knows of one lock: holder, remaining lease, fencing counter,
+    /// waiters (for the backends that keep them where a client can read them).
+    Inspect(inspect::InspectArgs),
     /// Run the benchmark workloads W1–W4 against one backend kind, beside the server round trip
     /// measured in the same run.
     Bench(bench::BenchArgs),
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
             Err(error) => Err(error),
         },
         Command::Exec(args) => return exec::run(args),
+        Command::Inspect(args) => return inspect::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Kinds => {
             kinds::print_table();

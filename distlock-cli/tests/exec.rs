@@ -121,3 +121,36 @@ fn ctrl_c_stops_the_command_and_releases_the_lock() {
         "the lock was not released"
     );
 }
+
+#[test]
+fn inspect_shows_the_holder_its_lease_and_the_fencing_counter() {
+    let name = unique_name("exec-inspect");
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("started");
+    let holder = exec(
+        &name,
+        &["--lease", "20s"],
+        &format!("echo $DISTLOCK_FENCING_TOKEN > {}; sleep 2", marker.display()),
+    )
+    .spawn()
+    .unwrap();
+    started(&marker);
+    thread::sleep(Duration::from_millis(100));
+    let token = fs::read_to_string(&marker).unwrap().trim().to_owned();
+    let inspect = || {
+        let output = Command::new(env!("CARGO_BIN_EXE_distlock"))
+            .args(["inspect", "--url", &redis_url(), name.as_str()])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let held = inspect();
+    assert!(held.contains("holder:          owner "), "{held}");
+    assert!(held.contains(&format!("fencing counter: {token}")), "{held}");
+    assert!(held.contains("waiters:         0"), "{held}");
+    let lease = held.lines().find_map(|line| line.strip_prefix("remaining lease: ")).unwrap();
+    assert!(lease.ends_with('s') && !lease.contains("not kept"), "{held}");
+    assert_eq!(exit_code(holder), 0);
+    assert!(inspect().contains("holder:          none (free)"));
+}

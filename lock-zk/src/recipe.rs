@@ -320,6 +320,21 @@ impl ZooKeeperBackend {
         }
     }
 
+    /// The creation zxid of the holder's node — the holder's fencing token — if `name` is held.
+    ///
+    /// # Errors
+    /// As any request.
+    pub fn holder_czxid(&self, name: &LockName) -> Result<Option<u64>> {
+        let Some(holder) = self.contenders(name)?.into_iter().next() else { return Ok(None) };
+        let session = &self.inner.session;
+        let client = session.client()?;
+        let node = format!("{}/{holder}", self.inner.root.lock_path(name));
+        match session.call(session.settings().request_timeout, client.check_stat(&node)) {
+            Ok(stat) => Ok(stat.and_then(|stat| u64::try_from(stat.czxid).ok())),
+            Err(failure) => Err(failure.into_error("read the holder")),
+        }
+    }
+
     /// Takes `name` away from its holder, as an administrator would: deletes the holder's node
     /// (its guard learns at its next liveness check). For tests and emergencies.
     ///
