@@ -1,7 +1,7 @@
 //! `distlock exec`: hold a distributed lock while a command runs, like `flock(1)` and
 //! `etcdctl lock`.
 //!
-//! The command runs in a process group of its own, with `DISTLOCK_NAME` and
+//! The command runs with `DISTLOCK_NAME` and
 //! `DISTLOCK_FENCING_TOKEN` in its environment, while the lease is renewed in the background.
 //! Exit status: the command's own (128 + the signal that ended it); [`BUSY`] when the lock stays
 //! held by someone else for `--no-wait` or the whole `--wait`; [`LOST`] when the lock was lost
@@ -9,6 +9,8 @@
 //! [`FAILED`] when the lock could not be taken for another reason. SIGINT, SIGTERM and SIGHUP sent
 //! to `distlock` are passed on to the command; the lock is released when it has exited.
 
+use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::process::{Child, Command, ExitCode, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use distlock::{DistributedLock, HoldState, LockClient, LockGuard, LockOptions};
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
 /// `EX_TEMPFAIL`: the lock is held by someone else.
@@ -55,8 +57,8 @@ pub struct ExecArgs {
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     grace: Duration,
     /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    command: Vec<String>,
+    #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
+    command: Vec<OsString>,
 }
 
 /// Runs `distlock exec`.
@@ -143,12 +145,23 @@ fn hold<B: DistributedLock>(backend: distlock::Result<B>, args: &ExecArgs) -> Re
         }
     };
     let code = supervise(&guard, args)?;
-    if let Err(error) = guard.unlock() {
-        if code != LOST {
-            eprintln!("distlock exec: releasing {}: {}", args.name, chain(&error));
+    // A lock lost just before the command ended is still a lost lock: the command may have run
+    // its last part without it.
+    let lost = guard.state() == HoldState::Lost;
+    match guard.unlock() {
+        Err(distlock::Error::NotHeld { .. }) if code != LOST => {
+            eprintln!("distlock exec: the lock {} was lost before {:?} ended", args.name, args.command[0]);
+            Ok(LOST)
         }
+        Err(error) => {
+            if code != LOST {
+                eprintln!("distlock exec: releasing {}: {}", args.name, chain(&error));
+            }
+            Ok(code)
+        }
+        Ok(()) if lost && code != LOST => Ok(LOST),
+        Ok(()) => Ok(code),
     }
-    Ok(code)
 }
 
 /// Runs the command while the lock is held; stops it if the lock is lost.
@@ -167,17 +180,23 @@ fn supervise<B: DistributedLock>(guard: &LockGuard<B>, args: &ExecArgs) -> Resul
     if let Some(token) = guard.fencing_token() {
         command.env("DISTLOCK_FENCING_TOKEN", token.to_string());
     }
-    // A group of its own: a terminal's Ctrl-C reaches distlock, which decides what the command gets.
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    // Without a terminal, the command gets a process group of its own, so that stopping it stops
+    // whatever it started. On a terminal it stays in distlock's foreground group, where it may
+    // read the terminal and gets Ctrl-C from it directly (as under flock(1)).
+    let own_group = !std::io::stdin().is_terminal();
+    if own_group {
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    }
     let mut child = command.spawn().map_err(|e| format!("starting {:?}: {e}", args.command[0]))?;
-    let group = Pid::from_raw(i32::try_from(child.id()).map_err(|e| e.to_string())?);
+    let pid = Pid::from_raw(i32::try_from(child.id()).map_err(|e| e.to_string())?);
+    let target = Target { pid, own_group };
     loop {
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
             return Ok(exit_code(status));
         }
         for (signal, flag) in &handlers {
             if flag.swap(false, Ordering::SeqCst) {
-                let _ = killpg(group, *signal);
+                target.signal(*signal);
             }
         }
         if guard.state() == HoldState::Lost {
@@ -185,24 +204,40 @@ fn supervise<B: DistributedLock>(guard: &LockGuard<B>, args: &ExecArgs) -> Resul
                 "distlock exec: lost the lock {} while {:?} ran; stopping it (SIGTERM, SIGKILL after {:?})",
                 args.name, args.command[0], args.grace
             );
-            stop(&mut child, group, args.grace);
+            stop(&mut child, target, args.grace);
             return Ok(LOST);
         }
         thread::sleep(Duration::from_millis(20));
     }
 }
 
-/// SIGTERM to the group, then SIGKILL after `grace` if the command has not exited.
-fn stop(child: &mut Child, group: Pid, grace: Duration) {
-    let _ = killpg(group, Signal::SIGTERM);
+/// Whom distlock's signals reach: the command's process group, or (on a terminal) the command.
+#[derive(Clone, Copy)]
+struct Target {
+    pid: Pid,
+    own_group: bool,
+}
+
+impl Target {
+    fn signal(self, signal: Signal) {
+        let _ = if self.own_group { killpg(self.pid, signal) } else { kill(self.pid, signal) };
+    }
+}
+
+/// SIGTERM, then SIGKILL after `grace` — to the whole group even when its leader exited first:
+/// whatever the command left running must not go on without the lock.
+fn stop(child: &mut Child, target: Target, grace: Duration) {
+    target.signal(Signal::SIGTERM);
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
-        if matches!(child.try_wait(), Ok(Some(_))) {
+        let exited = matches!(child.try_wait(), Ok(Some(_)));
+        // The group is gone once its last member is: the leader reaped, no signal deliverable.
+        if exited && (!target.own_group || killpg(target.pid, None).is_err()) {
             return;
         }
         thread::sleep(Duration::from_millis(20));
     }
-    let _ = killpg(group, Signal::SIGKILL);
+    target.signal(Signal::SIGKILL);
     let _ = child.wait();
 }
 

@@ -63,9 +63,11 @@ fn read(url: &str, name: &LockName) -> Result<Seen, String> {
                 distlock::postgres::PostgresBackend::builder(url).build().map_err(|e| e.to_string())?;
             let remaining = backend.remaining_lease(name).map_err(|e| e.to_string())?;
             Ok(Seen {
-                holder: remaining.map(|_| "held (lock-table row)".into()),
+                holder: Some(
+                    remaining.map_or("none in the lock table".into(), |_| "held (lock-table row)".into()),
+                ),
                 remaining_lease: remaining,
-                note: Some("the lock-table kind; row and advisory locks live in pg_locks"),
+                note: Some("the lock-table kind only; row and advisory holds live in pg_locks"),
                 ..Seen::default()
             })
         }
@@ -74,9 +76,13 @@ fn read(url: &str, name: &LockName) -> Result<Seen, String> {
             let backend = distlock::mysql::MySqlBackend::builder(url).build().map_err(|e| e.to_string())?;
             let remaining = backend.remaining_lease(name).map_err(|e| e.to_string())?;
             Ok(Seen {
-                holder: remaining.map(|_| "held (lock-table row)".into()),
+                holder: Some(
+                    remaining.map_or("none in the lock table".into(), |_| "held (lock-table row)".into()),
+                ),
                 remaining_lease: remaining,
-                note: Some("the lock-table kind; row and advisory locks live in the server's lock tables"),
+                note: Some(
+                    "the lock-table kind only; row and advisory holds live in the server's lock tables",
+                ),
                 ..Seen::default()
             })
         }
@@ -86,13 +92,10 @@ fn read(url: &str, name: &LockName) -> Result<Seen, String> {
                 .and_then(|builder| builder.build())
                 .map_err(|e| e.to_string())?;
             let contenders = backend.contenders(name).map_err(|e| e.to_string())?;
-            let fence = match contenders.first() {
-                Some(_) => backend.holder_czxid(name).map_err(|e| e.to_string())?,
-                None => None,
-            };
+            let holder = backend.holder(name).map_err(|e| e.to_string())?;
             Ok(Seen {
-                holder: contenders.first().map(|node| format!("node {node}")),
-                fencing_counter: fence,
+                holder: holder.as_ref().map(|(node, _)| format!("node {node}")),
+                fencing_counter: holder.map(|(_, czxid)| czxid),
                 waiters: Some(contenders.len().saturating_sub(1)),
                 note: Some("a session hold has no lease; the fencing counter is the holder node's czxid"),
                 ..Seen::default()

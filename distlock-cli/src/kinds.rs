@@ -12,8 +12,6 @@ mod redis;
 #[cfg(feature = "zookeeper")]
 mod zookeeper;
 
-use std::time::Duration;
-
 use distlock::{DistributedLock, HoldKind, Result};
 use lock_testkit::negative::BrokenRecipe;
 use lock_testkit::suite::{ScenarioResult, SuiteTarget};
@@ -34,9 +32,16 @@ pub enum Servers<'a> {
 pub struct Opened {
     /// The target.
     pub target: Box<dyn KindTarget>,
-    /// A single-node W1 pair p50 measured while opening, for kinds compared against one
-    /// (Redlock: "pair p50 ≤ 2 × single-node").
-    pub single_node_w1_p50: Option<Duration>,
+    /// For kinds compared with a single server (Redlock: "pair p50 ≤ 2 × single-node"), how to
+    /// make that single-node target; `distlock bench` measures it.
+    pub single_node_reference: Option<Box<dyn Fn() -> Box<dyn KindTarget>>>,
+}
+
+impl Opened {
+    /// `target`, with no single-node reference.
+    pub fn new(target: impl KindTarget + 'static) -> Self {
+        Self { target: Box::new(target), single_node_reference: None }
+    }
 }
 
 /// Makes a kind's target.
@@ -111,9 +116,9 @@ pub const KINDS: &[Kind] = &[
         open: Some(open_memory),
         recipes: None,
     },
-    kind!("redis", "redis", Redis, "Redis, one server, SET NX PX layout", redis::set_nx, recipes: redis::broken_recipes),
+    kind!("redis", "redis", Redis, "Redis, one server, SET NX PX layout", redis::set_nx, recipes: redis::single_node_recipes),
     kind!("redis-hash", "redis", Redis, "Redis, one server, reentrant-hash layout", redis::reentrant_hash),
-    kind!("redlock", "redis", Redlock, "Redlock over five independent Redis servers", redis::redlock),
+    kind!("redlock", "redis", Redlock, "Redlock over five independent Redis servers", redis::redlock, recipes: redis::redlock_recipes),
     kind!("pg-table", "postgres", Postgres, "PostgreSQL lock table on the database clock", postgres::table),
     kind!("pg-row", "postgres", Postgres, "PostgreSQL SELECT ... FOR UPDATE row lock", postgres::row),
     kind!("pg-advisory", "postgres", Postgres, "PostgreSQL advisory lock", postgres::advisory),
@@ -177,7 +182,7 @@ fn open_memory(servers: Servers<'_>) -> std::result::Result<Opened, String> {
     if let Servers::Url(url) = servers {
         return Err(format!("the memory backend lives in this process: it takes no URL (got {url})"));
     }
-    Ok(Opened { target: Box::new(lock_testkit::suite::MemoryTarget::new()), single_node_w1_p50: None })
+    Ok(Opened::new(lock_testkit::suite::MemoryTarget::new()))
 }
 
 /// A [`SuiteTarget`] with its backend type erased, as `distlock bench` and `distlock compare`
@@ -281,7 +286,8 @@ impl Properties {
 
 /// S04's holder process: this binary re-run by the suite with [`S04_HOLD_VARIABLE`] set and the
 /// holder's test name as its first argument. Runs S04 on the same target, which holds the lock
-/// until the parent kills it; returns only if `test_name` names no target of this binary.
+/// until the parent kills it; returns if `test_name` names no target of this binary or the
+/// target's servers cannot be reached.
 ///
 /// [`S04_HOLD_VARIABLE`]: lock_testkit::suite::S04_HOLD_VARIABLE
 pub fn hold_for_s04(test_name: &str) {

@@ -15,7 +15,9 @@ const CHROMIUM_VARIABLE: &str = "DISTLOCK_CHROMIUM";
 fn compare_quick_writes_a_complete_report_that_renders() {
     let out = tempfile::tempdir().unwrap();
     let run = Command::new(env!("CARGO_BIN_EXE_distlock"))
-        .args(["compare", "--quick", "--backends", "memory,redis", "--out"])
+        // Two scenarios at a time, as `cargo test` on two cores: timing bounds (S03, S11, S15)
+        // must hold while the rest of the test run goes on beside this one.
+        .args(["compare", "--quick", "--jobs", "2", "--backends", "memory,redis", "--out"])
         .arg(out.path())
         .stdin(Stdio::null())
         .output()
@@ -71,7 +73,7 @@ fn compare_quick_writes_a_complete_report_that_renders() {
         .iter()
         .map(|recipe| (recipe["id"].as_str().unwrap(), recipe["caught"].as_bool().unwrap()))
         .collect();
-    assert_eq!(recipes, [("N01", true), ("N02", true), ("N03", true), ("N04", true), ("N06", true)]);
+    assert_eq!(recipes, [("N01", true), ("N02", true), ("N03", true), ("N04", true)]);
 
     let markdown = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     assert!(markdown.contains("| S06 owner-safe release | pass | pass |"), "{markdown}");

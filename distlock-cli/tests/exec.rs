@@ -35,6 +35,20 @@ fn exit_code(child: Child) -> i32 {
     child.wait_with_output().unwrap().status.code().unwrap_or(-1)
 }
 
+/// A shell script that signals it started (creates `started`), then holds until `release`
+/// exists: no race against the clock.
+fn hold_until_released(dir: &Path, extra: &str) -> String {
+    format!(
+        "{extra} touch {started}; while [ ! -e {release} ]; do sleep 0.02; done",
+        started = dir.join("started").display(),
+        release = dir.join("release").display()
+    )
+}
+
+fn release(dir: &Path) {
+    fs::write(dir.join("release"), b"").unwrap();
+}
+
 /// Waits until `path` exists (the command has started, holding the lock).
 fn started(path: &Path) {
     assert!(eventually(Duration::from_secs(20), || path.exists()), "{} never appeared", path.display());
@@ -46,20 +60,21 @@ fn two_commands_never_interleave() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("log");
     let script = format!(
-        "for i in 1 2 3 4 5; do echo \"$DISTLOCK_NAME $DISTLOCK_FENCING_TOKEN $ID\" >> {}; sleep 0.05; done",
+        "for i in 1 2 3 4 5 6 7 8; do echo \"$DISTLOCK_NAME $DISTLOCK_FENCING_TOKEN $ID\" >> {}; sleep 0.05; done",
         log.display()
     );
-    let children: Vec<Child> =
-        ["a", "b"].iter().map(|id| exec(&name, &[], &script).env("ID", id).spawn().unwrap()).collect();
-    for child in children {
-        assert_eq!(exit_code(child), 0);
-    }
+    let first = exec(&name, &[], &script).env("ID", "a").spawn().unwrap();
+    // The second starts while the first holds the lock (its first line is written): it must wait.
+    started(&log);
+    let second = exec(&name, &[], &script).env("ID", "b").spawn().unwrap();
+    assert_eq!(exit_code(first), 0);
+    assert_eq!(exit_code(second), 0);
     let lines: Vec<String> = fs::read_to_string(&log).unwrap().lines().map(str::to_owned).collect();
-    assert_eq!(lines.len(), 10);
-    // Each holder's five lines are together, with its own fencing token and the lock's name.
-    assert_eq!(lines[..5].iter().collect::<std::collections::HashSet<_>>().len(), 1, "{lines:?}");
-    assert_eq!(lines[5..].iter().collect::<std::collections::HashSet<_>>().len(), 1, "{lines:?}");
-    assert_ne!(lines[0], lines[5]);
+    assert_eq!(lines.len(), 16);
+    // Each holder's eight lines are together, with its own fencing token and the lock's name.
+    assert_eq!(lines[..8].iter().collect::<std::collections::HashSet<_>>().len(), 1, "{lines:?}");
+    assert_eq!(lines[8..].iter().collect::<std::collections::HashSet<_>>().len(), 1, "{lines:?}");
+    assert!(lines[0].ends_with(" a") && lines[8].ends_with(" b"), "{lines:?}");
     assert!(lines[0].starts_with(name.as_str()), "{lines:?}");
 }
 
@@ -67,21 +82,21 @@ fn two_commands_never_interleave() {
 fn a_held_lock_is_busy_for_no_wait_and_for_a_short_wait() {
     let name = unique_name("exec-busy");
     let dir = tempfile::tempdir().unwrap();
-    let marker = dir.path().join("started");
-    let holder = exec(&name, &[], &format!("touch {} && sleep 3", marker.display())).spawn().unwrap();
-    started(&marker);
+    let holder = exec(&name, &[], &hold_until_released(dir.path(), "")).spawn().unwrap();
+    started(&dir.path().join("started"));
     let busy = exec(&name, &["--no-wait"], "true").output().unwrap();
     assert_eq!(busy.status.code(), Some(75), "{}", String::from_utf8_lossy(&busy.stderr));
     assert!(String::from_utf8_lossy(&busy.stderr).contains("is held by another owner"));
     let waited = exec(&name, &["--wait", "200ms"], "true").output().unwrap();
     assert_eq!(waited.status.code(), Some(75));
+    release(dir.path());
     assert_eq!(exit_code(holder), 0);
     // The command's own status is distlock's.
     assert_eq!(exec(&name, &["--no-wait"], "exit 7").status().unwrap().code(), Some(7));
 }
 
 #[test]
-fn a_lock_taken_away_stops_the_command_with_its_own_status() {
+fn a_lock_taken_away_stops_the_command_and_exits_70() {
     let name = unique_name("exec-lost");
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
@@ -126,17 +141,12 @@ fn ctrl_c_stops_the_command_and_releases_the_lock() {
 fn inspect_shows_the_holder_its_lease_and_the_fencing_counter() {
     let name = unique_name("exec-inspect");
     let dir = tempfile::tempdir().unwrap();
-    let marker = dir.path().join("started");
-    let holder = exec(
-        &name,
-        &["--lease", "20s"],
-        &format!("echo $DISTLOCK_FENCING_TOKEN > {}; sleep 2", marker.display()),
-    )
-    .spawn()
-    .unwrap();
-    started(&marker);
-    thread::sleep(Duration::from_millis(100));
-    let token = fs::read_to_string(&marker).unwrap().trim().to_owned();
+    let token_file = dir.path().join("token");
+    let script =
+        hold_until_released(dir.path(), &format!("echo $DISTLOCK_FENCING_TOKEN > {};", token_file.display()));
+    let holder = exec(&name, &["--lease", "20s"], &script).spawn().unwrap();
+    started(&dir.path().join("started"));
+    let token = fs::read_to_string(&token_file).unwrap().trim().to_owned();
     let inspect = || {
         let output = Command::new(env!("CARGO_BIN_EXE_distlock"))
             .args(["inspect", "--url", &redis_url(), name.as_str()])
@@ -151,6 +161,7 @@ fn inspect_shows_the_holder_its_lease_and_the_fencing_counter() {
     assert!(held.contains("waiters:         0"), "{held}");
     let lease = held.lines().find_map(|line| line.strip_prefix("remaining lease: ")).unwrap();
     assert!(lease.ends_with('s') && !lease.contains("not kept"), "{held}");
+    release(dir.path());
     assert_eq!(exit_code(holder), 0);
     assert!(inspect().contains("holder:          none (free)"));
 }

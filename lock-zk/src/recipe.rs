@@ -320,18 +320,22 @@ impl ZooKeeperBackend {
         }
     }
 
-    /// The creation zxid of the holder's node — the holder's fencing token — if `name` is held.
+    /// The holder's node and its creation zxid — the holder's fencing token — if `name` is held.
+    /// (A holder that releases between the listing and the read is looked up again.)
     ///
     /// # Errors
     /// As any request.
-    pub fn holder_czxid(&self, name: &LockName) -> Result<Option<u64>> {
-        let Some(holder) = self.contenders(name)?.into_iter().next() else { return Ok(None) };
+    pub fn holder(&self, name: &LockName) -> Result<Option<(String, u64)>> {
         let session = &self.inner.session;
         let client = session.client()?;
-        let node = format!("{}/{holder}", self.inner.root.lock_path(name));
-        match session.call(session.settings().request_timeout, client.check_stat(&node)) {
-            Ok(stat) => Ok(stat.and_then(|stat| u64::try_from(stat.czxid).ok())),
-            Err(failure) => Err(failure.into_error("read the holder")),
+        loop {
+            let Some(holder) = self.contenders(name)?.into_iter().next() else { return Ok(None) };
+            let node = format!("{}/{holder}", self.inner.root.lock_path(name));
+            match session.call(session.settings().request_timeout, client.check_stat(&node)) {
+                Ok(Some(stat)) => return Ok(Some((holder, u64::try_from(stat.czxid).unwrap_or_default()))),
+                Ok(None) => continue,
+                Err(failure) => return Err(failure.into_error("read the holder")),
+            }
         }
     }
 

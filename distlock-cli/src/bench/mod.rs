@@ -71,16 +71,39 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         "limit:   {}",
         probe.as_ref().map_or("in-process (no server round trip)", RoundTripProbe::description)
     );
+    // Kinds compared with a single server (Redlock): that server's W1 pair p50, measured first.
+    let single_node_w1_p50 = match &opened.single_node_reference {
+        Some(make) => {
+            let reference = make();
+            println!("single-node reference: W1 on {}", reference.label());
+            let report = reference.w1(Scale::FULL).map_err(|e| format!("single-node W1: {e}"))?;
+            let p50 = Duration::from_nanos(report.latency().p50);
+            println!("single-node W1 pair p50 {}", show(p50));
+            Some(p50)
+        }
+        None => None,
+    };
     let mut w1_rate = None;
     for run in 1..=args.runs {
         if args.runs > 1 {
             println!("-- run {run} of {}", args.runs);
         }
         for &workload in &args.workloads {
-            let (record, round_trip) = measure(workload, &opened, probe.as_ref(), &mut w1_rate)?;
+            let (record, round_trip) =
+                measure(workload, &opened, single_node_w1_p50, probe.as_ref(), &mut w1_rate)?;
             if let Some(dir) = &args.raw_dir {
                 let limit = probe.as_ref().map(RoundTripProbe::description);
-                raw::write(dir, kind.name, &opened, limit, workload, run, record, round_trip)?;
+                raw::write(
+                    dir,
+                    kind.name,
+                    &opened,
+                    single_node_w1_p50,
+                    limit,
+                    workload,
+                    run,
+                    record,
+                    round_trip,
+                )?;
             }
         }
     }
@@ -91,6 +114,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
 fn measure(
     workload: Workload,
     opened: &Opened,
+    single_node_w1_p50: Option<Duration>,
     probe: Option<&RoundTripProbe>,
     w1_rate: &mut Option<f64>,
 ) -> Result<(serde_json::Value, Option<RoundTrip>), String> {
@@ -109,7 +133,7 @@ fn measure(
                 show_ns(p50),
                 show_ns(p99)
             );
-            if let Some(single) = opened.single_node_w1_p50 {
+            if let Some(single) = single_node_w1_p50 {
                 let times = p50 as f64 / single.as_nanos() as f64;
                 println!(
                     "                pair p50 {} = {times:.2} × single-node W1 pair p50 {} (target ≤ 2.00: {})",

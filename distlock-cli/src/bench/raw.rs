@@ -3,6 +3,7 @@
 
 use std::fs;
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -18,6 +19,7 @@ pub(super) fn write(
     dir: &Path,
     kind: &str,
     opened: &Opened,
+    single_node_w1_p50: Option<Duration>,
     limit: Option<&str>,
     workload: Workload,
     run: usize,
@@ -33,7 +35,7 @@ pub(super) fn write(
             "peer".into(),
             serde_json::json!({
                 "measured": limit.unwrap_or("in-process (no server round trip)"),
-                "single_node_w1_p50_ns": opened.single_node_w1_p50.map(|p50| p50.as_nanos() as u64),
+                "single_node_w1_p50_ns": single_node_w1_p50.map(|p50| p50.as_nanos() as u64),
             }),
         );
         if let Some(rtt) = round_trip {

@@ -37,7 +37,10 @@ pub struct CompareArgs {
     /// binary was built with (`distlock kinds`).
     #[arg(long, value_delimiter = ',', value_name = "KINDS")]
     backends: Vec<String>,
-    /// Run the Redis kinds on this server instead of a throwaway one.
+    /// Run the Redis kinds on this server instead of a throwaway one. On your own servers, lock
+    /// names start with `distlock-compare:`; the runs' keys, rows and nodes stay there afterwards
+    /// (fencing counters never expire), and S13, S15 and the broken recipes still start throwaway
+    /// servers of their own, so the server programs are needed all the same.
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
     /// Run Redlock on these independent servers (comma-separated URLs) instead of throwaway ones.
@@ -61,6 +64,9 @@ pub struct CompareArgs {
     jobs: usize,
 }
 
+/// The docs' broken recipes, by id.
+const RECIPES: [&str; 6] = ["n01", "n02", "n03", "n04", "n05", "n06"];
+
 /// The namespace of every lock name on a user's own servers.
 const NAMESPACE: &str = "distlock-compare:";
 
@@ -80,17 +86,29 @@ impl CompareArgs {
         if self.backends.is_empty() {
             return Ok(Kind::built().collect());
         }
-        self.backends.iter().map(|name| Kind::find(name.trim())).collect()
+        let mut kinds: Vec<&'static Kind> = Vec::new();
+        for name in &self.backends {
+            let kind = Kind::find(name.trim())?;
+            if !kinds.iter().any(|known| known.name == kind.name) {
+                kinds.push(kind);
+            }
+        }
+        Ok(kinds)
+    }
+
+    /// `--only`, trimmed and lower-cased.
+    fn only(&self) -> Vec<String> {
+        self.only.iter().map(|id| id.trim().to_lowercase()).filter(|id| !id.is_empty()).collect()
     }
 
     /// The selected scenario ids, workloads and whether the broken recipes run.
     fn selection(&self) -> Result<(Vec<&'static str>, Vec<&'static str>, bool), String> {
-        let only: Vec<String> = self.only.iter().map(|id| id.trim().to_lowercase()).collect();
+        let only = self.only();
         let all = only.is_empty();
         for id in &only {
             let known = SCENARIOS.iter().any(|s| s.id.eq_ignore_ascii_case(id))
                 || ["w1", "w2", "w3", "recipes"].contains(&id.as_str())
-                || (id.len() == 3 && id.starts_with('n'));
+                || RECIPES.contains(&id.as_str());
             if !known {
                 return Err(format!("--only: unknown id `{id}` (use s01…s15, w1…w3, n01…n06 or recipes)"));
             }
@@ -120,10 +138,9 @@ pub fn run(args: &CompareArgs) -> Result<bool, String> {
     if on_user_servers {
         lock_testkit::suite::set_name_namespace(NAMESPACE);
     }
-    let recipe_filter = |id: &str| {
-        args.only.is_empty()
-            || args.only.iter().any(|o| o.eq_ignore_ascii_case("recipes") || o.eq_ignore_ascii_case(id))
-    };
+    let only = args.only();
+    let recipe_filter =
+        |id: &str| only.is_empty() || only.iter().any(|o| o == "recipes" || o.eq_ignore_ascii_case(id));
 
     // Open every kind first: that starts the throwaway servers (or reaches the user's).
     let setup = Progress::new(0);
@@ -176,7 +193,8 @@ pub fn run(args: &CompareArgs) -> Result<bool, String> {
     let recipe_count: usize = contenders.iter().map(|c| c.recipes.len()).sum();
     let steps = contenders.len() * (scenarios.len() + workloads.len()) + recipe_count;
     let progress = Progress::new(steps);
-    let found = execute::scenarios_and_recipes(&contenders, &scenarios, recipes, args.jobs, &progress);
+    let jobs = args.jobs.clamp(1, 16);
+    let found = execute::scenarios_and_recipes(&contenders, &scenarios, recipes, jobs, &progress);
     for ((index, contender), found) in indices.iter().zip(&contenders).zip(found) {
         let report = &mut reports[*index];
         report.cells = found.cells;

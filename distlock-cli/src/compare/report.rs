@@ -101,7 +101,8 @@ pub struct RecipeResult {
 pub struct Performance {
     /// How the round trip was measured; `None` in process.
     pub round_trip_description: Option<String>,
-    /// The mean of the round trips measured before and after W1 and W2, in ns.
+    /// The mean of the round trips measured for the workloads, in ns: before and after W1 and W2
+    /// (full runs), or before the first workload and after the last (quick runs).
     pub round_trip_ns: Option<u64>,
     /// W1: uncontended pairs.
     pub w1: Option<W1>,

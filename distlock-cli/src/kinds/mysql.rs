@@ -27,7 +27,7 @@ fn open(kind: MySqlLockKind, servers: Servers<'_>) -> Result<Opened, String> {
         }
         Servers::Url(url) => MySqlTarget::at(kind, url),
     };
-    Ok(Opened { target: Box::new(target), single_node_w1_p50: None })
+    Ok(Opened::new(target))
 }
 
 /// The docs' broken SQL recipe N05 (a primary-key lock without expiry, against S04).

@@ -27,5 +27,5 @@ fn open(kind: PostgresLockKind, servers: Servers<'_>) -> Result<Opened, String> 
         }
         Servers::Url(url) => PostgresTarget::at(kind, url),
     };
-    Ok(Opened { target: Box::new(target), single_node_w1_p50: None })
+    Ok(Opened::new(target))
 }

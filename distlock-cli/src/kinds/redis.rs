@@ -1,12 +1,11 @@
 //! The Redis kinds: `redis` (SET NX PX), `redis-hash` (reentrant hash) and `redlock`.
 
-use std::time::Duration;
-
-use distlock::redis::testkit::{RedisTarget, RedlockTarget};
+use distlock::redis::testkit::{RedisTarget, RedlockTarget, NODES};
 use distlock::redis::RedisLockKind;
-use lock_testkit::workload;
+use lock_testkit::harness::shared;
+use lock_testkit::negative::BrokenRecipe;
 
-use super::{Opened, Servers};
+use super::{KindTarget, Opened, Servers};
 
 pub(super) fn set_nx(servers: Servers<'_>) -> Result<Opened, String> {
     single_node(RedisLockKind::SetNx, servers)
@@ -17,31 +16,39 @@ pub(super) fn reentrant_hash(servers: Servers<'_>) -> Result<Opened, String> {
 }
 
 fn single_node(kind: RedisLockKind, servers: Servers<'_>) -> Result<Opened, String> {
-    let target = match servers {
-        Servers::Harness => RedisTarget::new(kind),
-        Servers::Url(url) => RedisTarget::at(kind, url),
-    };
-    Ok(Opened { target: Box::new(target), single_node_w1_p50: None })
-}
-
-/// Redlock, with its yardstick measured first: single-node W1 on a server of its own.
-pub(super) fn redlock(servers: Servers<'_>) -> Result<Opened, String> {
-    // The single-node reference runs on the first node (a server of its own in the harness).
-    let (target, single) = match servers {
-        Servers::Harness => (RedlockTarget::shared(), RedisTarget::set_nx()),
-        Servers::Url(urls) => {
-            let urls: Vec<String> = urls.split(',').map(str::to_owned).collect();
-            let first = urls.first().cloned().ok_or("no Redlock node URLs")?;
-            (RedlockTarget::new(urls), RedisTarget::at(RedisLockKind::SetNx, first))
+    let url = match servers {
+        Servers::Harness => {
+            shared::redis().map_err(|e| format!("starting redis-server: {e}"))?.address().to_owned()
         }
+        Servers::Url(url) => url.to_owned(),
     };
-    let report = workload::w1_uncontended(&single, workload::Scale::FULL)
-        .map_err(|e| format!("single-node W1: {e}"))?;
-    let p50 = Duration::from_nanos(report.latency().p50);
-    Ok(Opened { target: Box::new(target), single_node_w1_p50: Some(p50) })
+    Ok(Opened::new(RedisTarget::at(kind, url)))
 }
 
-/// The docs' broken Redis recipes (N01–N04 against S05/S06, N06 against R02).
-pub(super) fn broken_recipes() -> Vec<lock_testkit::negative::BrokenRecipe> {
-    distlock::redis::testkit::broken_recipes()
+/// Redlock, with its yardstick for `distlock bench`: the single-node kind on its first node.
+pub(super) fn redlock(servers: Servers<'_>) -> Result<Opened, String> {
+    let urls: Vec<String> = match servers {
+        Servers::Harness => shared::redis_nodes(NODES)
+            .map_err(|e| format!("starting {NODES} redis-server nodes: {e}"))?
+            .iter()
+            .map(|node| node.address().to_owned())
+            .collect(),
+        Servers::Url(urls) => urls.split(',').map(str::to_owned).collect(),
+    };
+    let first = urls.first().cloned().ok_or("no Redlock node URLs")?;
+    let mut opened = Opened::new(RedlockTarget::new(urls));
+    opened.single_node_reference = Some(Box::new(move || {
+        Box::new(RedisTarget::at(RedisLockKind::SetNx, first.clone())) as Box<dyn KindTarget>
+    }));
+    Ok(opened)
+}
+
+/// The docs' broken single-node Redis recipes (N01–N04, against S05 and S06).
+pub(super) fn single_node_recipes() -> Vec<BrokenRecipe> {
+    distlock::redis::testkit::broken_recipes().into_iter().filter(|recipe| recipe.id != "N06").collect()
+}
+
+/// N06: Redlock without fencing, against R02.
+pub(super) fn redlock_recipes() -> Vec<BrokenRecipe> {
+    distlock::redis::testkit::broken_recipes().into_iter().filter(|recipe| recipe.id == "N06").collect()
 }

@@ -14,5 +14,5 @@ pub(super) fn curator_mutex(servers: Servers<'_>) -> Result<Opened, String> {
         }
         Servers::Url(connect_string) => ZooKeeperTarget::at(connect_string),
     };
-    Ok(Opened { target: Box::new(target), single_node_w1_p50: None })
+    Ok(Opened::new(target))
 }

@@ -13,7 +13,7 @@ pub mod negative;
 pub mod redlock;
 mod single_node;
 
-pub use redlock::RedlockTarget;
+pub use redlock::{RedlockTarget, NODES};
 pub use single_node::{RedisTarget, CONNECT_TIMEOUT};
 
 use lock_testkit::harness::{HarnessError, RedisServer};

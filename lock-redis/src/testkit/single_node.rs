@@ -178,10 +178,11 @@ pub fn ping_round_trip(url: &str) -> RoundTripProbe {
     let url = url.to_owned();
     RoundTripProbe::new(
         format!(
-            "round trip = p50 of {PINGS} PINGs on one connection to {url}, as `redis-benchmark -c 1 -t ping`"
+            "round trip = p50 of {PINGS} PINGs on one connection to {}, as `redis-benchmark -c 1 -t ping`",
+            redact(&url)
         ),
         move || {
-            let mut connection = probe(&url).map_err(|e| format!("connecting to {url}: {e}"))?;
+            let mut connection = probe(&url).map_err(|e| format!("connecting to {}: {e}", redact(&url)))?;
             median_round_trip(PINGS, || {
                 redis::cmd("PING").query::<()>(&mut connection).map_err(|e| format!("PING: {e}"))
             })
@@ -198,4 +199,15 @@ pub fn probe(url: &str) -> redis::RedisResult<redis::Connection> {
     connection.set_read_timeout(Some(CONNECT_TIMEOUT))?;
     connection.set_write_timeout(Some(CONNECT_TIMEOUT))?;
     Ok(connection)
+}
+
+/// A URL without its password, for reports.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let user = url[scheme + 3..at].split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
 }

@@ -97,7 +97,7 @@ impl W2Report {
     }
 
     /// Every hand-off to a different worker than the previous holder, in ns (`ta` − previous
-    /// `tr`): the distribution behind [`Handoffs::cross_worker`].
+    /// `tr`): the distribution behind the cross-worker hand-off percentiles.
     pub fn cross_worker_handoffs_ns(&self) -> Vec<u64> {
         self.sorted()
             .windows(2)

@@ -83,9 +83,9 @@ fn markdown_table(table: &Table) -> String {
     out
 }
 
-/// Keeps a cell one cell: `|` would end it, a line break the row.
+/// Keeps a cell one cell and plain text: `|` would end it, a line break the row, `<` open HTML.
 fn escape_markdown(text: &str) -> String {
-    text.replace('|', "\\|").replace('\n', " ")
+    text.replace('\\', "\\\\").replace('|', "\\|").replace('<', "&lt;").replace(['\n', '\r'], " ")
 }
 
 /// Writes `report.json`, `report.md` and `report.html` into `dir` (created if absent).
