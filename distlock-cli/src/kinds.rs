@@ -16,6 +16,7 @@ use distlock::{DistributedLock, HoldKind, Result};
 use lock_testkit::negative::BrokenRecipe;
 use lock_testkit::suite::{ScenarioResult, SuiteTarget};
 use lock_testkit::workload::{self, RoundTripProbe, Scale, W1Report, W2Report, W3Report, W4Report};
+use lock_testkit::BackendScenario;
 use serde::Serialize;
 
 /// Where a kind's servers are.
@@ -50,6 +51,9 @@ type Open = fn(Servers<'_>) -> std::result::Result<Opened, String>;
 /// The docs' broken recipes a kind's column shows (each family's, under one of its kinds).
 type Recipes = fn() -> Vec<BrokenRecipe>;
 
+/// A kind's own scenarios of `SCENARIOS.md` (R01–R04, Q01–Q03, Z01–Z03).
+type OwnScenarios = fn() -> Vec<BackendScenario>;
+
 /// Which of a user's servers a kind runs on (`distlock compare --redis URL`, …).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Family {
@@ -81,11 +85,13 @@ pub struct Kind {
     open: Option<Open>,
     /// The broken recipes shown in its column.
     recipes: Option<Recipes>,
+    /// Its own scenarios.
+    scenarios: Option<OwnScenarios>,
 }
 
 /// A row of [`KINDS`] for a kind behind `$feature`, whose functions exist only with it.
 macro_rules! kind {
-    ($name:literal, $feature:literal, $family:ident, $about:literal, $open:path $(, recipes: $recipes:path)?) => {
+    ($name:literal, $feature:literal, $family:ident, $about:literal, $open:path $(, recipes: $recipes:path)? $(, scenarios: $scenarios:path)?) => {
         Kind {
             name: $name,
             feature: Some($feature),
@@ -96,13 +102,17 @@ macro_rules! kind {
             #[cfg(not(feature = $feature))]
             open: None,
             #[cfg(feature = $feature)]
-            recipes: kind!(@recipes $($recipes)?),
+            recipes: kind!(@optional $($recipes)?),
             #[cfg(not(feature = $feature))]
             recipes: None,
+            #[cfg(feature = $feature)]
+            scenarios: kind!(@optional $($scenarios)?),
+            #[cfg(not(feature = $feature))]
+            scenarios: None,
         }
     };
-    (@recipes) => { None };
-    (@recipes $recipes:path) => { Some($recipes) };
+    (@optional) => { None };
+    (@optional $value:path) => { Some($value) };
 }
 
 /// Every backend kind distlock knows, whether or not this binary was built with it.
@@ -115,17 +125,18 @@ pub const KINDS: &[Kind] = &[
         family: Family::InProcess,
         open: Some(open_memory),
         recipes: None,
+        scenarios: None,
     },
     kind!("redis", "redis", Redis, "Redis, one server, SET NX PX layout", redis::set_nx, recipes: redis::single_node_recipes),
     kind!("redis-hash", "redis", Redis, "Redis, one server, reentrant-hash layout", redis::reentrant_hash),
     kind!("redlock", "redis", Redlock, "Redlock over five independent Redis servers", redis::redlock, recipes: redis::redlock_recipes),
-    kind!("pg-table", "postgres", Postgres, "PostgreSQL lock table on the database clock", postgres::table),
-    kind!("pg-row", "postgres", Postgres, "PostgreSQL SELECT ... FOR UPDATE row lock", postgres::row),
-    kind!("pg-advisory", "postgres", Postgres, "PostgreSQL advisory lock", postgres::advisory),
-    kind!("mysql-table", "mysql", MySql, "MySQL/MariaDB lock table on the database clock", mysql::table, recipes: mysql::broken_recipes),
-    kind!("mysql-row", "mysql", MySql, "MySQL/MariaDB SELECT ... FOR UPDATE row lock", mysql::row),
-    kind!("mysql-advisory", "mysql", MySql, "MySQL/MariaDB GET_LOCK advisory lock", mysql::advisory),
-    kind!("zookeeper", "zookeeper", ZooKeeper, "ZooKeeper, Curator-compatible ephemeral-sequential lock", zookeeper::curator_mutex),
+    kind!("pg-table", "postgres", Postgres, "PostgreSQL lock table on the database clock", postgres::table, scenarios: postgres::table_scenarios),
+    kind!("pg-row", "postgres", Postgres, "PostgreSQL SELECT ... FOR UPDATE row lock", postgres::row, scenarios: postgres::row_scenarios),
+    kind!("pg-advisory", "postgres", Postgres, "PostgreSQL advisory lock", postgres::advisory, scenarios: postgres::advisory_scenarios),
+    kind!("mysql-table", "mysql", MySql, "MySQL/MariaDB lock table on the database clock", mysql::table, recipes: mysql::broken_recipes, scenarios: mysql::table_scenarios),
+    kind!("mysql-row", "mysql", MySql, "MySQL/MariaDB SELECT ... FOR UPDATE row lock", mysql::row, scenarios: mysql::row_scenarios),
+    kind!("mysql-advisory", "mysql", MySql, "MySQL/MariaDB GET_LOCK advisory lock", mysql::advisory, scenarios: mysql::advisory_scenarios),
+    kind!("zookeeper", "zookeeper", ZooKeeper, "ZooKeeper, Curator-compatible ephemeral-sequential lock", zookeeper::curator_mutex, scenarios: zookeeper::scenarios),
 ];
 
 impl Kind {
@@ -156,6 +167,11 @@ impl Kind {
     /// The broken recipes shown in this kind's column (none for most kinds).
     pub fn broken_recipes(&self) -> Vec<BrokenRecipe> {
         self.recipes.map_or_else(Vec::new, |recipes| recipes())
+    }
+
+    /// This kind's own scenarios (R01–R04, Q01–Q03, Z01–Z03), where its crate ships them.
+    pub fn own_scenarios(&self) -> Vec<BackendScenario> {
+        self.scenarios.map_or_else(Vec::new, |scenarios| scenarios())
     }
 
     /// Makes this kind's target on `servers`.

@@ -7,14 +7,17 @@
 //! - [`suite`]: the docs' conformance suite (`SCENARIOS.md`), written once over
 //!   [`DistributedLock`](lock_core::DistributedLock) and registered per backend with
 //!   [`conformance_tests!`].
-//! - [`negative`]: the frame the backends' broken recipes (N01–N06) are shipped and checked in.
+//! - [`negative`]: the frame the backends' broken recipes (N01–N06) are shipped and checked in;
+//!   [`BackendScenario`]: the same for each backend's own scenarios (R01–R04, Q01–Q03, Z01–Z03).
 //! - [`workload`]: the benchmark workloads W1–W4, run by `distlock bench`.
 #![warn(missing_docs)]
 
+mod backend_scenario;
 pub mod harness;
 pub mod negative;
 mod poll;
 pub mod suite;
 pub mod workload;
 
+pub use backend_scenario::{run_backend_scenario, BackendScenario};
 pub use poll::eventually;

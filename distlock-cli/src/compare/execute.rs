@@ -10,23 +10,26 @@ use std::time::{Duration, Instant};
 use lock_testkit::negative::BrokenRecipe;
 use lock_testkit::suite::{Verdict, SCENARIOS};
 use lock_testkit::workload::{Percentiles, RoundTripProbe, Scale};
+use lock_testkit::BackendScenario;
 
 use super::progress::Progress;
 use super::report::{Cell, Performance, RecipeResult, Status, W1, W2, W3};
 use crate::bench::around;
 use crate::kinds::{KindTarget, S04_TEST_PREFIX};
 
-/// One kind ready to run: its name, target and the recipes its column shows.
+/// One kind ready to run: its name, target, the recipes its column shows and its own scenarios.
 pub struct Contender {
     pub name: &'static str,
     pub target: Box<dyn KindTarget>,
     pub recipes: Vec<BrokenRecipe>,
+    pub own: Vec<BackendScenario>,
 }
 
 /// One unit of work for the pool.
 enum Job<'a> {
     Scenario { kind: usize, id: &'static str },
     Recipe { kind: usize, recipe: &'a BrokenRecipe },
+    Own { kind: usize, scenario: &'a BackendScenario },
 }
 
 /// What the pool found, per kind.
@@ -34,6 +37,7 @@ enum Job<'a> {
 pub struct Found {
     pub cells: Vec<Cell>,
     pub recipes: Vec<RecipeResult>,
+    pub own: Vec<Cell>,
 }
 
 /// Runs the `scenarios` on every contender and every contender's recipes, `jobs` at a time.
@@ -53,6 +57,9 @@ pub fn scenarios_and_recipes(
         for (kind, contender) in contenders.iter().enumerate() {
             queue.extend(contender.recipes.iter().map(|recipe| Job::Recipe { kind, recipe }));
         }
+    }
+    for (kind, contender) in contenders.iter().enumerate() {
+        queue.extend(contender.own.iter().map(|scenario| Job::Own { kind, scenario }));
     }
     let queue = Mutex::new(queue);
     let found: Vec<Mutex<Found>> = contenders.iter().map(|_| Mutex::default()).collect();
@@ -74,6 +81,7 @@ pub fn scenarios_and_recipes(
             let order = |id: &str| scenarios.iter().position(|s| *s == id);
             found.cells.sort_by_key(|cell| order(cell.scenario));
             found.recipes.sort_by_key(|recipe| recipe.id);
+            found.own.sort_by_key(|cell| cell.scenario);
             found
         })
         .collect()
@@ -100,7 +108,24 @@ fn run_job(contenders: &[Contender], job: Job<'_>, found: &[Mutex<Found>], progr
             };
             let seconds = started.elapsed().as_secs_f64();
             progress.finish(&step, &outcome_text(status, detail.as_deref()));
-            lock(&found[kind]).cells.push(Cell { scenario: id, status, detail, seconds });
+            lock(&found[kind]).cells.push(Cell { scenario: id, title: None, status, detail, seconds });
+        }
+        Job::Own { kind, scenario } => {
+            let step = format!("{} {} {}", contenders[kind].name, scenario.id, scenario.title);
+            progress.start(&step);
+            let (status, detail) = match scenario.run() {
+                Ok(()) => (Status::Pass, None),
+                Err(failure) => (Status::Fail, Some(failure.0)),
+            };
+            progress.finish(&step, &outcome_text(status, detail.as_deref()));
+            let seconds = started.elapsed().as_secs_f64();
+            lock(&found[kind]).own.push(Cell {
+                scenario: scenario.id,
+                title: Some(scenario.title),
+                status,
+                detail,
+                seconds,
+            });
         }
         Job::Recipe { kind, recipe } => {
             let step = format!(

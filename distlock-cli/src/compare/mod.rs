@@ -30,7 +30,7 @@ pub struct CompareArgs {
     #[arg(long)]
     full: bool,
     /// Only these scenarios, workloads and broken recipes, comma-separated: `s01,s06,w1`, `n01`
-    /// (or `recipes` for all of them). Default: everything.
+    /// (or `recipes` for all of them), a backend's own scenario (`z01`). Default: everything.
     #[arg(long, value_delimiter = ',', value_name = "IDS")]
     only: Vec<String>,
     /// Only these backend kinds, comma-separated (`redis,pg-row`). Default: every kind this
@@ -108,9 +108,10 @@ impl CompareArgs {
         for id in &only {
             let known = SCENARIOS.iter().any(|s| s.id.eq_ignore_ascii_case(id))
                 || ["w1", "w2", "w3", "recipes"].contains(&id.as_str())
-                || RECIPES.contains(&id.as_str());
+                || RECIPES.contains(&id.as_str())
+                || Kind::built().flat_map(|kind| kind.own_scenarios()).any(|s| s.id.eq_ignore_ascii_case(id));
             if !known {
-                return Err(format!("--only: unknown id `{id}` (use s01…s15, w1…w3, n01…n06 or recipes)"));
+                return Err(format!("--only: unknown id `{id}` (use s01…s15, w1…w3, n01…n06, recipes, or a backend's own scenario such as z01)"));
             }
         }
         let scenarios = SCENARIOS
@@ -141,6 +142,7 @@ pub fn run(args: &CompareArgs) -> Result<bool, String> {
     let only = args.only();
     let recipe_filter =
         |id: &str| only.is_empty() || only.iter().any(|o| o == "recipes" || o.eq_ignore_ascii_case(id));
+    let own_filter = |id: &str| only.is_empty() || only.iter().any(|o| o.eq_ignore_ascii_case(id));
 
     // Open every kind first: that starts the throwaway servers (or reaches the user's).
     let setup = Progress::new(0);
@@ -161,6 +163,7 @@ pub fn run(args: &CompareArgs) -> Result<bool, String> {
             properties: None,
             cells: Vec::new(),
             recipes: Vec::new(),
+            backend_scenarios: Vec::new(),
             performance: None,
             error: None,
         };
@@ -176,11 +179,12 @@ pub fn run(args: &CompareArgs) -> Result<bool, String> {
                 } else {
                     Vec::new()
                 };
+                let own =
+                    kind.own_scenarios().into_iter().filter(|scenario| own_filter(scenario.id)).collect();
                 if report.error.is_none() {
-                    contenders.push((
-                        reports.len(),
-                        Contender { name: kind.name, target: opened.target, recipes: recipes_of_kind },
-                    ));
+                    let contender =
+                        Contender { name: kind.name, target: opened.target, recipes: recipes_of_kind, own };
+                    contenders.push((reports.len(), contender));
                 }
             }
             Err(error) => report.error = Some(error),
@@ -190,7 +194,7 @@ pub fn run(args: &CompareArgs) -> Result<bool, String> {
     setup.done();
 
     let (indices, contenders): (Vec<usize>, Vec<Contender>) = contenders.into_iter().unzip();
-    let recipe_count: usize = contenders.iter().map(|c| c.recipes.len()).sum();
+    let recipe_count: usize = contenders.iter().map(|c| c.recipes.len() + c.own.len()).sum();
     let steps = contenders.len() * (scenarios.len() + workloads.len()) + recipe_count;
     let progress = Progress::new(steps);
     let jobs = args.jobs.clamp(1, 16);
@@ -199,6 +203,7 @@ pub fn run(args: &CompareArgs) -> Result<bool, String> {
         let report = &mut reports[*index];
         report.cells = found.cells;
         report.recipes = found.recipes;
+        report.backend_scenarios = found.own;
         if !workloads.is_empty() {
             report.performance = Some(execute::workloads(contender, &workloads, scale, &progress));
         }

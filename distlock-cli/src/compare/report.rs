@@ -48,6 +48,8 @@ pub struct KindReport {
     pub cells: Vec<Cell>,
     /// The docs' broken recipes shown in this kind's column.
     pub recipes: Vec<RecipeResult>,
+    /// The kind's own scenarios (R01–R04, Q01–Q03, Z01–Z03) where its crate ships them.
+    pub backend_scenarios: Vec<Cell>,
     /// The workloads; `None` when none was selected.
     pub performance: Option<Performance>,
     /// Why the kind could not be run at all (its servers could not be started or reached).
@@ -59,6 +61,9 @@ pub struct KindReport {
 pub struct Cell {
     /// The scenario's id.
     pub scenario: &'static str,
+    /// What a backend's own scenario checks (the suite's titles are in [`Report::scenarios`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<&'static str>,
     /// The outcome.
     pub status: Status,
     /// The reason (n/a) or the failure message (fail).
@@ -165,6 +170,7 @@ impl KindReport {
         self.error.is_none()
             && self.cells.iter().all(|cell| cell.status != Status::Fail)
             && self.recipes.iter().all(|recipe| recipe.caught)
+            && self.backend_scenarios.iter().all(|cell| cell.status != Status::Fail)
             && self
                 .performance
                 .as_ref()

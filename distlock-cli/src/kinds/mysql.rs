@@ -5,6 +5,9 @@ use distlock::mysql::testkit::MySqlTarget;
 use distlock::mysql::MySqlLockKind;
 use lock_testkit::harness::shared;
 
+use distlock::mysql::testkit::scenarios::{q01, q02, q03};
+use lock_testkit::BackendScenario;
+
 use super::{Opened, Servers};
 
 pub(super) fn table(servers: Servers<'_>) -> Result<Opened, String> {
@@ -41,4 +44,17 @@ pub(super) fn hold_for_s04(test_name: &str) {
     if test_name == N05_TEST {
         let _ = lock_testkit::suite::run(&PrimaryKeyLockTarget::new(), "S04", test_name);
     }
+}
+
+/// Q01 (lock table), Q02 (row lock), Q03 (advisory lock), each under its kind's column.
+pub(super) fn table_scenarios() -> Vec<BackendScenario> {
+    vec![q01(MySqlLockKind::Table)]
+}
+
+pub(super) fn row_scenarios() -> Vec<BackendScenario> {
+    vec![q02(MySqlLockKind::Row)]
+}
+
+pub(super) fn advisory_scenarios() -> Vec<BackendScenario> {
+    vec![q03(MySqlLockKind::Advisory)]
 }

@@ -5,6 +5,9 @@ use distlock::postgres::testkit::PostgresTarget;
 use distlock::postgres::PostgresLockKind;
 use lock_testkit::harness::shared;
 
+use distlock::postgres::testkit::scenarios::{q01, q02, q03};
+use lock_testkit::BackendScenario;
+
 use super::{Opened, Servers};
 
 pub(super) fn table(servers: Servers<'_>) -> Result<Opened, String> {
@@ -28,4 +31,17 @@ fn open(kind: PostgresLockKind, servers: Servers<'_>) -> Result<Opened, String> 
         Servers::Url(url) => PostgresTarget::at(kind, url),
     };
     Ok(Opened::new(target))
+}
+
+/// Q01 (lock table), Q02 (row lock), Q03 (advisory lock), each under its kind's column.
+pub(super) fn table_scenarios() -> Vec<BackendScenario> {
+    vec![q01(PostgresLockKind::Table)]
+}
+
+pub(super) fn row_scenarios() -> Vec<BackendScenario> {
+    vec![q02(PostgresLockKind::Row)]
+}
+
+pub(super) fn advisory_scenarios() -> Vec<BackendScenario> {
+    vec![q03(PostgresLockKind::Advisory)]
 }

@@ -269,7 +269,7 @@ impl fmt::Debug for MySqlBackend {
 /// Test support (feature `testkit`, not semver-stable): the suite and workload target.
 #[cfg(feature = "testkit")]
 pub mod testkit {
-    pub use crate::testkit::{broken_recipes, primary_key_lock, MySqlTarget, N05_TEST, TIMEOUT};
+    pub use crate::testkit::{broken_recipes, primary_key_lock, scenarios, MySqlTarget, N05_TEST, TIMEOUT};
 }
 
 #[cfg(feature = "testkit")]

@@ -286,5 +286,5 @@ impl PostgresBackend {
 /// Test support (feature `testkit`, not semver-stable): the suite and workload target.
 #[cfg(feature = "testkit")]
 pub mod testkit {
-    pub use crate::testkit::{PostgresTarget, TIMEOUT};
+    pub use crate::testkit::{scenarios, PostgresTarget, TIMEOUT};
 }

@@ -10,6 +10,7 @@ mod mysql;
 mod postgres;
 #[cfg(feature = "mysql")]
 pub mod primary_key_lock;
+pub mod scenarios;
 mod target;
 
 pub use target::{SqlKind, SqlTarget};

@@ -14,6 +14,26 @@ use zookeeper_client as zk;
 
 use crate::{ZooKeeperBackend, ZooKeeperLockBuilder};
 
+mod curator;
+mod scenarios;
+
+/// The ZooKeeper scenarios of `SCENARIOS.md`: Z01 (no herd, FIFO), Z02 (session expiry, ensemble
+/// member loss), Z03 (interop with Apache Curator).
+pub fn scenarios() -> Vec<lock_testkit::BackendScenario> {
+    use lock_testkit::BackendScenario;
+    vec![
+        BackendScenario::new("Z01", "one release wakes one waiter, FIFO", scenarios::z01),
+        BackendScenario::new("Z02", "session expiry; leader and follower loss", || {
+            scenarios::z02_expiry();
+            scenarios::z02_leader_loss();
+        }),
+        BackendScenario::new("Z03", "interop with Curator's InterProcessMutex", || {
+            curator::z03_contention();
+            curator::z03_wake_ups();
+        }),
+    ]
+}
+
 /// The connect and request timeouts of every client the target makes: short, so S13's
 /// unreachable-server check is quick, and far above a loopback round trip.
 pub const TIMEOUT: Duration = Duration::from_secs(2);

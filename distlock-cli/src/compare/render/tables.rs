@@ -18,7 +18,8 @@ pub struct Matrix {
     pub footnotes: Vec<String>,
 }
 
-/// Rows = scenarios, then the broken recipes; columns = kinds. A cell is `pass`, `n/a [k]` with
+/// Rows = the suite's scenarios, the backends' own scenarios, then the broken recipes; columns =
+/// kinds. A cell is `pass`, `n/a [k]` with
 /// the reason as footnote k, `FAIL: <first line>`, or for a recipe `caught by S05` / `NOT caught`.
 pub fn matrix(report: &Report) -> Matrix {
     let mut header = vec!["scenario".to_owned()];
@@ -49,6 +50,26 @@ pub fn matrix(report: &Report) -> Matrix {
                         format!("FAIL: {}", first_line(cell.detail.as_deref().unwrap_or_default()))
                     }
                 },
+            });
+        }
+        rows.push(row);
+    }
+    let mut own: Vec<(&str, &str)> = report
+        .kinds
+        .iter()
+        .flat_map(|kind| {
+            kind.backend_scenarios.iter().map(|cell| (cell.scenario, cell.title.unwrap_or_default()))
+        })
+        .collect();
+    own.sort_unstable();
+    own.dedup_by_key(|(id, _)| *id);
+    for (id, title) in own {
+        let mut row = vec![format!("{id} {title}")];
+        for kind in &report.kinds {
+            row.push(match kind.backend_scenarios.iter().find(|cell| cell.scenario == id) {
+                Some(cell) if cell.status == Status::Pass => "pass".to_owned(),
+                Some(cell) => format!("FAIL: {}", first_line(cell.detail.as_deref().unwrap_or_default())),
+                None => "—".to_owned(),
             });
         }
         rows.push(row);
