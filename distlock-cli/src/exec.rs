@@ -126,7 +126,8 @@ fn dispatch(args: &ExecArgs) -> Result<u8, String> {
 
 /// Takes the lock, runs the command, releases the lock.
 fn hold<B: DistributedLock>(backend: distlock::Result<B>, args: &ExecArgs) -> Result<u8, String> {
-    let backend = backend.map_err(|e| format!("connecting to {}: {}", redact(&args.url), chain(&e)))?;
+    let backend =
+        backend.map_err(|e| format!("connecting to {}: {}", distlock::redact_url(&args.url), chain(&e)))?;
     let options = LockOptions::builder().lease(args.lease).build().map_err(|e| e.to_string())?;
     let client = LockClient::with_options(backend, options);
     let lock = client.lock_named(&args.name).map_err(|e| e.to_string())?;
@@ -260,15 +261,4 @@ fn chain(error: &distlock::Error) -> String {
         source = cause.source();
     }
     message
-}
-
-/// A URL without its password.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let user = url[scheme + 3..at].split(':').next().unwrap_or_default();
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
 }

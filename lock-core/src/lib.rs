@@ -49,6 +49,7 @@ mod profile;
 mod reentrancy;
 mod renewal;
 mod state;
+mod url;
 
 pub use backend::{Acquired, DistributedLock, Extension, Fencing, FencingToken, HoldKind, NativeWait};
 pub use client::LockClient;
@@ -63,6 +64,7 @@ pub use owner::OwnerToken;
 pub use profile::BackendProfile;
 pub use renewal::{MAX_RENEWAL_IO_THREADS, MAX_RENEWAL_THREADS, RENEWAL_THREAD_PREFIX};
 pub use state::HoldState;
+pub use url::redact_url;
 
 #[cfg(test)]
 mod fake;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lock_core::{Error, Result};
 
 use crate::identifier::TableName;
-use crate::url::redact;
+use lock_core::redact_url as redact;
 
 /// Builds an SQL backend: [`PostgresLockBuilder`](crate::postgres::PostgresLockBuilder) or
 /// [`MySqlLockBuilder`](crate::mysql::MySqlLockBuilder), `K` being the database's kind enum.

@@ -73,3 +73,10 @@ macro_rules! sql_lease {
     };
 }
 pub(crate) use sql_lease;
+
+/// How the row and advisory kinds of both databases work, for reports.
+pub(crate) const SESSION_PROFILE: lock_core::BackendProfile = lock_core::BackendProfile::new(
+    "a sequence, in the statement that grants the lock (never rolled back)",
+    "the database's own lock queue",
+    "the holding session ends with its server: the lock is released, the holder told",
+);

@@ -36,8 +36,6 @@ mod key_hash;
 mod lease;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod session_connection;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-mod url;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use builder::SqlLockBuilder;

@@ -66,10 +66,10 @@ impl ZooKeeperLockBuilder {
     /// # Errors
     /// [`Error::InvalidConfig`] for another scheme or no host.
     pub fn from_url(url: &str) -> Result<Self> {
-        let rest = url
-            .strip_prefix("zk://")
-            .or_else(|| url.strip_prefix("zookeeper://"))
-            .ok_or_else(|| Error::invalid_config(format!("not a zk:// URL: {}", redact(url))))?;
+        let rest =
+            url.strip_prefix("zk://").or_else(|| url.strip_prefix("zookeeper://")).ok_or_else(|| {
+                Error::invalid_config(format!("not a zk:// URL: {}", lock_core::redact_url(url)))
+            })?;
         let (credentials, rest) = match rest.rsplit_once('@') {
             Some((credentials, rest)) => (Some(credentials), rest),
             None => (None, rest),
@@ -79,7 +79,7 @@ impl ZooKeeperLockBuilder {
             None => (rest, None),
         };
         if hosts.is_empty() {
-            return Err(Error::invalid_config(format!("no host in {}", redact(url))));
+            return Err(Error::invalid_config(format!("no host in {}", lock_core::redact_url(url))));
         }
         let mut builder = Self::new(hosts);
         if let Some(root) = root {
@@ -163,17 +163,6 @@ impl ZooKeeperLockBuilder {
             }
         }
         ZooKeeperBackend::open(settings, root)
-    }
-}
-
-/// A URL without its password.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let user = url[scheme + 3..at].split(':').next().unwrap_or_default();
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_owned(),
     }
 }
 

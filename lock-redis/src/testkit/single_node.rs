@@ -179,10 +179,11 @@ pub fn ping_round_trip(url: &str) -> RoundTripProbe {
     RoundTripProbe::new(
         format!(
             "round trip = p50 of {PINGS} PINGs on one connection to {}, as `redis-benchmark -c 1 -t ping`",
-            redact(&url)
+            lock_core::redact_url(&url)
         ),
         move || {
-            let mut connection = probe(&url).map_err(|e| format!("connecting to {}: {e}", redact(&url)))?;
+            let mut connection =
+                probe(&url).map_err(|e| format!("connecting to {}: {e}", lock_core::redact_url(&url)))?;
             median_round_trip(PINGS, || {
                 redis::cmd("PING").query::<()>(&mut connection).map_err(|e| format!("PING: {e}"))
             })
@@ -199,15 +200,4 @@ pub fn probe(url: &str) -> redis::RedisResult<redis::Connection> {
     connection.set_read_timeout(Some(CONNECT_TIMEOUT))?;
     connection.set_write_timeout(Some(CONNECT_TIMEOUT))?;
     Ok(connection)
-}
-
-/// A URL without its password, for reports.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let user = url[scheme + 3..at].split(':').next().unwrap_or_default();
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
 }

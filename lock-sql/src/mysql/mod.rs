@@ -189,11 +189,7 @@ impl DistributedLock for MySqlBackend {
                 "the row is as durable as the database: a failover to a replica keeps it if the \
                  commit replicated",
             ),
-            _ => lock_core::BackendProfile::new(
-                "a sequence, in the statement that grants the lock (never rolled back)",
-                "the database's own lock queue",
-                "the holding session ends with its server: the lock is released, the holder told",
-            ),
+            _ => crate::lease::SESSION_PROFILE,
         }
     }
 

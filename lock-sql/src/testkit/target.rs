@@ -208,7 +208,7 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
         Some(RoundTripProbe::new(
             format!(
                 "round trip = p50 of {ROUND_TRIPS} `SELECT 1` on one connection to {}; durability: {durability}",
-                crate::url::redact(&target.url)
+                lock_core::redact_url(&target.url)
             ),
             move || {
                 let backend = target.backend().map_err(|e| e.to_string())?;
