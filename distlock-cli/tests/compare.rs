@@ -27,6 +27,7 @@ fn compare_quick_writes_a_complete_report_that_renders() {
     assert!(run.status.success(), "distlock compare failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("S01 mutual exclusion under contention"), "{stdout}");
     assert!(stdout.contains("caught by S06"), "{stdout}");
+    assert!(stdout.contains("R03 failover before replication; WAIT"), "{stdout}");
 
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("report.json")).unwrap()).unwrap();
@@ -74,6 +75,13 @@ fn compare_quick_writes_a_complete_report_that_renders() {
         .map(|recipe| (recipe["id"].as_str().unwrap(), recipe["caught"].as_bool().unwrap()))
         .collect();
     assert_eq!(recipes, [("N01", true), ("N02", true), ("N03", true), ("N04", true)]);
+    let own: Vec<(&str, &str)> = redis["backend_scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|cell| (cell["scenario"].as_str().unwrap(), cell["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(own, [("R03", "pass")], "Redis's own scenario under its kind");
 
     let markdown = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     assert!(markdown.contains("| S06 owner-safe release | pass | pass |"), "{markdown}");

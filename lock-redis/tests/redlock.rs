@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use lock_core::{DistributedLock, Error, Extension, Lock, LockClient, LockName, LockOptions, OwnerToken};
 use lock_redis::redis::{self, Commands as _};
-use lock_redis::testkit::redlock::{holders, probe, r02, KEY_PREFIX, NODES};
+use lock_redis::testkit::redlock::{holders, probe, KEY_PREFIX, NODES};
 use lock_redis::{RedlockBackend, RedlockLease};
 use lock_testkit::eventually;
 use lock_testkit::harness::{shared, RedisServer};
-use lock_testkit::suite::{unique_name, Verdict};
+use lock_testkit::suite::unique_name;
 
 const LEASE: Duration = Duration::from_secs(10);
 
@@ -153,21 +153,11 @@ fn r01_three_nodes_down_fail_fast_and_release_partial_holds() {
     assert!(cleared, "the late nodes ran acquire, then release: {last:?}");
 }
 
-/// R02: A holds nodes 1-3; node 3 restarts without persistence; B takes nodes 3-5. Two holders
-/// at once — and the fencing tokens let the resource reject A's stale write.
 #[test]
 fn r02_a_restarted_node_gives_two_holders_and_fencing_rejects_the_stale_write() {
-    let (nodes, _) = private_nodes();
-    let report = r02(&nodes, |urls| RedlockBackend::builder(urls).node_timeout(RELAXED_NODE_TIMEOUT).build())
-        .expect("R02 runs to the end");
-    println!("R02 with Redlock: {report:?}");
-    assert!(report.two_holders, "two holders demonstrated");
-    assert!(report.token_b > report.token_a, "B's token exceeds A's: {report:?}");
-    assert_eq!(report.verdict(), Ok(Verdict::Pass));
+    lock_testkit::run_backend_scenario(lock_redis::testkit::scenarios(), "R02");
 }
 
-/// A node that forgot the scripts (restart, `SCRIPT FLUSH`) answers `NOSCRIPT`; the backend
-/// loads them on that node and carries on.
 #[test]
 fn scripts_are_reloaded_on_nodes_that_forgot_them() {
     let urls = shared_urls();

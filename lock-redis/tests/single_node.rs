@@ -3,7 +3,6 @@
 //! restarted server, a wrong password or an ACL user does to a client.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -11,9 +10,11 @@ use lock_core::{
     DistributedLock, Error, Extension, Lock, LockClient, LockName, LockOptions, NativeWait, OwnerToken,
 };
 use lock_redis::redis::{self, Commands as _};
+use lock_redis::testkit::scenarios;
 use lock_redis::{RedisBackend, RedisKeys, RedisLockKind};
 use lock_testkit::eventually;
 use lock_testkit::harness::{shared, RedisOptions, RedisServer};
+use lock_testkit::run_backend_scenario;
 use lock_testkit::suite::unique_name;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -35,90 +36,8 @@ fn connection(url: &str) -> redis::Connection {
 /// R04: HINCRBY-counted holds per owner; unlock decrements and deletes at zero; the last
 /// release's pub/sub message wakes a waiter.
 #[test]
-fn r04_reentrant_hash_counts_holds_and_wakes_waiters() {
-    let url = shared_url();
-    let locks = backend(&url, RedisLockKind::ReentrantHash);
-    let name = unique_name("r04");
-    let keys = locks.keys(&name);
-    let mut raw = connection(&url);
-    let owner = OwnerToken::random();
-    let token = owner.to_hex();
-
-    let first = locks.try_acquire(&name, &owner, 10 * SECOND).unwrap().expect("first hold");
-    let second = locks.try_acquire(&name, &owner, 10 * SECOND).unwrap().expect("reentry by the same token");
-    let count: Option<i64> = raw.hget(keys.lock(), &token).unwrap();
-    assert_eq!(count, Some(2), "two holds by one owner are counted in the hash");
-    assert_eq!(first.fencing_token(), second.fencing_token(), "a reentry is not a new acquisition");
-    let first_token = first.fencing_token();
-    let other = OwnerToken::random();
-    assert!(locks.try_acquire(&name, &other, 10 * SECOND).unwrap().is_none(), "another owner is shut out");
-
-    // Listen on the lock's channel, and block a waiter (another client) in lock().
-    let mut listener = connection(&url);
-    let mut pubsub = listener.as_pubsub();
-    pubsub.subscribe(keys.channel()).unwrap();
-    pubsub.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
-    let waiter_client = LockClient::new(backend(&url, RedisLockKind::ReentrantHash));
-    let (acquired_tx, acquired) = mpsc::channel();
-    let waiter = {
-        let lock = Lock::new(&waiter_client, name.clone());
-        thread::spawn(move || {
-            let guard = lock.lock().expect("the waiter acquires");
-            acquired_tx.send((Instant::now(), guard.fencing_token())).unwrap();
-            guard.unlock().unwrap();
-        })
-    };
-    assert!(eventually(5 * SECOND, || raw.zcard::<_, i64>(keys.queue()).unwrap() == 1), "the waiter queued");
-
-    assert!(locks.release(second).unwrap(), "the first release gives back one hold");
-    let count: Option<i64> = raw.hget(keys.lock(), &token).unwrap();
-    assert_eq!(count, Some(1), "one hold left");
-    assert!(pubsub.get_message().is_err(), "no release is announced while a hold remains");
-    assert!(acquired.recv_timeout(Duration::from_millis(300)).is_err(), "the waiter stays blocked");
-
-    let released_at = Instant::now();
-    assert!(locks.release(first).unwrap(), "the last release");
-    // The waiter may already hold a new hash under its own token.
-    let count: Option<i64> = raw.hget(keys.lock(), &token).unwrap();
-    assert_eq!(count, None, "no hold of the first owner is left");
-    let message = pubsub.get_message().expect("the last release is announced");
-    let payload: String = message.get_payload().unwrap();
-    assert!(!payload.is_empty(), "the announcement names the waiter whose turn it is");
-    let (woken_at, fence) = acquired.recv_timeout(5 * SECOND).expect("the waiter acquired");
-    let handoff = woken_at.saturating_duration_since(released_at);
-    // Far below the 1 s fallback re-check: the message woke it.
-    assert!(handoff < Duration::from_millis(500), "hand-off took {handoff:?}");
-    assert!(fence > Some(first_token), "the waiter's acquisition takes a new fencing token");
-    waiter.join().unwrap();
-}
-
-/// R04, without a waiter: the hash is deleted when the last hold goes, and a stale lease
-/// releases nothing.
-#[test]
-fn r04_the_last_release_deletes_the_hash() {
-    let url = shared_url();
-    let locks = backend(&url, RedisLockKind::ReentrantHash);
-    let name = unique_name("r04-delete");
-    let keys = locks.keys(&name);
-    let mut raw = connection(&url);
-    let owner = OwnerToken::random();
-    let holds: Vec<_> =
-        (0..3).map(|_| locks.try_acquire(&name, &owner, 10 * SECOND).unwrap().expect("hold")).collect();
-    let count: Option<i64> = raw.hget(keys.lock(), owner.to_hex()).unwrap();
-    assert_eq!(count, Some(3));
-    let pttl: i64 = raw.pttl(keys.lock()).unwrap();
-    assert!(pttl > 0 && pttl <= 10_000, "the hash carries the lease: PTTL {pttl}");
-    for (left, hold) in (0..3).rev().zip(holds) {
-        assert!(locks.release(hold).unwrap());
-        let count: Option<i64> = raw.hget(keys.lock(), owner.to_hex()).unwrap();
-        assert_eq!(count, (left > 0).then_some(left), "after a release");
-    }
-    let exists: bool = raw.exists(keys.lock()).unwrap();
-    assert!(!exists, "the hash is deleted at zero holds");
-    // A fourth release (a stale lease of the same owner) finds nothing to give back.
-    let stale = locks.try_acquire(&name, &owner, 10 * SECOND).unwrap().expect("free again");
-    let _: i64 = raw.del(keys.lock()).unwrap();
-    assert!(!locks.release(stale).unwrap(), "a lease whose hash is gone releases nothing");
+fn r04_reentrant_hash_counts_holds_wakes_waiters_and_deletes_at_zero() {
+    run_backend_scenario(scenarios(), "R04");
 }
 
 #[test]

@@ -52,3 +52,21 @@ pub(super) fn single_node_recipes() -> Vec<BrokenRecipe> {
 pub(super) fn redlock_recipes() -> Vec<BrokenRecipe> {
     distlock::redis::testkit::broken_recipes().into_iter().filter(|recipe| recipe.id == "N06").collect()
 }
+
+/// The Redis scenarios, each under the kind it is about: R02 under `redlock`, R03 (failover and
+/// `WAIT`) under `redis`, R04 under `redis-hash`.
+fn own(id: &str) -> Vec<lock_testkit::BackendScenario> {
+    distlock::redis::testkit::scenarios().into_iter().filter(|scenario| scenario.id == id).collect()
+}
+
+pub(super) fn set_nx_scenarios() -> Vec<lock_testkit::BackendScenario> {
+    own("R03")
+}
+
+pub(super) fn reentrant_hash_scenarios() -> Vec<lock_testkit::BackendScenario> {
+    own("R04")
+}
+
+pub(super) fn redlock_scenarios() -> Vec<lock_testkit::BackendScenario> {
+    own("R02")
+}

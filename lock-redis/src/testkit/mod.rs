@@ -11,9 +11,11 @@
 
 pub mod negative;
 pub mod redlock;
+mod scenarios;
 mod single_node;
 
 pub use redlock::{RedlockTarget, NODES};
+pub use scenarios::scenarios;
 pub use single_node::{RedisTarget, CONNECT_TIMEOUT};
 
 use lock_testkit::harness::{HarnessError, RedisServer};
