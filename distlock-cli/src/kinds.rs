@@ -222,6 +222,8 @@ pub trait KindTarget: Send + Sync {
     fn scenario(&self, id: &str, test_name: &str) -> ScenarioResult;
     /// What a client of the kind says about itself.
     fn properties(&self) -> Result<Properties>;
+    /// Deletes what runs left under names starting with `prefix`; how many keys or rows.
+    fn clean_up(&self, prefix: &str) -> std::result::Result<u64, String>;
 }
 
 impl<T: SuiteTarget> KindTarget for T {
@@ -245,6 +247,9 @@ impl<T: SuiteTarget> KindTarget for T {
     }
     fn properties(&self) -> Result<Properties> {
         Ok(Properties::of(&self.backend()?))
+    }
+    fn clean_up(&self, prefix: &str) -> std::result::Result<u64, String> {
+        SuiteTarget::clean_up(self, prefix)
     }
     fn w4_not_applicable(&self) -> Result<Option<&'static str>> {
         workload::w4_not_applicable(self)

@@ -132,3 +132,36 @@ fn render(page: &Path, png: &Path) {
         .unwrap();
     assert!(status.success(), "chromium failed: {status}");
 }
+
+#[test]
+fn on_your_own_servers_names_are_namespaced_and_cleaned_up() {
+    use lock_testkit::harness::shared;
+    let redis = shared::redis().unwrap().address().to_owned();
+    let postgres = shared::postgres().unwrap().address().to_owned();
+    let mysql = shared::mariadb().unwrap().address().to_owned();
+    let run = Command::new(env!("CARGO_BIN_EXE_distlock"))
+        .args(["compare", "--jobs", "2", "--backends", "redis,pg-table,mysql-row", "--only", "s01,s02,s09"])
+        .args(["--redis", &redis, "--postgres", &postgres, "--mysql", &mysql])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{}\n{stderr}", String::from_utf8_lossy(&run.stdout));
+    // S09 leaves fencing counters (Redis) and rows (SQL): something was there to delete.
+    for kind in ["redis", "pg-table", "mysql-row"] {
+        let deleted = stderr
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(&format!("{kind}: deleted "))?.split(' ').next()?.parse::<u64>().ok()
+            })
+            .unwrap_or_else(|| panic!("no clean-up reported for {kind}: {stderr}"));
+        assert!(deleted > 0, "{kind}: {stderr}");
+    }
+    let mut connection =
+        distlock::redis::testkit::RedisTarget::at(distlock::redis::RedisLockKind::SetNx, redis)
+            .probe()
+            .unwrap();
+    let left: Vec<String> =
+        distlock::redis::redis::cmd("KEYS").arg("*distlock-compare:*").query(&mut connection).unwrap();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

@@ -38,9 +38,9 @@ pub struct CompareArgs {
     #[arg(long, value_delimiter = ',', value_name = "KINDS")]
     backends: Vec<String>,
     /// Run the Redis kinds on this server instead of a throwaway one. On your own servers, lock
-    /// names start with `distlock-compare:`; the runs' keys, rows and nodes stay there afterwards
-    /// (fencing counters never expire), and S13, S15 and the broken recipes still start throwaway
-    /// servers of their own, so the server programs are needed all the same.
+    /// names start with `distlock-compare:`, and the runs' keys and rows are deleted afterwards;
+    /// S13, S15 and the broken recipes still start throwaway servers of their own, so the server
+    /// programs are needed all the same.
     #[arg(long, value_name = "URL")]
     redis: Option<String>,
     /// Run Redlock on these independent servers (comma-separated URLs) instead of throwaway ones.
@@ -209,6 +209,19 @@ pub fn run(args: &CompareArgs) -> Result<bool, String> {
         }
     }
     progress.done();
+
+    // On a user's own servers, leave nothing behind: the runs' names all start with NAMESPACE.
+    for (index, contender) in indices.iter().zip(&contenders) {
+        if reports[*index].servers != "user" {
+            continue;
+        }
+        match contender.target.clean_up(NAMESPACE) {
+            Ok(deleted) => {
+                eprintln!("{}: deleted {deleted} keys or rows under `{NAMESPACE}`", contender.name)
+            }
+            Err(error) => reports[*index].error = Some(format!("cleaning up `{NAMESPACE}`: {error}")),
+        }
+    }
 
     let ok = reports.iter().all(KindReport::ok);
     let report = Report {

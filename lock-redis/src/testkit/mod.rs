@@ -16,7 +16,7 @@ mod single_node;
 
 pub use redlock::{RedlockTarget, NODES};
 pub use scenarios::scenarios;
-pub use single_node::{RedisTarget, CONNECT_TIMEOUT};
+pub use single_node::{delete_keys_of_names, RedisTarget, CONNECT_TIMEOUT};
 
 use lock_testkit::harness::{HarnessError, RedisServer};
 use lock_testkit::negative::{caught_by_scenario, BrokenRecipe, Caught};

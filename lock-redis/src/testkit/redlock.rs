@@ -108,6 +108,10 @@ pub fn holders(urls: &[String], keys: &RedisKeys) -> redis::RedisResult<Vec<Opti
 impl SuiteTarget for RedlockTarget {
     type Backend = RedlockBackend;
 
+    fn clean_up(&self, prefix: &str) -> Result<u64, String> {
+        self.urls.iter().map(|url| super::single_node::delete_keys_of_names(url, KEY_PREFIX, prefix)).sum()
+    }
+
     fn label(&self) -> String {
         format!("redlock ({} nodes)", self.urls.len())
     }

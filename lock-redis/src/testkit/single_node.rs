@@ -167,6 +167,10 @@ impl SuiteTarget for RedisTarget {
     fn round_trip(&self) -> Option<RoundTripProbe> {
         Some(ping_round_trip(&self.url))
     }
+
+    fn clean_up(&self, prefix: &str) -> Result<u64, String> {
+        delete_keys_of_names(&self.url, "distlock", prefix)
+    }
 }
 
 /// How many PINGs measure the round trip (after as many again to warm up).
@@ -200,4 +204,44 @@ pub fn probe(url: &str) -> redis::RedisResult<redis::Connection> {
     connection.set_read_timeout(Some(CONNECT_TIMEOUT))?;
     connection.set_write_timeout(Some(CONNECT_TIMEOUT))?;
     Ok(connection)
+}
+
+/// Deletes every key of the locks whose names start with `name_prefix` (lock, fencing counter,
+/// queue), on the server at `url`; returns how many. SCAN, not KEYS: it never blocks the server.
+///
+/// # Errors
+/// When the server cannot be reached.
+pub fn delete_keys_of_names(url: &str, key_prefix: &str, name_prefix: &str) -> Result<u64, String> {
+    let name = LockName::new(name_prefix).map_err(|e| e.to_string())?;
+    // `<key prefix>:{<escaped name>}:lock`, cut after the escaped prefix; glob characters quoted.
+    let lock_key = RedisKeys::new(key_prefix, &name).lock().to_owned();
+    let stem = lock_key.strip_suffix("}:lock").unwrap_or(&lock_key);
+    let mut pattern = String::with_capacity(stem.len() + 1);
+    for c in stem.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push('*');
+    let mut connection = probe(url).map_err(|e| format!("{}: {e}", lock_core::redact_url(url)))?;
+    let (mut cursor, mut deleted) = (0u64, 0u64);
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query(&mut connection)
+            .map_err(|e| e.to_string())?;
+        if !keys.is_empty() {
+            deleted +=
+                redis::cmd("DEL").arg(&keys).query::<u64>(&mut connection).map_err(|e| e.to_string())?;
+        }
+        if next == 0 {
+            return Ok(deleted);
+        }
+        cursor = next;
+    }
 }

@@ -161,6 +161,16 @@ impl Tables {
         )
     }
 
+    /// Deletes the lock-table and row-table rows of names that start with the bytes `prefix`
+    /// (`distlock compare`'s clean-up on a user's server).
+    pub(crate) fn delete_prefixed(&self, prefix: &[u8]) -> String {
+        let (length, literal) = (prefix.len(), hex(prefix));
+        format!(
+            "DELETE FROM {} WHERE LEFT(name, {length}) = {literal}; DELETE FROM {} WHERE LEFT(name, {length}) = {literal}",
+            self.locks, self.rows
+        )
+    }
+
     pub(crate) fn mark_free(&self, name: &str) -> String {
         format!("UPDATE {} SET expires_at = '1970-01-01 00:00:01' WHERE name = {name}", self.locks)
     }

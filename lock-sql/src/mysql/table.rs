@@ -114,6 +114,13 @@ impl MySqlBackend {
         Ok(ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(1))))
     }
 
+    /// Deletes the rows of names that start with `prefix` (lock table and row table).
+    pub(crate) fn delete_prefixed(&self, prefix: &str) -> Result<u64> {
+        let mut connection = self.inner.pool.get()?;
+        let results = connection.run("clean up", &self.inner.tables.delete_prefixed(prefix.as_bytes()))?;
+        Ok(results.sets.iter().map(|(affected, _)| affected).sum())
+    }
+
     pub(crate) fn table_mark_free(&self, name: &LockName) -> Result<()> {
         let mut connection = self.inner.pool.get()?;
         connection

@@ -31,6 +31,9 @@ pub(crate) struct Tables {
     pub(crate) release: String,
     pub(crate) remaining: String,
     pub(crate) mark_free: String,
+    /// Deletes the lock-table and row-table rows of names with a prefix (`distlock compare`'s
+    /// clean-up on a user's server); returns how many.
+    pub(crate) delete_prefixed: String,
     // Row locks.
     pub(crate) insert_row: String,
     pub(crate) lock_row_nowait: String,
@@ -95,6 +98,11 @@ impl Tables {
                  FROM {t} WHERE name = $1 AND expires_at > clock_timestamp()"
             ),
             mark_free: format!("UPDATE {t} SET expires_at = '-infinity' WHERE name = $1"),
+            delete_prefixed: format!(
+                "WITH a AS (DELETE FROM {t} WHERE starts_with(name, $1) RETURNING 1), \
+                      b AS (DELETE FROM {rows} WHERE starts_with(name, $1) RETURNING 1) \
+                 SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)"
+            ),
             // Cannot wait on a held row: a conflicting committed row means "exists".
             insert_row: format!("INSERT INTO {rows} (name) VALUES ($1) ON CONFLICT DO NOTHING"),
             lock_row_nowait: format!(

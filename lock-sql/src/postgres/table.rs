@@ -138,6 +138,14 @@ impl PostgresBackend {
         Ok(rows.first().map(|row| Duration::from_millis(u64::try_from(row.get::<_, i64>(0)).unwrap_or(1))))
     }
 
+    /// Deletes the rows of names that start with `prefix` (lock table and row table).
+    pub(crate) fn delete_prefixed(&self, prefix: &str) -> Result<u64> {
+        let connection = self.inner.pool.get()?;
+        let sql = self.inner.tables.delete_prefixed.as_str();
+        let rows = connection.rows("clean up", sql, &[(&prefix, Type::TEXT)])?;
+        Ok(rows.first().map_or(0, |row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0)))
+    }
+
     pub(crate) fn table_mark_free(&self, name: &LockName) -> Result<()> {
         let connection = self.inner.pool.get()?;
         let sql = self.inner.tables.mark_free.as_str();

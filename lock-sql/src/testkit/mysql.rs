@@ -59,6 +59,10 @@ impl SqlKind for MySqlLockKind {
         backend.server_settings(&["innodb_flush_log_at_trx_commit", "sync_binlog"])
     }
 
+    fn delete_prefixed(backend: &MySqlBackend, prefix: &str) -> lock_core::Result<u64> {
+        backend.delete_prefixed(prefix)
+    }
+
     fn round_trip(backend: &MySqlBackend, samples: usize) -> Result<Duration, String> {
         backend.select_one_round_trip(samples)
     }

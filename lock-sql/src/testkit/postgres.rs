@@ -59,6 +59,10 @@ impl SqlKind for PostgresLockKind {
         backend.server_settings(&["fsync", "synchronous_commit"])
     }
 
+    fn delete_prefixed(backend: &PostgresBackend, prefix: &str) -> lock_core::Result<u64> {
+        backend.delete_prefixed(prefix)
+    }
+
     fn round_trip(backend: &PostgresBackend, samples: usize) -> Result<Duration, String> {
         backend.select_one_round_trip(samples)
     }

@@ -80,6 +80,13 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
     /// When the server cannot be asked.
     fn durability(backend: &Self::Backend) -> Result<String, String>;
 
+    /// Deletes the lock-table and row-table rows of names that start with `prefix`; returns how
+    /// many.
+    ///
+    /// # Errors
+    /// When the server cannot be asked.
+    fn delete_prefixed(backend: &Self::Backend, prefix: &str) -> lock_core::Result<u64>;
+
     /// The median of `samples` `SELECT 1` round trips on one of the backend's connections.
     ///
     /// # Errors
@@ -196,6 +203,10 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
         // A call may open a connection (connect and handshake), then wait for its reply.
         let call_bound = 3 * OWN_SERVER_TIMEOUT + Duration::from_secs(1);
         Ok(backend.map(|backend| OwnServers { backend, servers, call_bound }))
+    }
+
+    fn clean_up(&self, prefix: &str) -> Result<u64, String> {
+        self.backend().and_then(|backend| K::delete_prefixed(&backend, prefix)).map_err(|e| e.to_string())
     }
 
     fn round_trip(&self) -> Option<RoundTripProbe> {

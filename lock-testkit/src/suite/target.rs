@@ -119,6 +119,17 @@ pub trait SuiteTarget: Send + Sync + 'static {
         ))
     }
 
+    /// `distlock compare` on a user's own servers: deletes what its runs left under lock names
+    /// that start with `prefix` (keys, rows), and says how many it deleted. Defaults to none:
+    /// in-process backends keep nothing, and ZooKeeper's servers remove empty lock parents.
+    ///
+    /// # Errors
+    /// When the servers cannot be reached.
+    fn clean_up(&self, prefix: &str) -> Result<u64, String> {
+        let _ = prefix;
+        Ok(0)
+    }
+
     /// Benchmarks: the physical limit results are printed beside — one round trip to the
     /// server, measured on demand. `None` for in-process backends.
     fn round_trip(&self) -> Option<RoundTripProbe> {
