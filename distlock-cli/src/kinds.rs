@@ -36,12 +36,15 @@ pub struct Opened {
     /// For kinds compared with a single server (Redlock: "pair p50 ≤ 2 × single-node"), how to
     /// make that single-node target; `distlock bench` measures it.
     pub single_node_reference: Option<Box<dyn Fn() -> Box<dyn KindTarget>>>,
+    /// For kinds whose servers report per-command time (Redis), how to measure the server time
+    /// of one acquire, renewal and release beside the plain recipe's; `distlock bench` prints it.
+    pub server_time: Option<Box<dyn Fn() -> std::result::Result<String, String>>>,
 }
 
 impl Opened {
-    /// `target`, with no single-node reference.
+    /// `target`, with no single-node reference and no server-time measurement.
     pub fn new(target: impl KindTarget + 'static) -> Self {
-        Self { target: Box::new(target), single_node_reference: None }
+        Self { target: Box::new(target), single_node_reference: None, server_time: None }
     }
 }
 

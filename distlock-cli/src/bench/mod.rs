@@ -88,6 +88,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         if args.runs > 1 {
             println!("-- run {run} of {}", args.runs);
         }
+        if let Some(server_time) = &opened.server_time {
+            println!("{}", server_time().map_err(|e| format!("server time: {e}"))?);
+        }
         for &workload in &args.workloads {
             let (record, round_trip) =
                 measure(workload, &opened, single_node_w1_p50, probe.as_ref(), &mut w1_rate)?;

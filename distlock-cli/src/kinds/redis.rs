@@ -1,9 +1,10 @@
 //! The Redis kinds: `redis` (SET NX PX), `redis-hash` (reentrant hash) and `redlock`.
 
-use distlock::redis::testkit::{RedisTarget, RedlockTarget, NODES};
+use distlock::redis::testkit::{server_time, RedisTarget, RedlockTarget, NODES};
 use distlock::redis::RedisLockKind;
 use lock_testkit::harness::shared;
 use lock_testkit::negative::BrokenRecipe;
+use lock_testkit::suite::SuiteTarget;
 
 use super::{KindTarget, Opened, Servers};
 
@@ -22,8 +23,20 @@ fn single_node(kind: RedisLockKind, servers: Servers<'_>) -> Result<Opened, Stri
         }
         Servers::Url(url) => url.to_owned(),
     };
-    Ok(Opened::new(RedisTarget::at(kind, url)))
+    let target = RedisTarget::at(kind, url.clone());
+    let mut opened = Opened::new(target.clone());
+    opened.server_time = Some(Box::new(move || {
+        let backend = target.backend().map_err(|e| e.to_string())?;
+        Ok(server_time::measure(&backend, std::slice::from_ref(&url), SERVER_TIME_OPS, SERVER_TIME_ROUNDS)?
+            .to_string())
+    }));
+    Ok(opened)
 }
+
+/// Operations per phase and rounds of the server-time measurement: 2,000 × 5 × 6 phases take
+/// about a second on loopback.
+const SERVER_TIME_OPS: usize = 2_000;
+const SERVER_TIME_ROUNDS: usize = 5;
 
 /// Redlock, with its yardstick for `distlock bench`: the single-node kind on its first node.
 pub(super) fn redlock(servers: Servers<'_>) -> Result<Opened, String> {
@@ -36,7 +49,12 @@ pub(super) fn redlock(servers: Servers<'_>) -> Result<Opened, String> {
         Servers::Url(urls) => urls.split(',').map(str::to_owned).collect(),
     };
     let first = urls.first().cloned().ok_or("no Redlock node URLs")?;
-    let mut opened = Opened::new(RedlockTarget::new(urls));
+    let target = RedlockTarget::new(urls.clone());
+    let mut opened = Opened::new(target.clone());
+    opened.server_time = Some(Box::new(move || {
+        let backend = target.backend().map_err(|e| e.to_string())?;
+        Ok(server_time::measure(&backend, &urls, SERVER_TIME_OPS, SERVER_TIME_ROUNDS)?.to_string())
+    }));
     opened.single_node_reference = Some(Box::new(move || {
         Box::new(RedisTarget::at(RedisLockKind::SetNx, first.clone())) as Box<dyn KindTarget>
     }));

@@ -6,12 +6,15 @@
 //! - [`RedlockTarget`]: [`RedlockBackend`](crate::RedlockBackend) over five shared harness nodes
 //!   (or `DISTLOCK_REDIS_NODES`), and [`redlock::r02`], scenario R02 as a function any Redlock
 //!   variant can be run through.
+//! - [`server_time`]: what one acquire, renewal and release cost the server (`INFO
+//!   commandstats`), beside the plain `SET NX PX` + compare-and-delete recipe.
 //! - [`negative`]: the broken recipes N01–N04 and N06; [`broken_recipes`] lists them in the
 //!   backend-neutral frame of [`lock_testkit::negative`].
 
 pub mod negative;
 pub mod redlock;
 mod scenarios;
+pub mod server_time;
 mod single_node;
 
 pub use redlock::{RedlockTarget, NODES};
