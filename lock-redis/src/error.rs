@@ -23,9 +23,6 @@ pub(crate) enum RedisFailure {
     /// connection is busy, or the server accepts connections but does not answer.
     #[error("no connection to redis within {timeout:?} (pool exhausted, or the server does not answer)")]
     PoolTimeout { timeout: Duration },
-    /// A script answered something the backend's scripts never return.
-    #[error("unexpected reply to {operation}: {detail}")]
-    Reply { operation: &'static str, detail: String },
 }
 
 impl RedisFailure {
@@ -49,7 +46,6 @@ impl From<RedisFailure> for Error {
             RedisFailure::PoolTimeout { .. } => {
                 Error::Timeout { backend: BACKEND, operation: "connect", source: Some(failure.into()) }
             }
-            RedisFailure::Reply { .. } => Error::Backend { backend: BACKEND, source: failure.into() },
         }
     }
 }

@@ -27,11 +27,14 @@
 //! # How it works
 //! - **Two layouts** ([`RedisLockKind`]): `SetNx`, a string key holding the owner token
 //!   (`SET NX PX`), and `ReentrantHash`, Redisson's hash of owner token to hold count. Each is a
-//!   handful of Lua scripts (acquire, extend, release) run with `EVALSHA`; the lock name travels
-//!   as `KEYS`/`ARGV`, never inside script text.
+//!   handful of Lua scripts (acquire, extend, release, leave the queue) run with `EVALSHA`; the
+//!   lock name travels as `KEYS`/`ARGV`, never inside script text. `SetNx` acquires
+//!   uncontended locks without a script, by a `MULTI`/`EXEC` transaction of plain commands
+//!   (a script's set-up costs the server more than the commands themselves). Redis 5 or newer.
 //! - **One atomic step** acquires, sets the lease and takes the next fencing token from a
 //!   per-name counter that never expires, so tokens strictly increase across holders, expiries
-//!   and client restarts. Extend and release compare the owner token first, in the same script.
+//!   and client restarts (a refused `SetNx` transaction uses up a number too: tokens have gaps,
+//!   never repeats). Extend and release compare the owner token first, in the same script.
 //! - **Keys** ([`RedisKeys`]): `<prefix>:{<escaped name>}:lock|fence|queue|queue-timeouts`, one
 //!   Redis Cluster hash tag per lock.
 //! - **Waiting**: a release publishes on the lock's channel (`<prefix>:{<escaped name>}:…`);

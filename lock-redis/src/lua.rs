@@ -2,12 +2,15 @@
 //! single commands ([`LuaScript::query`]), renewal pipelines and Redlock's packed requests
 //! ([`LuaScript::invoke`] after [`LuaScript::load`] in the same write).
 
-use std::sync::LazyLock;
-
 use redis::{Cmd, Connection, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind};
 
-/// The wait-queue helpers every acquiring or releasing script starts with.
+/// The wait-queue helpers of every acquiring, releasing or dequeuing script, put where it says
+/// [`QUEUE_MARKER`].
 pub(crate) const QUEUE: &str = include_str!("scripts/queue.lua");
+
+/// Where a script wants the queue helpers: after its fast path, which then does not pay for
+/// defining them.
+const QUEUE_MARKER: &str = "--[[ queue.lua ]]\n";
 
 /// One script: its text and its SHA-1, run with `EVALSHA`.
 ///
@@ -67,52 +70,61 @@ impl LuaScript {
     }
 }
 
-/// The three scripts of one single-node lock kind. Both kinds take the same `KEYS` and `ARGV`
+/// The scripts of one single-node lock kind. Both kinds take the same `KEYS` and `ARGV`
 /// (documented at the top of each script), so the backend drives them alike.
 pub(crate) struct LockScripts {
+    /// Acquire; for `SetNx`, the queued attempt only (the uncontended one is a transaction).
     pub(crate) acquire: LuaScript,
     pub(crate) extend: LuaScript,
     pub(crate) release: LuaScript,
+    /// A waiter that gives up leaves the queue.
+    pub(crate) dequeue: LuaScript,
 }
 
 impl LockScripts {
-    pub(crate) fn new(acquire: &str, extend: &str, release: &str) -> Self {
+    /// # Panics
+    /// When `acquire`, `release` or `dequeue` lacks the queue marker (a test runs every kind's).
+    pub(crate) fn new(acquire: &str, extend: &str, release: &str, dequeue: &str) -> Self {
         Self {
             acquire: LuaScript::new(with_queue(acquire)),
             extend: LuaScript::new(extend.to_owned()),
             release: LuaScript::new(with_queue(release)),
+            dequeue: LuaScript::new(with_queue(dequeue)),
         }
     }
 }
 
-/// A waiter that gives up leaves the queue (kind-independent).
-pub(crate) fn dequeue() -> &'static LuaScript {
-    static DEQUEUE: LazyLock<LuaScript> =
-        LazyLock::new(|| LuaScript::new(with_queue(include_str!("scripts/dequeue.lua"))));
-    &DEQUEUE
-}
-
 fn with_queue(body: &str) -> String {
-    format!("{QUEUE}\n{body}")
+    assert_eq!(body.matches(QUEUE_MARKER).count(), 1, "a script without one queue marker:\n{body}");
+    body.replacen(QUEUE_MARKER, QUEUE, 1)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn every_kind() -> [&'static LockScripts; 2] {
+        [crate::set_nx::scripts(), crate::reentrant_hash::scripts()]
+    }
+
     #[test]
     fn the_hash_is_the_sha1_of_the_full_text() {
-        let script = dequeue();
-        assert_eq!(script.hash().len(), 40);
-        assert_eq!(script.hash(), redis::Script::new(script.source()).get_hash());
-        assert!(script.source().starts_with(QUEUE));
+        for scripts in every_kind() {
+            for script in [&scripts.acquire, &scripts.release, &scripts.dequeue] {
+                assert_eq!(script.hash().len(), 40);
+                assert_eq!(script.hash(), redis::Script::new(script.source()).get_hash());
+                assert!(script.source().contains(QUEUE) && !script.source().contains(QUEUE_MARKER));
+            }
+            assert!(!scripts.extend.source().contains("server_time"), "extend needs no queue");
+        }
     }
 
     #[test]
     fn invoke_names_the_hash_and_the_keys() {
-        let packed = dequeue().invoke(&["a", "b"]).arg("x").get_packed_command();
+        let dequeue = &crate::set_nx::scripts().dequeue;
+        let packed = dequeue.invoke(&["a", "b"]).arg("x").get_packed_command();
         let text = String::from_utf8(packed).unwrap();
-        assert!(text.contains("EVALSHA") && text.contains(dequeue().hash()));
+        assert!(text.contains("EVALSHA") && text.contains(dequeue.hash()));
         assert!(text.contains("\r\n2\r\n") && text.ends_with("$1\r\nx\r\n"));
     }
 }

@@ -26,6 +26,7 @@ pub(crate) fn scripts() -> &'static LockScripts {
             include_str!("scripts/hash_acquire.lua"),
             include_str!("scripts/hash_extend.lua"),
             include_str!("scripts/hash_release.lua"),
+            include_str!("scripts/hash_dequeue.lua"),
         )
     });
     &SCRIPTS

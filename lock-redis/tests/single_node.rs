@@ -367,13 +367,21 @@ fn acl_users_and_wrong_passwords() {
     }
 }
 
-/// How often the server has run EVALSHA, from `INFO commandstats`.
+/// How often the server has run EVALSHA successfully, from `INFO commandstats` (calls minus
+/// failed calls: a script's first use on a fresh server is refused with NOSCRIPT, then loaded and
+/// run again).
 fn evalsha_calls(raw: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(raw).unwrap();
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
+    let Some(fields) = info.lines().find_map(|line| line.strip_prefix("cmdstat_evalsha:")) else {
+        return 0;
+    };
+    let field = |name: &str| -> u64 {
+        fields
+            .split(',')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or(0)
+    };
+    field("calls") - field("failed_calls")
 }
 
 /// A queue member without a lapse time (an orphan: in the queue, not in the timeouts set) never

@@ -1,17 +1,21 @@
 -- Reentrant hash lock: give back one hold of the caller's token. While holds remain the lease
 -- is left as it is (renewal is the holder's business, and an inner hold's shorter lease must not
 -- cut the outer one's); the last one deletes the lock and announces the release to waiters.
--- KEYS: lock, queue, queue timeouts. ARGV: owner token, release channel, lease (ms; unused).
+-- KEYS: lock, queue, queue timeouts. ARGV: owner token, release channel.
 -- Returns 1 if a hold was given back, 0 if the lock was not held under this token.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+local holds = tonumber(redis.call('HGET', KEYS[1], ARGV[1]))
+if not holds then
   return 0
 end
-if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) > 0 then
+if holds > 1 then
+  redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
   return 1
 end
 redis.call('DEL', KEYS[1])
 -- Every blocking waiter joins the queue before it waits: no queue, nobody to wake.
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  announce_release(KEYS[2], KEYS[3], ARGV[2], server_time())
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  return 1
 end
+--[[ queue.lua ]]
+announce_release(KEYS[2], KEYS[3], ARGV[2], server_time())
 return 1

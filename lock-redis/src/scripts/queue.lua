@@ -1,5 +1,6 @@
--- The fair wait queue, shared by every lock script (prepended to each; Redis runs a script as
--- one function, so these are its local helpers).
+-- The fair wait queue, shared by every lock script: put where a script says `--[[ queue.lua ]]`,
+-- after its fast path (Redis runs a script as one function, so these are its local helpers, and
+-- defining them costs time an uncontended call does not need to spend).
 --
 -- Two sorted sets hold the waiters of one lock, both in the lock's hash slot (their KEYS index
 -- differs per script: KEYS[3] and KEYS[4] in the acquire scripts, KEYS[2] and KEYS[3] in the
@@ -13,11 +14,8 @@
 -- Times come from the server's clock (TIME), never a client's, so clients with skewed clocks
 -- agree on who has lapsed.
 
--- The scripts read the server clock (TIME) before writing. Redis 5+ replicates a script's
--- effects, which allows that; older servers must be asked to.
-if redis.replicate_commands then
-  redis.replicate_commands()
-end
+-- The scripts read the server clock (TIME), also after writing: Redis 5 and newer replicate a
+-- script's effects, not the script, which allows that (older servers are not supported).
 
 -- Numbers are passed to redis.call as strings in full: Lua would print 1.7e15 as "1.7e+15".
 local function whole(number)
@@ -84,6 +82,30 @@ local function leave_queue(queue_key, timeout_key, token)
   redis.call('ZREM', timeout_key, token)
 end
 
+-- A free `SetNx` lock that is the queue head's turn holds `TURN_PREFIX .. <head's token>` for
+-- TURN_MS, so a plain `SET NX` (the transaction of an uncontended acquisition) cannot take it in
+-- the head's place. Owner tokens are hex: a reservation never equals one, so extend and release
+-- never mistake it for a hold.
+local TURN_PREFIX = 'turn:'
+
+local function is_reservation(value)
+  return value and string.sub(value, 1, #TURN_PREFIX) == TURN_PREFIX
+end
+
+-- Hands a free `SetNx` lock on: reserved for the longest-waiting live waiter, who is told so; or,
+-- with nobody live queued, deleted, and everyone told (an empty payload).
+local function hand_over(lock_key, queue_key, timeout_key, channel, now_ms)
+  prune_queue(queue_key, timeout_key, now_ms)
+  local head = queue_head(queue_key, timeout_key)
+  if head then
+    redis.call('SET', lock_key, TURN_PREFIX .. head, 'PX', TURN_MS)
+    give_turn(timeout_key, head, now_ms)
+  else
+    redis.call('DEL', lock_key)
+  end
+  redis.pcall('PUBLISH', channel, head or '')
+end
+
 -- Tells subscribers the lock is free. The payload names the waiter whose turn it is, so only
 -- that one retries at once; an empty payload (no live waiter) wakes everyone. PUBLISH runs under
 -- pcall: a refusal (an ACL user without rights on the channel) must not turn the release, which
@@ -97,23 +119,25 @@ local function announce_release(queue_key, timeout_key, channel, now_ms)
   redis.pcall('PUBLISH', channel, head or '')
 end
 
--- How long a caller that did not get the lock should wait at most before retrying unprompted:
--- the lock's remaining lease, or, while the lock is free but another waiter's turn, until that
--- waiter's entry would lapse. -1 when there is no bound (a lock without expiry, or no lapse time
--- known): the caller falls back to its normal re-check. Never 0, which would make it spin.
-local function retry_hint(lock_key, queue_key, timeout_key, now_ms)
+-- A refusal, as the acquire scripts return it: -1 - (how long the caller should wait at most
+-- before retrying unprompted, in ms). That is the lock's remaining lease (or turn), or, while the
+-- lock is free but another waiter's turn, until that waiter's entry would lapse; never 0, which
+-- would make the caller spin. Plain -1 when there is no bound (a lock without expiry, or no lapse
+-- time known): the caller falls back to its normal re-check. (A grant returns the fencing token,
+-- >= 0: one number, which costs the server less than a table.)
+local function refusal(lock_key, queue_key, timeout_key, now_ms)
   local pttl = redis.call('PTTL', lock_key)
   if pttl == -1 then
     return -1
   end
   if pttl >= 0 then
-    return math.max(pttl, 1)
+    return -1 - math.max(pttl, 1)
   end
   local head = queue_head(queue_key, timeout_key)
   if head then
     local lapses = tonumber(redis.call('ZSCORE', timeout_key, head))
     if lapses then
-      return math.max(lapses - now_ms, 1)
+      return -1 - math.max(lapses - now_ms, 1)
     end
   end
   return -1

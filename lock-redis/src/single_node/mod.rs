@@ -3,6 +3,7 @@
 
 mod lease;
 mod replication;
+mod uncontended;
 mod wait;
 
 pub use lease::RedisLease;
@@ -22,11 +23,12 @@ use redis::RedisResult;
 use crate::builder::RedisLockBuilder;
 use crate::cleanup;
 use crate::connection::{ConnectionPool, PooledConnection};
-use crate::error::{self, error_chain, RedisFailure, BACKEND};
+use crate::error::{self, error_chain, BACKEND};
 use crate::keys::RedisKeys;
 use crate::lua::LockScripts;
 use crate::waiter::WaitHub;
 use crate::{millis, reentrant_hash, set_nx};
+use uncontended::Uncontended;
 
 /// Which data layout, and so which scripts, a [`RedisBackend`] uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -85,6 +87,16 @@ impl Drop for Inner {
 }
 
 /// The outcome of one acquisition attempt.
+/// Which request an acquisition attempt sends ([`RedisBackend::attempt`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// A first attempt: a transaction of plain commands where the kind allows (`SetNx`).
+    /// `waiting`: whether the caller queues if the queue turns out to decide.
+    Uncontended { waiting: bool },
+    /// The acquire script, which consults the wait queue; `waiting` joins it on a refusal.
+    Queued { waiting: bool },
+}
+
 enum Attempt {
     Acquired(RedisLease),
     /// Someone else holds the lock (or it is another waiter's turn); retry within this long at
@@ -134,61 +146,98 @@ impl RedisBackend {
         Ok(self.inner.pool.get()?)
     }
 
-    /// One acquisition attempt. A `waiting` caller joins (or stays in) the wait queue when it does
-    /// not get the lock; a non-waiting one never touches the queue.
+    /// One acquisition attempt, one round trip when uncontended.
+    ///
+    /// How it goes to the server:
+    /// - [`Route::Uncontended`] (`SetNx` only; every other case is [`Route::Queued`]): the plain
+    ///   commands `EXISTS queue`, `SET lock <token> NX PX <lease>`, `INCR fence` in one
+    ///   `MULTI`/`EXEC` transaction, which costs the server a fraction of a script. A refusal
+    ///   costs a fencing number, which is harmless: tokens still increase with every grant. A
+    ///   grant while waiters were queued (the lock was free but not the newcomer's: a holder's
+    ///   lease ran out under the queue, or a dead head's turn ended) is handed back at once, as
+    ///   a release does, and the queued attempt follows: the queue decides.
+    /// - [`Route::Queued`]: the kind's acquire script. A `waiting` caller joins (or stays in) the
+    ///   wait queue when it does not get the lock; a non-waiting one never touches the queue.
     fn attempt(
         &self,
         name: &LockName,
         keys: &RedisKeys,
         owner: &OwnerToken,
         ttl: Duration,
-        waiting: bool,
+        route: Route,
     ) -> Result<Attempt> {
         let token = owner.to_hex();
         let mut connection = self.connection()?;
-        let reply = connection
-            .run(|c| {
-                let script = &self.scripts().acquire;
-                let command = script
-                    .invoke(&[keys.lock(), keys.fence(), keys.queue(), keys.queue_timeouts()])
-                    .arg(&token)
-                    .arg(millis(ttl))
-                    .arg(if waiting { "1" } else { "0" })
-                    .arg(millis(QUEUE_ENTRY_TTL))
-                    .to_owned();
-                script.query::<Vec<i64>>(c, &command)
-            })
-            .map_err(|e| error::map("acquire", e));
-        let reply = match reply {
-            Ok(reply) => reply,
-            Err(error) => {
-                if error.is_retryable() {
-                    // The request may have reached the server and granted the lock to `token`.
-                    let lease = RedisLease::in_doubt(name, keys, token, ttl);
-                    cleanup::release_in_background(self, lease, "the acquisition's reply did not come");
+        let in_doubt = |error: Error| {
+            if error.is_retryable() {
+                // The request may have reached the server and granted the lock to `token`.
+                let lease = RedisLease::in_doubt(name, keys, token.clone(), ttl);
+                cleanup::release_in_background(self, lease, "the acquisition's reply did not come");
+            }
+            error
+        };
+        let fence = match route {
+            Route::Uncontended { waiting } if self.kind() == RedisLockKind::SetNx => {
+                let reply = connection
+                    .run(|c| uncontended::acquire(c, keys, &token, ttl))
+                    .map_err(|e| in_doubt(error::map("acquire", e)))?;
+                match reply {
+                    Uncontended::Refused => return Ok(Attempt::Held { retry_in: None }),
+                    Uncontended::Acquired(fence) => fence,
+                    Uncontended::OutOfTurn(fence) => {
+                        let lease = self.lease(name, keys, token.clone(), fence, ttl);
+                        self.release_on(&mut connection, &lease).map_err(|e| {
+                            in_doubt(error::map("hand a lock taken out of turn to the queue", e))
+                        })?;
+                        drop(connection);
+                        return self.attempt(name, keys, owner, ttl, Route::Queued { waiting });
+                    }
                 }
-                return Err(error);
+            }
+            Route::Uncontended { waiting } | Route::Queued { waiting } => {
+                let reply = connection
+                    .run(|c| {
+                        let script = &self.scripts().acquire;
+                        let command = script
+                            .invoke(&[keys.lock(), keys.fence(), keys.queue(), keys.queue_timeouts()])
+                            .arg(&token)
+                            .arg(millis(ttl))
+                            .arg(if waiting { millis(QUEUE_ENTRY_TTL) } else { 0 })
+                            .to_owned();
+                        script.query::<i64>(c, &command)
+                    })
+                    .map_err(|e| in_doubt(error::map("acquire", e)))?;
+                match reply {
+                    fence if fence >= 0 => fence,
+                    -1 => return Ok(Attempt::Held { retry_in: None }),
+                    refusal => {
+                        let ms = refusal.unsigned_abs() - 1;
+                        return Ok(Attempt::Held { retry_in: Some(Duration::from_millis(ms.max(1))) });
+                    }
+                }
             }
         };
-        match reply.as_slice() {
-            [1, fence] => {
-                let lease = RedisLease {
-                    name: name.clone(),
-                    keys: keys.clone(),
-                    token,
-                    fence: FencingToken::new(u64::try_from(*fence).unwrap_or(0)),
-                    lease: ttl,
-                };
-                if let Some(wait) = self.inner.replicas {
-                    self.confirm_replicated(&mut connection, &lease, wait)?;
-                }
-                Ok(Attempt::Acquired(lease))
-            }
-            [0, hint] => {
-                let retry_in = u64::try_from(*hint).ok().map(|ms| Duration::from_millis(ms.max(1)));
-                Ok(Attempt::Held { retry_in })
-            }
-            other => Err(RedisFailure::Reply { operation: "acquire", detail: format!("{other:?}") }.into()),
+        let lease = self.lease(name, keys, token, fence, ttl);
+        if let Some(wait) = self.inner.replicas {
+            self.confirm_replicated(&mut connection, &lease, wait)?;
+        }
+        Ok(Attempt::Acquired(lease))
+    }
+
+    fn lease(
+        &self,
+        name: &LockName,
+        keys: &RedisKeys,
+        token: String,
+        fence: i64,
+        ttl: Duration,
+    ) -> RedisLease {
+        RedisLease {
+            name: name.clone(),
+            keys: keys.clone(),
+            token,
+            fence: FencingToken::new(u64::try_from(fence).unwrap_or(0)),
+            lease: ttl,
         }
     }
 
@@ -199,7 +248,6 @@ impl RedisBackend {
                 .invoke(&[lease.keys.lock(), lease.keys.queue(), lease.keys.queue_timeouts()])
                 .arg(&lease.token)
                 .arg(lease.keys.channel())
-                .arg(millis(lease.lease))
                 .to_owned();
             script.query(c, &command)
         })
@@ -234,7 +282,7 @@ impl DistributedLock for RedisBackend {
 
     fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<RedisLease>> {
         check_lease(ttl)?;
-        match self.attempt(name, &self.keys(name), owner, ttl, false)? {
+        match self.attempt(name, &self.keys(name), owner, ttl, Route::Uncontended { waiting: false })? {
             Attempt::Acquired(lease) => Ok(Some(lease)),
             Attempt::Held { .. } => Ok(None),
         }

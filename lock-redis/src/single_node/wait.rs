@@ -5,10 +5,9 @@ use std::time::{Duration, Instant};
 
 use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result};
 
-use super::{Attempt, RedisBackend, RedisLease};
+use super::{Attempt, RedisBackend, RedisLease, Route};
 use crate::error;
 use crate::keys::RedisKeys;
-use crate::lua;
 use crate::wait_loop::{self, Refusal, Waiter};
 use crate::waiter::Registration;
 
@@ -29,7 +28,7 @@ impl RedisBackend {
         let result = self.connection().and_then(|mut connection| {
             connection
                 .run(|c| {
-                    let script = lua::dequeue();
+                    let script = &self.scripts().dequeue;
                     let command = script
                         .invoke(&[keys.lock(), keys.queue(), keys.queue_timeouts()])
                         .arg(owner.to_hex())
@@ -66,13 +65,22 @@ struct QueueWaiter<'a> {
     owner: &'a OwnerToken,
     ttl: Duration,
     registration: Option<Registration<'a>>,
+    /// Attempts made so far.
+    attempts: u32,
 }
 
 impl Waiter for QueueWaiter<'_> {
     type Lease = RedisLease;
 
     fn attempt(&mut self) -> Result<std::result::Result<RedisLease, Refusal>> {
-        Ok(match self.backend.attempt(self.name, self.keys, self.owner, self.ttl, true)? {
+        // The first attempt is the cheap uncontended one; after a refusal the waiter queues.
+        let route = if self.attempts == 0 {
+            Route::Uncontended { waiting: true }
+        } else {
+            Route::Queued { waiting: true }
+        };
+        self.attempts += 1;
+        Ok(match self.backend.attempt(self.name, self.keys, self.owner, self.ttl, route)? {
             Attempt::Acquired(lease) => Ok(lease),
             Attempt::Held { retry_in } => Err(Refusal { retry_in, back_off: None }),
         })
@@ -112,7 +120,8 @@ impl NativeWait for RedisBackend {
     ) -> Result<Option<Acquired<RedisLease>>> {
         check_lease(ttl)?;
         let keys = self.keys(name);
-        let mut waiter = QueueWaiter { backend: self, name, keys: &keys, owner, ttl, registration: None };
+        let mut waiter =
+            QueueWaiter { backend: self, name, keys: &keys, owner, ttl, registration: None, attempts: 0 };
         let outcome = wait_loop::wait_until(&mut waiter, deadline);
         drop(waiter);
         match &outcome {
