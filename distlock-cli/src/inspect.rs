@@ -118,10 +118,13 @@ fn redis(url: &str, name: &LockName) -> Result<Seen, String> {
     let error = |e: r::RedisError| e.to_string();
     let kind: String = r::cmd("TYPE").arg(keys.lock()).query(&mut connection).map_err(error)?;
     let holder = match kind.as_str() {
-        "string" => connection
-            .get::<_, Option<String>>(keys.lock())
-            .map_err(error)?
-            .map(|owner| format!("owner {owner}")),
+        // A free lock reserved for the head of the wait queue (its turn, a few hundred ms).
+        "string" => connection.get::<_, Option<String>>(keys.lock()).map_err(error)?.map(|owner| match owner
+            .strip_prefix("turn:")
+        {
+            Some(waiter) => format!("none: reserved for waiter {waiter} (its turn)"),
+            None => format!("owner {owner}"),
+        }),
         "hash" => {
             let owners: Vec<(String, i64)> = connection.hgetall(keys.lock()).map_err(error)?;
             owners.first().map(|(owner, count)| format!("owner {owner} (hold count {count})"))

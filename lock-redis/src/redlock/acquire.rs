@@ -28,7 +28,7 @@ pub(super) enum Attempt {
     },
 }
 
-/// One node's answer to the acquire script.
+/// One node's answer to the acquisition ([`vote_request`]).
 pub(super) struct Vote {
     pub(super) granted: bool,
     pub(super) fence: u64,
@@ -59,24 +59,26 @@ impl RedlockBackend {
             }
             return Err(self.failure(&tally, "acquire"));
         }
-        let script = scripts::acquire();
-        let request =
-            script.invoke(&[keys.lock(), keys.fence()]).arg(&token).arg(millis(ttl)).get_packed_command();
-        let replies = self.run_script(&mut fanout, script, &request, "acquire");
+        let request = vote_request(keys, &token, ttl);
+        let everyone = vec![Some(request.as_slice()); self.inner.nodes.len()];
+        let replies: Vec<_> = fanout
+            .exchange(&everyone, VOTE_REPLIES, Duration::ZERO, "acquire")
+            .into_iter()
+            .map(|outcome| outcome.unwrap_or_else(|| Err(NodeError::unanswered())))
+            .collect();
 
         let mut tally = self.tally();
         let mut granted = Vec::new();
         let mut may_hold = vec![false; replies.len()];
         let mut fence = 0;
-        // Each answering node's counter after this attempt (a refusal reports counter + 1).
+        // Each answering node's counter after this attempt (refusals take a number too).
         let mut counters: Vec<Option<u64>> = vec![None; replies.len()];
         let mut retry_in: Option<Duration> = None;
         for (index, reply) in replies.into_iter().enumerate() {
-            match reply.and_then(parse_vote) {
+            match reply.and_then(|replies| parse_vote(replies, &token)) {
                 Ok(vote) => {
                     fence = fence.max(vote.fence);
-                    counters[index] =
-                        Some(if vote.granted { vote.fence } else { vote.fence.saturating_sub(1) });
+                    counters[index] = Some(vote.fence);
                     if vote.granted {
                         tally.confirm();
                         granted.push(index);
@@ -210,16 +212,48 @@ impl RedlockBackend {
     }
 }
 
-pub(super) fn parse_vote(value: Value) -> std::result::Result<Vote, NodeError> {
-    match redis::from_redis_value::<Vec<i64>>(value) {
-        Ok(reply) => match reply.as_slice() {
-            &[granted @ (0 | 1), fence, remaining_ms] => {
-                Ok(Vote { granted: granted == 1, fence: u64::try_from(fence).unwrap_or(0), remaining_ms })
-            }
-            other => Err(NodeError::reply("acquire", other)),
-        },
-        Err(error) => Err(NodeError::reply("acquire", error)),
-    }
+/// Replies to [`vote_request`] on one node: `OK`, four `QUEUED`, and `EXEC`'s array.
+const VOTE_REPLIES: usize = 6;
+
+/// One node's vote, as a `MULTI`/`EXEC` transaction of plain commands (a script's set-up costs
+/// the node more than the commands): `GET lock` (a grant the same attempt already has there is
+/// kept: a request may reach a node twice when a dead connection is retried), `SET lock <value>
+/// NX PX <lease>`, `INCR fence` (the node's next fencing number, also on a refusal: tokens skip
+/// numbers, never repeat) and `PTTL lock` (a refusal's hint).
+pub(super) fn vote_request(keys: &RedisKeys, token: &str, ttl: Duration) -> Vec<u8> {
+    let mut request = redis::cmd("MULTI").get_packed_command();
+    request.extend(redis::cmd("GET").arg(keys.lock()).get_packed_command());
+    request.extend(
+        redis::cmd("SET")
+            .arg(keys.lock())
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(millis(ttl))
+            .get_packed_command(),
+    );
+    request.extend(redis::cmd("INCR").arg(keys.fence()).get_packed_command());
+    request.extend(redis::cmd("PTTL").arg(keys.lock()).get_packed_command());
+    request.extend(redis::cmd("EXEC").get_packed_command());
+    request
+}
+
+/// A node's vote from its replies to [`vote_request`] for `token`; any error reply (a refused
+/// `MULTI`, `EXECABORT`) is the node's failure.
+pub(super) fn parse_vote(replies: Vec<Value>, token: &str) -> std::result::Result<Vote, NodeError> {
+    let replies = match Value::Array(replies).extract_error() {
+        Ok(Value::Array(replies)) => replies,
+        Ok(other) => return Err(NodeError::reply("acquire", format!("{other:?}"))),
+        Err(error) => return Err(NodeError::from_redis("acquire", error)),
+    };
+    let exec = replies.into_iter().last().ok_or_else(|| NodeError::reply("acquire", "no reply"))?;
+    let (holder, set, fence, remaining_ms): (Option<String>, Option<String>, i64, i64) =
+        redis::from_redis_value(exec).map_err(|error| NodeError::reply("acquire", error))?;
+    Ok(Vote {
+        granted: set.is_some() || holder.as_deref() == Some(token),
+        fence: u64::try_from(fence).unwrap_or(0),
+        remaining_ms,
+    })
 }
 
 /// The value one acquisition attempt stores on the nodes: the owner token, a colon, and 64 random

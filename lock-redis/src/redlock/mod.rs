@@ -2,15 +2,15 @@
 //! fencing tokens and pub/sub wake-ups.
 //!
 //! # The algorithm
-//! 1. Note the time, then send the acquire script (`SET NX PX` plus the node's next fencing
-//!    number, one atomic step per node) to **every node at once**: the request is written to one
-//!    connection per node, then every reply is read, all within one deadline (the
+//! 1. Note the time, then send the acquisition (`SET NX PX` plus the node's next fencing
+//!    number, one `MULTI`/`EXEC` transaction per node) to **every node at once**: the request is
+//!    written to one connection per node, then every reply is read, all within one deadline (the
 //!    [node timeout](RedlockBuilder::node_timeout), 50 ms by default) — no thread per call.
 //!    That is one round; a whole operation can take several: checking out connections (up to
 //!    one node timeout), the exchange (one), a retry on a fresh connection where an idle one
-//!    turned out dead (one), a `SCRIPT LOAD` round on nodes that answered `NOSCRIPT` (one), and
-//!    for a failed acquisition the undo (reconnect and exchange, up to two) — about six node
-//!    timeouts at worst. Validity always counts the real elapsed time.
+//!    turned out dead (one), a `SCRIPT LOAD` round on nodes that answered `NOSCRIPT` to a renewal
+//!    or release script (one), and for a failed acquisition the undo (reconnect and exchange, up
+//!    to two) — about six node timeouts at worst. Validity always counts the real elapsed time.
 //! 2. The lock is acquired when a quorum (`N/2 + 1`) granted it **and** time is left:
 //!    validity = lease − elapsed − drift, drift = 1 % of the lease + 2 ms
 //!    ([`RedlockBackend::clock_drift`], also the backend's
@@ -348,11 +348,26 @@ mod tests {
 
     #[test]
     fn votes_parse_and_nonsense_is_a_node_failure() {
-        let vote = parse_vote(Value::Array(vec![Value::Int(0), Value::Int(8), Value::Int(1500)])).unwrap();
+        let queued = || Value::SimpleString("QUEUED".into());
+        let replies =
+            |exec: Vec<Value>| vec![Value::Okay, queued(), queued(), queued(), queued(), Value::Array(exec)];
+        let refused =
+            replies(vec![Value::BulkString(b"other".to_vec()), Value::Nil, Value::Int(8), Value::Int(1500)]);
+        let vote = parse_vote(refused, "mine").unwrap();
         assert!(!vote.granted);
         assert_eq!((vote.fence, vote.remaining_ms), (8, 1500));
-        assert!(parse_vote(Value::Array(vec![Value::Int(2), Value::Int(1), Value::Int(0)])).is_err());
-        assert!(parse_vote(Value::Okay).is_err());
+        let granted = replies(vec![Value::Nil, Value::Okay, Value::Int(9), Value::Int(30_000)]);
+        assert!(parse_vote(granted, "mine").unwrap().granted);
+        let again = replies(vec![
+            Value::BulkString(b"mine".to_vec()),
+            Value::Nil,
+            Value::Int(10),
+            Value::Int(29_000),
+        ]);
+        assert!(parse_vote(again, "mine").unwrap().granted, "the same attempt's grant is kept");
+        let noauth = redis::parse_redis_value(b"-NOAUTH Authentication required.\r\n").unwrap();
+        assert!(parse_vote(vec![noauth.clone(), noauth], "mine").is_err());
+        assert!(parse_vote(vec![Value::Okay], "mine").is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Redlock's Lua scripts (`scripts/redlock_*.lua`), sent with `EVALSHA` in packed requests. A
 //! node that answers `NOSCRIPT` (it restarted, or its script cache was flushed) gets `SCRIPT LOAD`
-//! and the same `EVALSHA` again, in one write.
+//! and the same `EVALSHA` again, in one write. (The acquisition needs no script: a transaction of
+//! plain commands, in `acquire.rs`.)
 
 use std::sync::LazyLock;
 
@@ -8,13 +9,6 @@ use crate::lua::LuaScript;
 
 /// The fencing helper the extend and release scripts start with.
 const FENCE: &str = include_str!("../scripts/redlock_fence.lua");
-
-/// Takes the lock on one node: `SET NX PX` plus the node's next fencing number.
-pub(crate) fn acquire() -> &'static LuaScript {
-    static SCRIPT: LazyLock<LuaScript> =
-        LazyLock::new(|| LuaScript::new(include_str!("../scripts/redlock_acquire.lua").to_owned()));
-    &SCRIPT
-}
 
 /// Extends the lease on one node if the token still holds it; raises the fencing counter.
 pub(crate) fn extend() -> &'static LuaScript {
@@ -47,10 +41,9 @@ mod tests {
 
     #[test]
     fn hashes_are_sha1_of_the_full_text() {
-        for script in [acquire(), extend(), release(), raise()] {
+        for script in [extend(), release(), raise()] {
             assert_eq!(script.hash(), redis::Script::new(script.source()).get_hash());
         }
         assert!(extend().source().contains("local function raise_fence"));
-        assert!(!acquire().source().contains("raise_fence"));
     }
 }
