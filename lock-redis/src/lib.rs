@@ -166,6 +166,7 @@ mod set_nx;
 mod single_node;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod transaction;
 mod wait_loop;
 mod waiter;
 

@@ -12,7 +12,7 @@ use super::scripts;
 use super::tally::{NodeError, BACKEND};
 use super::{RedlockBackend, RedlockLease};
 use crate::keys::RedisKeys;
-use crate::millis;
+use crate::transaction;
 
 /// The outcome of one acquisition attempt that reached a quorum.
 pub(super) enum Attempt {
@@ -62,7 +62,7 @@ impl RedlockBackend {
         let request = vote_request(keys, &token, ttl);
         let everyone = vec![Some(request.as_slice()); self.inner.nodes.len()];
         let replies: Vec<_> = fanout
-            .exchange(&everyone, VOTE_REPLIES, Duration::ZERO, "acquire")
+            .exchange(&everyone, transaction::replies(VOTE_COMMANDS), Duration::ZERO, "acquire")
             .into_iter()
             .map(|outcome| outcome.unwrap_or_else(|| Err(NodeError::unanswered())))
             .collect();
@@ -212,8 +212,8 @@ impl RedlockBackend {
     }
 }
 
-/// Replies to [`vote_request`] on one node: `OK`, four `QUEUED`, and `EXEC`'s array.
-const VOTE_REPLIES: usize = 6;
+/// The commands of [`vote_request`].
+const VOTE_COMMANDS: usize = 4;
 
 /// One node's vote, as a `MULTI`/`EXEC` transaction of plain commands (a script's set-up costs
 /// the node more than the commands): `GET lock` (a grant the same attempt already has there is
@@ -221,32 +221,18 @@ const VOTE_REPLIES: usize = 6;
 /// NX PX <lease>`, `INCR fence` (the node's next fencing number, also on a refusal: tokens skip
 /// numbers, never repeat) and `PTTL lock` (a refusal's hint).
 pub(super) fn vote_request(keys: &RedisKeys, token: &str, ttl: Duration) -> Vec<u8> {
-    let mut request = redis::cmd("MULTI").get_packed_command();
-    request.extend(redis::cmd("GET").arg(keys.lock()).get_packed_command());
-    request.extend(
-        redis::cmd("SET")
-            .arg(keys.lock())
-            .arg(token)
-            .arg("NX")
-            .arg("PX")
-            .arg(millis(ttl))
-            .get_packed_command(),
-    );
-    request.extend(redis::cmd("INCR").arg(keys.fence()).get_packed_command());
-    request.extend(redis::cmd("PTTL").arg(keys.lock()).get_packed_command());
-    request.extend(redis::cmd("EXEC").get_packed_command());
-    request
+    transaction::pack(&[
+        redis::cmd("GET").arg(keys.lock()).to_owned(),
+        transaction::set_nx_px(keys, token, ttl),
+        redis::cmd("INCR").arg(keys.fence()).to_owned(),
+        redis::cmd("PTTL").arg(keys.lock()).to_owned(),
+    ])
 }
 
 /// A node's vote from its replies to [`vote_request`] for `token`; any error reply (a refused
 /// `MULTI`, `EXECABORT`) is the node's failure.
 pub(super) fn parse_vote(replies: Vec<Value>, token: &str) -> std::result::Result<Vote, NodeError> {
-    let replies = match Value::Array(replies).extract_error() {
-        Ok(Value::Array(replies)) => replies,
-        Ok(other) => return Err(NodeError::reply("acquire", format!("{other:?}"))),
-        Err(error) => return Err(NodeError::from_redis("acquire", error)),
-    };
-    let exec = replies.into_iter().last().ok_or_else(|| NodeError::reply("acquire", "no reply"))?;
+    let exec = transaction::exec_reply(replies).map_err(|error| NodeError::from_redis("acquire", error))?;
     let (holder, set, fence, remaining_ms): (Option<String>, Option<String>, i64, i64) =
         redis::from_redis_value(exec).map_err(|error| NodeError::reply("acquire", error))?;
     Ok(Vote {

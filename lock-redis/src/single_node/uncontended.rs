@@ -1,13 +1,14 @@
 //! The uncontended acquisition of the `SetNx` kind: plain commands in one `MULTI`/`EXEC`
-//! transaction instead of a script, which costs the server a fraction of the time (a script's
-//! set-up alone costs more than `SET` itself; `distlock bench` shows both).
+//! transaction ([`crate::transaction`]) instead of a script, which costs the server a fraction
+//! of the time (a script's set-up alone costs more than `SET` itself; `distlock bench` shows
+//! both).
 
 use std::time::Duration;
 
 use redis::{Connection, ConnectionLike, RedisError, RedisResult, Value};
 
 use crate::keys::RedisKeys;
-use crate::millis;
+use crate::transaction;
 
 /// What the transaction found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,52 +23,31 @@ pub(super) enum Uncontended {
 }
 
 /// `MULTI; EXISTS queue; SET lock <token> NX PX <lease>; INCR fence; EXEC`, in one write.
-///
-/// Sent and read by hand: redis-rs's atomic pipeline mis-counts when `MULTI` itself is refused
-/// (an unauthenticated connection) and panics in debug builds.
 pub(super) fn acquire(
     connection: &mut Connection,
     keys: &RedisKeys,
     token: &str,
     ttl: Duration,
 ) -> RedisResult<Uncontended> {
-    let mut request = redis::cmd("MULTI").get_packed_command();
-    request.extend(redis::cmd("EXISTS").arg(keys.queue()).get_packed_command());
-    request.extend(
-        redis::cmd("SET")
-            .arg(keys.lock())
-            .arg(token)
-            .arg("NX")
-            .arg("PX")
-            .arg(millis(ttl))
-            .get_packed_command(),
-    );
-    request.extend(redis::cmd("INCR").arg(keys.fence()).get_packed_command());
-    request.extend(redis::cmd("EXEC").get_packed_command());
-    let replies = connection.req_packed_commands(&request, 0, 5)?;
+    let commands = [
+        redis::cmd("EXISTS").arg(keys.queue()).to_owned(),
+        transaction::set_nx_px(keys, token, ttl),
+        redis::cmd("INCR").arg(keys.fence()).to_owned(),
+    ];
+    let replies =
+        connection.req_packed_commands(&transaction::pack(&commands), 0, transaction::replies(3))?;
     parse(replies)
 }
 
-/// The transaction's outcome from its five replies: `OK`, three `QUEUED` and `EXEC`'s array. The
-/// first error anywhere (a refused `MULTI`, a command refused when queued, `EXECABORT`) is the
-/// outcome.
+/// The transaction's outcome from its replies.
 fn parse(replies: Vec<Value>) -> RedisResult<Uncontended> {
-    let mut replies = match Value::Array(replies).extract_error()? {
-        Value::Array(replies) => replies,
-        _ => unreachable!("extract_error keeps an array an array"),
-    };
-    let exec = replies.pop().ok_or_else(|| short_reply("no reply"))?;
     let (queued, set, fence): (i64, Option<String>, i64) =
-        redis::from_redis_value(exec).map_err(RedisError::from)?;
+        redis::from_redis_value(transaction::exec_reply(replies)?).map_err(RedisError::from)?;
     Ok(match (queued, set) {
         (_, None) => Uncontended::Refused,
         (0, Some(_)) => Uncontended::Acquired(fence),
         (_, Some(_)) => Uncontended::OutOfTurn(fence),
     })
-}
-
-fn short_reply(what: &'static str) -> RedisError {
-    RedisError::from((redis::ErrorKind::Parse, "acquire transaction", what.to_owned()))
 }
 
 #[cfg(test)]
