@@ -131,7 +131,9 @@ fn redis(url: &str, name: &LockName) -> Result<Seen, String> {
         }
         _ => None,
     };
-    let pttl: i64 = connection.pttl(keys.lock()).map_err(error)?;
+    let reserved = holder.as_deref().is_some_and(|holder| holder.starts_with("none: reserved"));
+    // A reservation's expiry is the head's turn, not a lease.
+    let pttl: i64 = if reserved { -2 } else { connection.pttl(keys.lock()).map_err(error)? };
     let fence: Option<u64> = connection.get(keys.fence()).map_err(error)?;
     let waiters: usize = connection.zcard(keys.queue()).map_err(error)?;
     Ok(Seen {

@@ -30,7 +30,8 @@
 //!   handful of Lua scripts (acquire, extend, release, leave the queue) run with `EVALSHA`; the
 //!   lock name travels as `KEYS`/`ARGV`, never inside script text. `SetNx` acquires
 //!   uncontended locks without a script, by a `MULTI`/`EXEC` transaction of plain commands
-//!   (a script's set-up costs the server more than the commands themselves). Redis 5 or newer.
+//!   (a script's set-up costs the server more than the commands themselves). Redis 5 or newer,
+//!   replicating scripts by their effects (the default since 5, the only way since 7).
 //! - **One atomic step** acquires, sets the lease and takes the next fencing token from a
 //!   per-name counter that never expires, so tokens strictly increase across holders, expiries
 //!   and client restarts (a refused `SetNx` transaction uses up a number too: tokens have gaps,
@@ -43,7 +44,10 @@
 //!   resetchannels`). Without them locking still works — a release whose PUBLISH is refused
 //!   still releases — but nobody is woken: waiters re-check on their own, about once a second
 //!   (the subscriber logs a warning once per channel). Waiters queue in Redis in arrival order
-//!   (a sorted set), so a holder that releases and re-locks at once cannot starve them; a waiter
+//!   (a sorted set; a waiter joins one round trip after its first attempt found the lock taken),
+//!   so a holder that releases and re-locks at once cannot starve them: a release with waiters
+//!   reserves the lock for the head (`SetNx`: the value `turn:<token>`; `ReentrantHash`: the
+//!   acquire script checks the queue). A waiter
 //!   that dies leaves the queue within 3 s, and holds up a free lock for at most its turn
 //!   (250 ms): the head of the queue must take a free lock within that time or lapse. A lost
 //!   message delays a waiter by at most a second.

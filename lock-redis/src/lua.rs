@@ -10,7 +10,7 @@ pub(crate) const QUEUE: &str = include_str!("scripts/queue.lua");
 
 /// Where a script wants the queue helpers: after its fast path, which then does not pay for
 /// defining them.
-const QUEUE_MARKER: &str = "--[[ queue.lua ]]\n";
+const QUEUE_MARKER: &str = "--[[ queue.lua ]]";
 
 /// One script: its text and its SHA-1, run with `EVALSHA`.
 ///

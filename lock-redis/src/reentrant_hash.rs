@@ -2,12 +2,14 @@
 //! and 004.
 //!
 //! The lock is a hash `{ <owner token>: <hold count> }` with the lease as its TTL:
-//! - **Acquire**: when the key is free, `HINCRBY lock <token> 1`, `PEXPIRE` and `INCR fence` (a
-//!   fresh acquisition takes the next fencing token); when the hash already has the caller's
-//!   token, `HINCRBY` counts one more hold and renews the lease (the fencing token stays the one
-//!   issued with the first hold).
-//! - **Release**: `HINCRBY -1`; while holds remain the lease is renewed, at zero the key is
-//!   deleted and the release published to waiters.
+//! - **Acquire** (one script): when the lock and its queue are both absent (one `EXISTS` of the
+//!   two keys), `HSET lock <token> 1`, `PEXPIRE` and `INCR fence` (a fresh acquisition takes the
+//!   next fencing token); when the hash already has the caller's token, `HINCRBY` counts one
+//!   more hold and raises the lease if it was shorter (the fencing token stays the one issued
+//!   with the first hold); otherwise the wait queue decides.
+//! - **Release**: `HGET` the caller's count; while holds remain `HINCRBY -1` and the lease is left
+//!   as it is; at the last one the key is deleted and, with waiters queued, the release is
+//!   published to the head.
 //! - **Extend**: `PEXPIRE` if the hash has the caller's token.
 //!
 //! [`lock_core::Lock`] already counts reentry per thread and draws a fresh token per

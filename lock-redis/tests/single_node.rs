@@ -156,6 +156,63 @@ fn the_wait_queue_is_not_jumped_and_a_dead_head_lapses() {
     assert!(locks.release(acquired.lease).unwrap());
 }
 
+/// A holder whose lease runs out under a queued waiter: a newcomer's uncontended transaction may
+/// take the free lock, but hands it back to the queue at once, so the waiter gets its turn
+/// first; and a release with a waiter queued leaves the lock reserved for it (a free lock to
+/// every probe), not open to a plain `SET NX`.
+#[test]
+fn an_expired_holder_passes_the_lock_to_the_queue_not_to_a_newcomer() {
+    let url = shared_url();
+    let locks = backend(&url, RedisLockKind::SetNx);
+    let mut raw = connection(&url);
+    let name = unique_name("expired-under-queue");
+    let keys = locks.keys(&name);
+    // A holder whose lease ends in 200 ms, and a waiter queued behind it that stays queued (its
+    // entry lapses in 3 s) but, written by hand, never retries on its own.
+    let _: () =
+        redis::cmd("SET").arg(keys.lock()).arg("dead-holder").arg("PX").arg(200).query(&mut raw).unwrap();
+    let waiter = OwnerToken::random().to_hex();
+    let (now_s, now_us): (u64, u64) = redis::cmd("TIME").query(&mut raw).unwrap();
+    let now_ms = now_s * 1000 + now_us / 1000;
+    let _: () = raw.zadd(keys.queue(), &waiter, now_ms * 1000).unwrap();
+    let _: () = raw.zadd(keys.queue_timeouts(), &waiter, now_ms + 3000).unwrap();
+    thread::sleep(Duration::from_millis(300));
+    assert!(
+        locks.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap().is_none(),
+        "a newcomer took a free lock from a queued waiter"
+    );
+    let reserved: Option<String> = raw.get(keys.lock()).unwrap();
+    assert_eq!(reserved, Some(format!("turn:{waiter}")), "the lock is the waiter's turn");
+    let probe = lock_redis::testkit::RedisTarget::at(RedisLockKind::SetNx, url.clone());
+    let lease = lock_testkit::suite::SuiteTarget::remaining_lease(&probe, &name).unwrap().unwrap();
+    assert_eq!(lease, None, "a reserved lock has no holder");
+    // The waiter's turn (250 ms) ends unused: the next newcomer gets the lock.
+    thread::sleep(Duration::from_millis(400));
+    let acquired =
+        locks.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap().expect("after the turn");
+
+    // A release with a waiter queued reserves the lock for it: SET NX cannot take it.
+    let waiting = {
+        let (locks, name) = (locks.clone(), name.clone());
+        thread::spawn(move || {
+            locks.acquire_until(&name, &OwnerToken::random(), 10 * SECOND, Some(Instant::now() + 5 * SECOND))
+        })
+    };
+    assert!(eventually(5 * SECOND, || raw.zcard::<_, i64>(keys.queue()).unwrap() == 1), "the waiter queued");
+    assert!(locks.release(acquired).unwrap());
+    let barged: Option<String> = redis::cmd("SET")
+        .arg(keys.lock())
+        .arg("barger")
+        .arg("NX")
+        .arg("PX")
+        .arg(10_000)
+        .query(&mut raw)
+        .unwrap();
+    assert!(barged.is_none(), "a plain SET NX took a lock reserved for the queue head");
+    let next = waiting.join().unwrap().unwrap().expect("the waiter got the lock");
+    assert!(locks.release(next.lease).unwrap());
+}
+
 /// A waiter that gives up leaves the queue, and the next one is told it is its turn.
 #[test]
 fn a_waiter_that_gives_up_leaves_the_queue() {

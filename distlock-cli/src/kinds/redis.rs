@@ -33,8 +33,8 @@ fn single_node(kind: RedisLockKind, servers: Servers<'_>) -> Result<Opened, Stri
     Ok(opened)
 }
 
-/// Operations per phase and rounds of the server-time measurement: 2,000 × 5 × 6 phases take
-/// about a second on loopback.
+/// Operations per phase and rounds of the server-time measurement: 2,000 × 5 × 6 phases, a few
+/// seconds on loopback.
 const SERVER_TIME_OPS: usize = 2_000;
 const SERVER_TIME_ROUNDS: usize = 5;
 

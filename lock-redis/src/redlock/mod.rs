@@ -30,8 +30,9 @@
 //! [`Error::Timeout`].
 //!
 //! # Fencing (best effort)
-//! Every node keeps a per-name counter. A grant increments it; a refusal reports the counter
-//! plus one; the token is the maximum over every answer, granted or refused. Extend and release
+//! Every node keeps a per-name counter, incremented by every vote, granted or refused (a
+//! refusal's number is simply never used: tokens skip numbers, never repeat); the token is the
+//! maximum over every answer. Extend and release
 //! raise each node's counter to at least the holder's token (a monotonic step, run on every
 //! node). So a later holder's token exceeds an earlier holder's whenever the later holder hears
 //! from at least one node that saw the earlier token — which is how scenario R02's stale write

@@ -1,5 +1,5 @@
--- The fair wait queue, shared by every lock script: put where a script says `--[[ queue.lua ]]`,
--- after its fast path (Redis runs a script as one function, so these are its local helpers, and
+-- The fair wait queue, shared by every lock script: put where a script has the queue marker
+-- (`QUEUE_MARKER` in lua.rs), after its fast path (Redis runs a script as one function, so these are its local helpers, and
 -- defining them costs time an uncontended call does not need to spend).
 --
 -- Two sorted sets hold the waiters of one lock, both in the lock's hash slot (their KEYS index

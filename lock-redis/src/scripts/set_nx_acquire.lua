@@ -5,10 +5,10 @@
 -- so a releaser that re-locks at once cannot starve the queue.
 -- KEYS: lock, fence, queue, queue timeouts.
 -- ARGV: owner token, lease (ms), queue entry lifetime (ms) if the caller waits (joins the queue),
---       else 0.
+--       else 0; release channel.
 -- Returns the fencing token (>= 0) when acquired, else a refusal (< 0, see `refusal`).
 local lock_key, fence_key, queue_key, timeout_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, lease, entry_ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local token, lease, entry_ttl, channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 --[[ queue.lua ]]
 local now_ms, now_us = server_time()
 prune_queue(queue_key, timeout_key, now_ms)
@@ -20,11 +20,11 @@ if not holder or is_reservation(holder) then
     leave_queue(queue_key, timeout_key, token)
     return redis.call('INCR', fence_key)
   end
-  -- The head's turn: it must take the lock soon, or lapse (a dead head holds it up briefly).
+  -- The head's turn: it must take the lock soon, or lapse (a dead head holds it up briefly). A
+  -- free lock, or one reserved for a waiter that lapsed since, is reserved for it and it is told.
   if holder ~= TURN_PREFIX .. head then
-    redis.call('SET', lock_key, TURN_PREFIX .. head, 'PX', TURN_MS)
+    hand_over(lock_key, queue_key, timeout_key, channel, now_ms)
   end
-  give_turn(timeout_key, head, now_ms)
 end
 if entry_ttl > 0 then
   join_queue(queue_key, timeout_key, token, now_ms, now_us, entry_ttl)

@@ -86,7 +86,6 @@ impl Drop for Inner {
     }
 }
 
-/// The outcome of one acquisition attempt.
 /// Which request an acquisition attempt sends ([`RedisBackend::attempt`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
@@ -97,6 +96,7 @@ enum Route {
     Queued { waiting: bool },
 }
 
+/// The outcome of one acquisition attempt.
 enum Attempt {
     Acquired(RedisLease),
     /// Someone else holds the lock (or it is another waiter's turn); retry within this long at
@@ -152,10 +152,15 @@ impl RedisBackend {
     /// - [`Route::Uncontended`] (`SetNx` only; every other case is [`Route::Queued`]): the plain
     ///   commands `EXISTS queue`, `SET lock <token> NX PX <lease>`, `INCR fence` in one
     ///   `MULTI`/`EXEC` transaction, which costs the server a fraction of a script. A refusal
-    ///   costs a fencing number, which is harmless: tokens still increase with every grant. A
-    ///   grant while waiters were queued (the lock was free but not the newcomer's: a holder's
-    ///   lease ran out under the queue, or a dead head's turn ended) is handed back at once, as
-    ///   a release does, and the queued attempt follows: the queue decides.
+    ///   costs a fencing number, which is harmless: tokens still increase with every grant.
+    ///   Only an uncontended attempt is one round trip; the rest follow the queue:
+    ///   - refused, a `waiting` caller makes the queued attempt at once (a second round trip),
+    ///     so it joins the queue one round trip after it found the lock taken, not after it
+    ///     subscribed to wake-ups;
+    ///   - granted while waiters were queued (the lock was free but not the newcomer's: a
+    ///     holder's lease ran out under the queue, or a dead head's turn ended), the lock is
+    ///     handed back at once, as a release does, and the queued attempt follows: three round
+    ///     trips, on a path that needs a holder to have died or lost its lease.
     /// - [`Route::Queued`]: the kind's acquire script. A `waiting` caller joins (or stays in) the
     ///   wait queue when it does not get the lock; a non-waiting one never touches the queue.
     fn attempt(
@@ -178,21 +183,30 @@ impl RedisBackend {
         };
         let fence = match route {
             Route::Uncontended { waiting } if self.kind() == RedisLockKind::SetNx => {
-                let reply = connection
-                    .run(|c| uncontended::acquire(c, keys, &token, ttl))
+                let reply = uncontended::acquire(&mut connection, keys, &token, ttl)
                     .map_err(|e| in_doubt(error::map("acquire", e)))?;
                 match reply {
-                    Uncontended::Refused => return Ok(Attempt::Held { retry_in: None }),
-                    Uncontended::Acquired(fence) => fence,
+                    Uncontended::Refused if !waiting => return Ok(Attempt::Held { retry_in: None }),
+                    Uncontended::Refused => {}
+                    Uncontended::Acquired(fence) => {
+                        return self.granted(&mut connection, name, keys, token, fence, ttl)
+                    }
                     Uncontended::OutOfTurn(fence) => {
                         let lease = self.lease(name, keys, token.clone(), fence, ttl);
-                        self.release_on(&mut connection, &lease).map_err(|e| {
-                            in_doubt(error::map("hand a lock taken out of turn to the queue", e))
-                        })?;
-                        drop(connection);
-                        return self.attempt(name, keys, owner, ttl, Route::Queued { waiting });
+                        if let Err(e) = self.release_on(&mut connection, &lease) {
+                            // The grant is certain: whatever the error, the hold must not stay
+                            // in the queue's way for a whole lease.
+                            cleanup::release_in_background(
+                                self,
+                                lease,
+                                "handing a lock taken out of turn back failed",
+                            );
+                            return Err(error::map("hand a lock taken out of turn to the queue", e));
+                        }
                     }
                 }
+                drop(connection);
+                return self.attempt(name, keys, owner, ttl, Route::Queued { waiting });
             }
             Route::Uncontended { waiting } | Route::Queued { waiting } => {
                 let reply = connection
@@ -203,6 +217,7 @@ impl RedisBackend {
                             .arg(&token)
                             .arg(millis(ttl))
                             .arg(if waiting { millis(QUEUE_ENTRY_TTL) } else { 0 })
+                            .arg(keys.channel())
                             .to_owned();
                         script.query::<i64>(c, &command)
                     })
@@ -217,9 +232,22 @@ impl RedisBackend {
                 }
             }
         };
+        self.granted(&mut connection, name, keys, token, fence, ttl)
+    }
+
+    /// The lease of a grant, once the replicas have it if the backend waits for them.
+    fn granted(
+        &self,
+        connection: &mut PooledConnection,
+        name: &LockName,
+        keys: &RedisKeys,
+        token: String,
+        fence: i64,
+        ttl: Duration,
+    ) -> Result<Attempt> {
         let lease = self.lease(name, keys, token, fence, ttl);
         if let Some(wait) = self.inner.replicas {
-            self.confirm_replicated(&mut connection, &lease, wait)?;
+            self.confirm_replicated(connection, &lease, wait)?;
         }
         Ok(Attempt::Acquired(lease))
     }
@@ -263,7 +291,7 @@ impl DistributedLock for RedisBackend {
 
     fn profile(&self) -> lock_core::BackendProfile {
         let profile = lock_core::BackendProfile::new(
-            "INCR of a per-name counter, in the acquire script (one round trip)",
+            "INCR of a per-name counter, atomic with the acquisition (one round trip)",
             "pub/sub message on release, to the head of a fair wait queue",
             "the counter and the lock replicate asynchronously: a failover may lose the lock \
              (WAIT option: acquire returns only once replicas have it)",

@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use redis::{Connection, ConnectionLike, RedisError, RedisResult, Value};
+use redis::{RedisError, RedisResult, Value};
+
+use crate::connection::RedisConnection;
 
 use crate::keys::RedisKeys;
 use crate::transaction;
@@ -23,8 +25,10 @@ pub(super) enum Uncontended {
 }
 
 /// `MULTI; EXISTS queue; SET lock <token> NX PX <lease>; INCR fence; EXEC`, in one write.
+/// Read with one deadline for all replies ([`RedisConnection::exchange`]): a server that stops
+/// answering costs one read timeout, not one per reply.
 pub(super) fn acquire(
-    connection: &mut Connection,
+    connection: &mut RedisConnection,
     keys: &RedisKeys,
     token: &str,
     ttl: Duration,
@@ -34,8 +38,7 @@ pub(super) fn acquire(
         transaction::set_nx_px(keys, token, ttl),
         redis::cmd("INCR").arg(keys.fence()).to_owned(),
     ];
-    let replies =
-        connection.req_packed_commands(&transaction::pack(&commands), 0, transaction::replies(3))?;
+    let replies = connection.exchange(&transaction::pack(&commands), transaction::replies(commands.len()))?;
     parse(replies)
 }
 

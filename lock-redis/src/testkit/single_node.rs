@@ -102,6 +102,14 @@ impl SuiteTarget for RedisTarget {
     }
 
     fn remaining_lease(&self, name: &LockName) -> Result<lock_core::Result<Option<Duration>>, NotApplicable> {
+        // A free `SetNx` lock reserved for the wait queue's head (`turn:<token>`) has no holder.
+        if self.kind == RedisLockKind::SetNx {
+            match self.probe_query::<Option<String>>(redis::cmd("GET").arg(self.keys(name).lock())) {
+                Ok(Some(value)) if value.starts_with("turn:") => return Ok(Ok(None)),
+                Ok(_) => {}
+                Err(error) => return Ok(Err(error)),
+            }
+        }
         let pttl = self.probe_query::<i64>(redis::cmd("PTTL").arg(self.keys(name).lock()));
         Ok(pttl.map(|ms| match ms {
             -2 => None,
