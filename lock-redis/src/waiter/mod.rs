@@ -198,6 +198,12 @@ impl WaitHub {
         (Registration { hub: self, channel: channel.to_owned(), slot }, poke)
     }
 
+    /// Whether `channel` is subscribed: a waiter registering now would be woken by the next
+    /// message without a round trip of its own.
+    pub(crate) fn is_subscribed(&self, channel: &str) -> bool {
+        self.shared.state.lock().channels.get(channel).is_some_and(|entry| entry.subscribed)
+    }
+
     /// Stops the subscriber thread (within [`TICK`]).
     pub(crate) fn close(&self) {
         self.shared.state.lock().closed = true;
