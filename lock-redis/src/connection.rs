@@ -31,6 +31,11 @@ const FAILURE_POLL: Duration = Duration::from_millis(20);
 /// that is already in the socket buffer is still taken.
 const MIN_READ_WAIT: Duration = Duration::from_millis(1);
 
+/// How much longer than a reply's remaining wait the socket's read timeout may stay: setting it
+/// is a system call, and the replies of one pipeline or transaction mostly arrive together, so
+/// one setting serves them all. A reply may be waited for this much past its deadline.
+const TIMEOUT_SLACK: Duration = Duration::from_millis(2);
+
 /// Threads that open connections for one pool. Two, so a connect that hangs on an unresponsive
 /// server does not hold up the next attempt entirely.
 const CONNECTOR_THREADS: usize = 2;
@@ -53,6 +58,9 @@ pub(crate) struct RedisConnection {
     broken: bool,
     last_used: Instant,
     read_timeout: Duration,
+    /// The read timeout the socket has now ([`read_timeout`](Self::read_timeout) but while
+    /// [`recv_until`](Self::recv_until) waits).
+    socket_timeout: Duration,
 }
 
 impl RedisConnection {
@@ -94,7 +102,7 @@ impl RedisConnection {
     /// ([`exchange`](Self::exchange)) before [`run`](Self::run) uses it again.
     pub(crate) fn recv_until(&mut self, deadline: Instant) -> RedisResult<redis::Value> {
         let left = deadline.saturating_duration_since(Instant::now()).max(MIN_READ_WAIT);
-        let result = self.inner.set_read_timeout(Some(left)).and_then(|()| self.inner.recv_response());
+        let result = self.set_socket_timeout(left, TIMEOUT_SLACK).and_then(|()| self.inner.recv_response());
         if let Err(error) = &result {
             if !error::leaves_connection_usable(error) {
                 self.broken = true;
@@ -119,11 +127,21 @@ impl RedisConnection {
             values.push(value);
         }
         // `recv_until` left the socket with the last wait's timeout.
-        let restored = self.inner.set_read_timeout(Some(self.read_timeout));
+        let restored = self.set_socket_timeout(self.read_timeout, Duration::ZERO);
         if restored.is_err() {
             self.broken = true;
         }
         restored.map(|()| values)
+    }
+
+    /// Gives the socket a read timeout of `wait`, unless the one it has is no shorter and at most
+    /// `slack` longer (a system call saved).
+    fn set_socket_timeout(&mut self, wait: Duration, slack: Duration) -> RedisResult<()> {
+        if self.socket_timeout < wait || self.socket_timeout > wait + slack {
+            self.inner.set_read_timeout(Some(wait))?;
+            self.socket_timeout = wait;
+        }
+        Ok(())
     }
 
     /// Marks the connection broken: the pool discards it instead of taking it back (for a
@@ -140,12 +158,15 @@ impl RedisConnection {
         command: impl FnOnce(&mut Connection) -> RedisResult<T>,
     ) -> RedisResult<T> {
         let normal = self.read_timeout;
-        self.run(|connection| {
+        let result = self.run(|connection| {
             connection.set_read_timeout(Some(read_timeout))?;
             let result = command(connection);
             connection.set_read_timeout(Some(normal))?;
             result
-        })
+        });
+        // Unknown after an error: zero makes the next `recv_until` set it again.
+        self.socket_timeout = if result.is_ok() { normal } else { Duration::ZERO };
+        result
     }
 }
 
@@ -221,6 +242,7 @@ impl r2d2::ManageConnection for ConnectionManager {
                     broken: false,
                     last_used: now,
                     read_timeout: self.settings.read_timeout,
+                    socket_timeout: self.settings.read_timeout,
                 })
             }
             Err(error) => {
