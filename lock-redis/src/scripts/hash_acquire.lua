@@ -3,10 +3,10 @@
 -- reentry by the same token counts one more hold and returns the token already issued.
 -- KEYS: lock, fence, queue, queue timeouts.
 -- ARGV: owner token, lease (ms), queue entry lifetime (ms) if the caller waits (joins the queue),
---       else 0; release channel.
+--       else 0; release channel (unused: the same ARGV as `SetNx`'s).
 -- Returns the fencing token (>= 0) when acquired, else a refusal (< 0, see `refusal`).
 local lock_key, fence_key, queue_key, timeout_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, lease, entry_ttl, channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local token, lease, entry_ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 
 -- Fast path, the uncontended case: a free lock with nobody queued (one read for both keys) goes
 -- to the caller at once, without reading the clock or touching the queue.
@@ -41,9 +41,9 @@ if redis.call('EXISTS', lock_key) == 0 then
     return redis.call('INCR', fence_key)
   end
   -- The head's turn: it must take the lock soon, or lapse (a dead head holds it up briefly).
-  -- It is told, in case it missed the release (or lapsed behind a dead head).
+  -- Not told again: the release already told it (a free hash lock is never reserved, so this
+  -- script cannot tell whether the head heard; it re-checks by its hint if it did not).
   give_turn(timeout_key, head, now_ms)
-  redis.pcall('PUBLISH', channel, head)
 end
 if entry_ttl > 0 then
   join_queue(queue_key, timeout_key, token, now_ms, now_us, entry_ttl)
