@@ -90,11 +90,8 @@ impl Drop for Inner {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
     /// A first attempt: a transaction of plain commands where the kind allows (`SetNx`).
-    /// `waiting`: whether the caller queues if the queue turns out to decide; `queue_at_once`:
-    /// whether a refusal is followed at once by the queued attempt (a waiter whose wake-ups are
-    /// not subscribed yet: subscribing takes round trips, and its place in the queue must not
-    /// wait for them).
-    Uncontended { waiting: bool, queue_at_once: bool },
+    /// `waiting`: whether the caller queues if the queue turns out to decide.
+    Uncontended { waiting: bool },
     /// The acquire script, which consults the wait queue; `waiting` joins it on a refusal.
     Queued { waiting: bool },
 }
@@ -159,8 +156,8 @@ impl RedisBackend {
     ///   Only an uncontended attempt is one round trip; the rest follow the queue:
     ///   - refused, a waiter makes the queued attempt next, which joins the queue: right after
     ///     it subscribed to wake-ups if that is immediate (another waiter of this backend
-    ///     already did), else at once, before subscribing (`queue_at_once`), so its place never
-    ///     waits for the subscription's round trips;
+    ///     already did), else at once, before subscribing, so its place never waits for the
+    ///     subscription's round trips;
     ///   - granted while waiters were queued (the lock was free but not the newcomer's: a
     ///     holder's lease ran out under the queue, or a dead head's turn ended), the lock is
     ///     handed back at once, as a release does, and the queued attempt follows: three round
@@ -186,11 +183,16 @@ impl RedisBackend {
             error
         };
         let fence = match route {
-            Route::Uncontended { waiting, queue_at_once } if self.kind() == RedisLockKind::SetNx => {
+            Route::Uncontended { waiting } if self.kind() == RedisLockKind::SetNx => {
                 let reply = uncontended::acquire(&mut connection, keys, &token, ttl)
                     .map_err(|e| in_doubt(error::map("acquire", e)))?;
                 match reply {
-                    Uncontended::Refused if !queue_at_once => return Ok(Attempt::Held { retry_in: None }),
+                    // A waiter whose wake-ups are already subscribed makes its queued attempt
+                    // right after subscribing, which is immediate; one that must subscribe first
+                    // (round trips) queues now, so its place does not wait for them.
+                    Uncontended::Refused if !waiting || self.inner.hub.is_subscribed(keys.channel()) => {
+                        return Ok(Attempt::Held { retry_in: None });
+                    }
                     Uncontended::Refused => {}
                     Uncontended::Acquired(fence) => {
                         return self.granted(&mut connection, name, keys, token, fence, ttl)
@@ -212,7 +214,7 @@ impl RedisBackend {
                 drop(connection);
                 return self.attempt(name, keys, owner, ttl, Route::Queued { waiting });
             }
-            Route::Uncontended { waiting, .. } | Route::Queued { waiting } => {
+            Route::Uncontended { waiting } | Route::Queued { waiting } => {
                 let reply = connection
                     .run(|c| {
                         let script = &self.scripts().acquire;
@@ -314,13 +316,7 @@ impl DistributedLock for RedisBackend {
 
     fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<RedisLease>> {
         check_lease(ttl)?;
-        match self.attempt(
-            name,
-            &self.keys(name),
-            owner,
-            ttl,
-            Route::Uncontended { waiting: false, queue_at_once: false },
-        )? {
+        match self.attempt(name, &self.keys(name), owner, ttl, Route::Uncontended { waiting: false })? {
             Attempt::Acquired(lease) => Ok(Some(lease)),
             Attempt::Held { .. } => Ok(None),
         }

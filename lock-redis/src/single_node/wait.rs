@@ -75,8 +75,7 @@ impl Waiter for QueueWaiter<'_> {
     fn attempt(&mut self) -> Result<std::result::Result<RedisLease, Refusal>> {
         // The first attempt is the cheap uncontended one; after a refusal the waiter queues.
         let route = if self.attempts == 0 {
-            let queue_at_once = !self.backend.inner.hub.is_subscribed(self.keys.channel());
-            Route::Uncontended { waiting: true, queue_at_once }
+            Route::Uncontended { waiting: true }
         } else {
             Route::Queued { waiting: true }
         };
