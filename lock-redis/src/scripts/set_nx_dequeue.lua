@@ -5,8 +5,10 @@
 local removed = redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 --[[ queue.lua ]]
-local holder = redis.call('GET', KEYS[1])
-if removed == 1 and (not holder or holder == TURN_PREFIX .. ARGV[1]) then
-  hand_over(KEYS[1], KEYS[2], KEYS[3], ARGV[2], server_time())
+if removed == 1 then
+  local holder = redis.call('GET', KEYS[1])
+  if not holder or holder == TURN_PREFIX .. ARGV[1] then
+    hand_over(KEYS[1], KEYS[2], KEYS[3], ARGV[2], server_time())
+  end
 end
 return removed

@@ -19,7 +19,19 @@ pub struct RedisLease {
 impl RedisLease {
     /// A grant that may exist under `token` (its fencing token unknown), for clean-up.
     pub(crate) fn in_doubt(name: &LockName, keys: &RedisKeys, token: String, lease: Duration) -> Self {
-        Self { name: name.clone(), keys: keys.clone(), token, fence: FencingToken::new(0), lease }
+        Self::granted(name, keys, token, 0, lease)
+    }
+
+    /// A grant of `name` to `token`, with the fencing token the server issued.
+    pub(crate) fn granted(
+        name: &LockName,
+        keys: &RedisKeys,
+        token: String,
+        fence: i64,
+        lease: Duration,
+    ) -> Self {
+        let fence = FencingToken::new(u64::try_from(fence).unwrap_or(0));
+        Self { name: name.clone(), keys: keys.clone(), token, fence, lease }
     }
 
     /// The lock's name.

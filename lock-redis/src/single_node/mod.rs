@@ -198,7 +198,7 @@ impl RedisBackend {
                         return self.granted(&mut connection, name, keys, token, fence, ttl)
                     }
                     Uncontended::OutOfTurn(fence) => {
-                        let lease = self.lease(name, keys, token.clone(), fence, ttl);
+                        let lease = RedisLease::granted(name, keys, token.clone(), fence, ttl);
                         if let Err(e) = self.release_on(&mut connection, &lease) {
                             // The grant is certain: whatever the error, the hold must not stay
                             // in the queue's way for a whole lease.
@@ -251,28 +251,11 @@ impl RedisBackend {
         fence: i64,
         ttl: Duration,
     ) -> Result<Attempt> {
-        let lease = self.lease(name, keys, token, fence, ttl);
+        let lease = RedisLease::granted(name, keys, token, fence, ttl);
         if let Some(wait) = self.inner.replicas {
             self.confirm_replicated(connection, &lease, wait)?;
         }
         Ok(Attempt::Acquired(lease))
-    }
-
-    fn lease(
-        &self,
-        name: &LockName,
-        keys: &RedisKeys,
-        token: String,
-        fence: i64,
-        ttl: Duration,
-    ) -> RedisLease {
-        RedisLease {
-            name: name.clone(),
-            keys: keys.clone(),
-            token,
-            fence: FencingToken::new(u64::try_from(fence).unwrap_or(0)),
-            lease: ttl,
-        }
     }
 
     fn release_on(&self, connection: &mut PooledConnection, lease: &RedisLease) -> RedisResult<i64> {

@@ -138,10 +138,7 @@ pub fn measure<B: DistributedLock>(
     ops: usize,
     rounds: usize,
 ) -> Result<ServerTimeReport, String> {
-    let mut nodes = urls
-        .iter()
-        .map(|url| super::single_node::probe(url).map_err(|e| format!("{}: {e}", lock_core::redact_url(url))))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut nodes = urls.iter().map(|url| connect(url)).collect::<Result<Vec<_>, _>>()?;
     let (ops, rounds) = (ops.max(1), rounds.max(1));
     let mut lock = Vec::with_capacity(rounds);
     let mut reference = Vec::with_capacity(rounds);
@@ -183,9 +180,7 @@ pub const CONCURRENT: usize = 8;
 const PING_TIME: Duration = Duration::from_secs(1);
 
 fn concurrent_pings(url: &str) -> Result<f64, String> {
-    let mut connections = (0..CONCURRENT)
-        .map(|_| super::single_node::probe(url).map_err(|e| format!("{}: {e}", lock_core::redact_url(url))))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut connections = (0..CONCURRENT).map(|_| connect(url)).collect::<Result<Vec<_>, _>>()?;
     let started = std::time::Instant::now();
     let counts = std::thread::scope(|scope| {
         let threads: Vec<_> = connections
@@ -349,6 +344,11 @@ fn phase(
         commands: calls as f64 / ops,
         cpu_usec: (cpu_after - cpu_before) * 1e6 / ops,
     })
+}
+
+/// A probe connection to `url`, its error naming the server (without its password).
+fn connect(url: &str) -> Result<Connection, String> {
+    super::single_node::probe(url).map_err(|e| format!("{}: {e}", lock_core::redact_url(url)))
 }
 
 /// The server process's CPU time so far (user + system), in seconds.
