@@ -8,6 +8,12 @@
 //! while the command ran (the command is then sent SIGTERM, and SIGKILL after `--grace`);
 //! [`FAILED`] when the lock could not be taken for another reason. SIGINT, SIGTERM and SIGHUP sent
 //! to `distlock` are passed on to the command; the lock is released when it has exited.
+//!
+//! A hold bound to a session (row and advisory locks, ZooKeeper) can be *in doubt*: a liveness
+//! check went unanswered, and the server may be about to end the session. With `--on-doubt stop`
+//! (the default, Curator's advice for SUSPENDED) the command is stopped then, as on a loss —
+//! before anyone else can take the lock; with `--on-doubt continue` it runs on until the hold is
+//! known lost.
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
@@ -24,10 +30,21 @@ use nix::unistd::Pid;
 
 /// `EX_TEMPFAIL`: the lock is held by someone else.
 pub const BUSY: u8 = 75;
-/// The lock was lost while the command ran, and the command was stopped.
+/// The lock was lost (or, with `--on-doubt stop`, in doubt) while the command ran, and the command
+/// was stopped.
 pub const LOST: u8 = 70;
 /// The lock could not be taken or the command not started (bad URL, unreachable server, …).
 pub const FAILED: u8 = 71;
+
+/// What to do with the command while its session hold is in doubt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnDoubt {
+    /// Stop it (SIGTERM, SIGKILL after `--grace`) and exit 70: it never runs on a hold that may
+    /// already be someone else's.
+    Stop,
+    /// Let it run until the hold is known lost (or confirmed again).
+    Continue,
+}
 
 /// Options of `distlock exec`.
 #[derive(Debug, Args)]
@@ -56,6 +73,14 @@ pub struct ExecArgs {
     /// How long the command has between SIGTERM and SIGKILL once the lock is lost.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     grace: Duration,
+    /// What to do while a session hold (row or advisory lock, ZooKeeper) is in doubt — a
+    /// liveness check went unanswered: `stop` the command as on a loss, or `continue` until the
+    /// hold is known lost.
+    #[arg(long, value_enum, default_value = "stop")]
+    on_doubt: OnDoubt,
+    /// How long to wait for a connection, and for each reply of the server.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    timeout: Duration,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
     command: Vec<OsString>,
@@ -87,7 +112,8 @@ fn dispatch(args: &ExecArgs) -> Result<u8, String> {
                 Some("redis-hash") => RedisLockKind::ReentrantHash,
                 Some(_) => return Err(unknown()),
             };
-            hold(RedisBackend::builder(url).kind(layout).build(), args)
+            let builder = RedisBackend::builder(url).kind(layout).connect_timeout(args.timeout);
+            hold(builder.read_timeout(args.timeout).write_timeout(args.timeout).build(), args)
         }
         #[cfg(feature = "postgres")]
         "postgres" | "postgresql" => {
@@ -98,7 +124,8 @@ fn dispatch(args: &ExecArgs) -> Result<u8, String> {
                 Some("pg-advisory") => Kind::Advisory,
                 Some(_) => return Err(unknown()),
             };
-            let backend = PostgresBackend::builder(url).kind(sql_kind).build();
+            let builder = PostgresBackend::builder(url).kind(sql_kind).connect_timeout(args.timeout);
+            let backend = builder.io_timeout(args.timeout).build();
             hold(backend.and_then(|backend| backend.ensure_schema().map(|()| backend)), args)
         }
         #[cfg(feature = "mysql")]
@@ -110,7 +137,8 @@ fn dispatch(args: &ExecArgs) -> Result<u8, String> {
                 Some("mysql-advisory") => Kind::Advisory,
                 Some(_) => return Err(unknown()),
             };
-            let backend = MySqlBackend::builder(url).kind(sql_kind).build();
+            let builder = MySqlBackend::builder(url).kind(sql_kind).connect_timeout(args.timeout);
+            let backend = builder.io_timeout(args.timeout).build();
             hold(backend.and_then(|backend| backend.ensure_schema().map(|()| backend)), args)
         }
         #[cfg(feature = "zookeeper")]
@@ -118,7 +146,11 @@ fn dispatch(args: &ExecArgs) -> Result<u8, String> {
             if kind.is_some_and(|kind| kind != "zookeeper") {
                 return Err(unknown());
             }
-            hold(distlock::zookeeper::ZooKeeperLockBuilder::from_url(url).and_then(|b| b.build()), args)
+            let builder = distlock::zookeeper::ZooKeeperLockBuilder::from_url(url);
+            let timeouts = |b: distlock::zookeeper::ZooKeeperLockBuilder| {
+                b.connect_timeout(args.timeout).request_timeout(args.timeout)
+            };
+            hold(builder.and_then(|b| timeouts(b).build()), args)
         }
         _ => Err(format!("no backend for {scheme}:// URLs in this binary (`distlock kinds` lists them)")),
     }
@@ -126,8 +158,7 @@ fn dispatch(args: &ExecArgs) -> Result<u8, String> {
 
 /// Takes the lock, runs the command, releases the lock.
 fn hold<B: DistributedLock>(backend: distlock::Result<B>, args: &ExecArgs) -> Result<u8, String> {
-    let backend =
-        backend.map_err(|e| format!("connecting to {}: {}", distlock::redact_url(&args.url), chain(&e)))?;
+    let backend = backend.map_err(|e| format!("connecting to {}: {}", distlock::redact_url(&args.url), e))?;
     let options = LockOptions::builder().lease(args.lease).build().map_err(|e| e.to_string())?;
     let client = LockClient::with_options(backend, options);
     let lock = client.lock_named(&args.name).map_err(|e| e.to_string())?;
@@ -138,7 +169,7 @@ fn hold<B: DistributedLock>(backend: distlock::Result<B>, args: &ExecArgs) -> Re
     } else {
         lock.lock().map(Some)
     };
-    let guard = match acquired.map_err(|e| format!("taking {}: {}", args.name, chain(&e)))? {
+    let guard = match acquired.map_err(|e| format!("taking {}: {}", args.name, e))? {
         Some(guard) => guard,
         None => {
             eprintln!("distlock exec: {} is held by another owner", args.name);
@@ -156,7 +187,7 @@ fn hold<B: DistributedLock>(backend: distlock::Result<B>, args: &ExecArgs) -> Re
         }
         Err(error) => {
             if code != LOST {
-                eprintln!("distlock exec: releasing {}: {}", args.name, chain(&error));
+                eprintln!("distlock exec: releasing {}: {}", args.name, error);
             }
             Ok(code)
         }
@@ -200,9 +231,11 @@ fn supervise<B: DistributedLock>(guard: &LockGuard<B>, args: &ExecArgs) -> Resul
                 target.signal(*signal);
             }
         }
-        if guard.state() == HoldState::Lost {
+        let state = guard.state();
+        if state == HoldState::Lost || (state == HoldState::InDoubt && args.on_doubt == OnDoubt::Stop) {
+            let what = if state == HoldState::Lost { "lost" } else { "is in doubt about (--on-doubt stop)" };
             eprintln!(
-                "distlock exec: lost the lock {} while {:?} ran; stopping it (SIGTERM, SIGKILL after {:?})",
+                "distlock exec: {what} the lock {} while {:?} ran; stopping it (SIGTERM, SIGKILL after {:?})",
                 args.name, args.command[0], args.grace
             );
             stop(&mut child, target, args.grace);
@@ -250,15 +283,4 @@ fn exit_code(status: ExitStatus) -> u8 {
         (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
         (None, None) => 1,
     }
-}
-
-/// An error with its causes, on one line.
-fn chain(error: &distlock::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        message.push_str(&format!(": {cause}"));
-        source = cause.source();
-    }
-    message
 }

@@ -1,6 +1,6 @@
 //! `distlock`: the command-line face of distlock.
 //!
-//! - `distlock compare`: the docs' suite (S01–S15), the broken recipes (N01–N06) and the
+//! - `distlock compare`: the docs' suite (S01–S16), the broken recipes (N01–N06) and the
 //!   workloads W1–W3 across every backend kind, as a terminal matrix and a JSON, Markdown and
 //!   HTML report. `cargo xtask compare` builds this in release mode and runs it.
 //! - `distlock exec --url URL --name NAME -- CMD…`: holds a lock around a command, like

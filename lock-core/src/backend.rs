@@ -101,6 +101,18 @@ pub trait DistributedLock: Send + Sync + 'static {
         batch.iter_mut().map(|item| self.extend(item.lease, item.ttl)).collect()
     }
 
+    /// Whether each lease is extended on a connection of its own (session holds that own their
+    /// connection: SQL row and advisory locks). The renewal then calls [`extend`](Self::extend)
+    /// for the leases of a batch concurrently, each on its own thread and locking only its own
+    /// lease, instead of [`extend_many`](Self::extend_many): a batch of 1,000 holds against a
+    /// silent server returns within one I/O timeout, and a release never waits for another
+    /// lease's check.
+    ///
+    /// Defaults to `false` (one `extend_many` call per batch).
+    fn extends_independently(&self) -> bool {
+        false
+    }
+
     /// Releases the lock if `lease` still holds it.
     ///
     /// Returns `Ok(false)`, changing nothing, when the lock was no longer held under this lease.
@@ -146,10 +158,11 @@ pub enum HoldKind {
     /// The server drops the lock when its lease runs out (Redis key TTL, lock-table expiry).
     Lease,
     /// The lock lives as long as a server session or connection (row locks, advisory locks,
-    /// ZooKeeper ephemeral nodes); it never expires while the session lives. With renewal on,
-    /// [`extend`](DistributedLock::extend) is the liveness check and the lease is the session
-    /// timeout: a failed check puts the hold in doubt, and no successful check for a whole lease
-    /// makes it lost (Curator's SUSPENDED → LOST).
+    /// ZooKeeper ephemeral nodes). [`extend`](DistributedLock::extend) is the liveness check and
+    /// the lease is how long checks may fail: a failed check puts the hold in doubt, and no
+    /// successful check for a whole lease makes it lost (Curator's SUSPENDED → LOST), with
+    /// renewal on or off. A backend whose server can end an idle session by itself sets that
+    /// limit to the lease, so a cut-off holder's lock is freed soon after the holder is told.
     Session,
 }
 

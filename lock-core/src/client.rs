@@ -19,9 +19,10 @@ use crate::renewal::LeaseTable;
 /// backend) contend like two processes. Cloning is cheap and shares everything.
 ///
 /// # Shutdown
-/// [`close`](Self::close) — or dropping the last handle (the last `LockClient` or [`Lock`] of
-/// it; guards do not count) — releases every lock the client still holds and stops renewing
-/// them. When the process exits without that (a panic with `abort`, `exit`, a kill, a leaked
+/// [`close`](Self::close) — or dropping the last handle (the last `LockClient`, [`Lock`] or
+/// [`LockGuard`](crate::LockGuard) of it: a guard keeps its client alive, as lock_api's
+/// `ArcMutexGuard` keeps its `Arc`) — releases every lock the client still holds and stops
+/// renewing them. When the process exits without that (a panic with `abort`, `exit`, a kill, a leaked
 /// client), nothing is released by the process: a lease stays held on the server until it
 /// runs out (at most the lease after the last renewal), while a hold bound to a connection or
 /// session (row and advisory locks, ZooKeeper) ends as soon as the OS closes the connection or
@@ -46,14 +47,74 @@ pub(crate) struct Shared<B: DistributedLock> {
     pub(crate) options: LockOptions,
     pub(crate) holds: HoldTable<B>,
     pub(crate) leases: Arc<LeaseTable<B>>,
-    /// `LockClient` values alive (each `Lock` holds one); guards hold `Shared` without counting.
+    /// Handles alive: `LockClient` values (each `Lock` holds one) and guards. The last one to go
+    /// closes the client.
     handles: AtomicUsize,
-    closed: AtomicBool,
 }
+
+/// The most threads [`Shared::close`] releases holds on at once.
+const CLOSE_THREADS: usize = 16;
 
 impl<B: DistributedLock> Shared<B> {
     pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        self.holds.is_closed()
+    }
+
+    /// Counts a new handle (a guard).
+    pub(crate) fn add_handle(&self) {
+        self.handles.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Drops a handle; the last one closes the client.
+    pub(crate) fn drop_handle(&self) {
+        if self.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Err(error) = self.close() {
+                tracing::warn!(%error, "releasing the locks of a dropped lock client failed");
+            }
+        }
+    }
+
+    /// Refuses later acquisitions and releases every hold, up to [`CLOSE_THREADS`] at once. Once
+    /// a release gets no answer, the holds not yet released are dropped without asking (a lease
+    /// runs out on its own, a session hold ends with its connection), so closing takes about one
+    /// call's time against a silent server, however many holds there are.
+    pub(crate) fn close(&self) -> Result<()> {
+        let Some(holds) = self.holds.close() else { return Ok(()) };
+        let next = AtomicUsize::new(0);
+        let unanswered = AtomicBool::new(false);
+        let first_error = parking_lot::Mutex::new(None);
+        let release_some = || loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            let Some(held) = holds.get(index) else { return };
+            let released = if unanswered.load(Ordering::Acquire) {
+                held.abandon();
+                Ok(())
+            } else {
+                held.release(&self.backend)
+            };
+            self.leases.note_released();
+            if let Err(error) = released {
+                if error.is_retryable() {
+                    unanswered.store(true, Ordering::Release);
+                }
+                first_error.lock().get_or_insert(error);
+            }
+        };
+        let threads = holds.len().min(CLOSE_THREADS);
+        if threads <= 1 {
+            release_some();
+        } else {
+            std::thread::scope(|scope| {
+                for _ in 1..threads {
+                    // Without a thread, this one does the work alone.
+                    let _ = std::thread::Builder::new()
+                        .name("distlock-close".into())
+                        .spawn_scoped(scope, release_some);
+                }
+                release_some();
+            });
+        }
+        first_error.into_inner().map_or(Ok(()), Err)
     }
 }
 
@@ -73,14 +134,8 @@ impl<B: DistributedLock> LockClient<B> {
     pub fn with_options(backend: B, options: LockOptions) -> Self {
         let backend = Arc::new(backend);
         let leases = LeaseTable::new(Arc::clone(&backend));
-        let shared = Shared {
-            backend,
-            options,
-            holds: HoldTable::new(),
-            leases,
-            handles: AtomicUsize::new(1),
-            closed: AtomicBool::new(false),
-        };
+        let shared =
+            Shared { backend, options, holds: HoldTable::new(), leases, handles: AtomicUsize::new(1) };
         Self { shared: Arc::new(shared) }
     }
 
@@ -105,24 +160,17 @@ impl<B: DistributedLock> LockClient<B> {
     /// Releases every lock this client holds, stops renewing them, and refuses further
     /// acquisitions with [`Error::Closed`](crate::Error::Closed). Guards of the released locks
     /// then report [`HoldState::Released`](crate::HoldState::Released); their unlock does
-    /// nothing. Closing again does nothing.
+    /// nothing. An acquisition racing with `close` either finishes first and is released by it,
+    /// or returns [`Error::Closed`](crate::Error::Closed). Closing again does nothing.
+    ///
+    /// Holds are released concurrently; once one release gets no answer, the rest are dropped
+    /// without asking, so closing is bounded by about one connect and one I/O timeout.
     ///
     /// # Errors
-    /// The first error a release returned (every lock is still tried; one the server could not
-    /// be asked about runs out on its own, or ends with its session).
+    /// The first error a release returned (a lock the server could not be asked about runs out
+    /// on its own, or ends with its session).
     pub fn close(&self) -> Result<()> {
-        if self.shared.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        let mut outcome = Ok(());
-        for held in self.shared.holds.drain() {
-            let released = held.release(&self.shared.backend);
-            self.shared.leases.note_released();
-            if let (Err(error), Ok(())) = (released, &outcome) {
-                outcome = Err(error);
-            }
-        }
-        outcome
+        self.shared.close()
     }
 }
 
@@ -135,11 +183,7 @@ impl<B: DistributedLock> Clone for LockClient<B> {
 
 impl<B: DistributedLock> Drop for LockClient<B> {
     fn drop(&mut self) {
-        if self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
-            if let Err(error) = self.close() {
-                tracing::warn!(%error, "releasing the locks of a dropped lock client failed");
-            }
-        }
+        self.shared.drop_handle();
     }
 }
 

@@ -1,5 +1,7 @@
 //! The one error type of every distlock operation.
 
+use std::fmt;
+
 use crate::name::LockName;
 
 /// A boxed error from a backend's driver, kept as the [`std::error::Error::source`].
@@ -12,11 +14,15 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///
 /// Contention is not an error: a lock held by someone else is `Ok(None)` from the `try_` methods.
 /// Backends keep their own error detail as the `source`.
+///
+/// `Display` shows the meaning and then every cause once (`postgres: acquire: relation
+/// "distlock_locks" does not exist`): print it alone. [`source`](std::error::Error::source) is
+/// there to match on a driver's error, not to print it again.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The server could not be reached, or the connection broke.
-    #[error("{backend}: connection failed")]
+    #[error("{backend}: connection failed{}", Causes(Some(&**.source)))]
     Connection {
         /// The backend that failed (`"redis"`, `"postgres"`, …).
         backend: &'static str,
@@ -25,7 +31,7 @@ pub enum Error {
         source: BoxError,
     },
     /// The server rejected the credentials.
-    #[error("{backend}: authentication failed")]
+    #[error("{backend}: authentication failed{}", Causes(Some(&**.source)))]
     Authentication {
         /// The backend that failed.
         backend: &'static str,
@@ -34,7 +40,7 @@ pub enum Error {
         source: BoxError,
     },
     /// An operation did not complete within its configured time limit.
-    #[error("{backend}: {operation} timed out")]
+    #[error("{backend}: {operation} timed out{}", Causes(.source.as_deref()))]
     Timeout {
         /// The backend that failed.
         backend: &'static str,
@@ -89,12 +95,21 @@ pub enum Error {
         /// The lock concerned.
         name: LockName,
     },
+    /// Every connection of the client's pool is in use (session holds own one each): a `try_`
+    /// call reports this at once instead of waiting for a connection to come back.
+    #[error("{backend}: all {size} connections of the pool are in use")]
+    PoolExhausted {
+        /// The backend concerned.
+        backend: &'static str,
+        /// The pool's size.
+        size: u32,
+    },
     /// The client was closed ([`LockClient::close`](crate::LockClient::close), or its last
     /// handle dropped): it hands out no more locks.
     #[error("the lock client is closed")]
     Closed,
     /// The backend failed in a way none of the other variants describes.
-    #[error("{backend} error")]
+    #[error("{backend}{}", Causes(Some(&**.source)))]
     Backend {
         /// The backend that failed.
         backend: &'static str,
@@ -105,9 +120,10 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether trying the same operation again may succeed: a broken connection or a timeout.
+    /// Whether trying the same operation again may succeed: a broken connection, a timeout or an
+    /// exhausted pool.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Connection { .. } | Error::Timeout { .. })
+        matches!(self, Error::Connection { .. } | Error::Timeout { .. } | Error::PoolExhausted { .. })
     }
 
     /// An [`Error::InvalidConfig`] with this reason.
@@ -118,5 +134,47 @@ impl Error {
     /// An [`Error::Backend`] wrapping `source`.
     pub fn backend(backend: &'static str, source: impl Into<BoxError>) -> Self {
         Error::Backend { backend, source: source.into() }
+    }
+}
+
+/// A source and its own sources, each after `": "` and each once: a cause whose text the causes
+/// before it already contain (drivers often repeat their source in their own message) is left out.
+struct Causes<'a>(Option<&'a (dyn std::error::Error + Send + Sync + 'static)>);
+
+impl fmt::Display for Causes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut shown = String::new();
+        let mut next: Option<&(dyn std::error::Error + 'static)> = self.0.map(|source| source as _);
+        while let Some(cause) = next {
+            let text = cause.to_string();
+            if !text.is_empty() && !shown.contains(&text) {
+                write!(f, ": {text}")?;
+                shown.push_str(&text);
+            }
+            next = cause.source();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("acquire: {0}")]
+    struct Wrapper(#[source] std::io::Error);
+
+    #[test]
+    fn display_shows_each_cause_once() {
+        let refused = || {
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused (os error 111)")
+        };
+        let error = Error::Connection { backend: "redis", source: Box::new(Wrapper(refused())) };
+        assert_eq!(error.to_string(), "redis: connection failed: acquire: Connection refused (os error 111)");
+        let error = Error::backend("postgres", "relation \"distlock_locks\" does not exist");
+        assert_eq!(error.to_string(), "postgres: relation \"distlock_locks\" does not exist");
+        let error = Error::Timeout { backend: "mysql", operation: "acquire", source: None };
+        assert_eq!(error.to_string(), "mysql: acquire timed out");
     }
 }

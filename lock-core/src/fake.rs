@@ -32,6 +32,8 @@ pub(crate) struct Switches {
     /// `extend_many` hangs this many milliseconds, then fails every item (a server that stopped
     /// answering, behind a read timeout of that length).
     pub(crate) stall_extend_ms: AtomicU64,
+    /// `extends_independently`: the core then calls `extend` once per lease, concurrently.
+    pub(crate) independent: AtomicBool,
     /// The lease margin, in milliseconds.
     pub(crate) margin_ms: AtomicU64,
     pub(crate) fail_release: AtomicBool,
@@ -67,10 +69,15 @@ impl DistributedLock for FakeBackend {
         Duration::from_millis(self.switches.margin_ms.load(Ordering::SeqCst))
     }
 
+    fn extends_independently(&self) -> bool {
+        self.switches.independent.load(Ordering::SeqCst)
+    }
+
     fn extend_many(&self, batch: &mut [Extension<'_, MemoryLease>]) -> Vec<Result<bool>> {
         assert!(!self.switches.panic_on_extend.load(Ordering::SeqCst), "extend_many switched to panic");
         let stall = self.switches.stall_extend_ms.load(Ordering::SeqCst);
         if stall > 0 {
+            self.switches.extends.fetch_add(batch.len(), Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(stall));
             return batch
                 .iter()
@@ -93,6 +100,11 @@ impl DistributedLock for FakeBackend {
         self.switches.extends.fetch_add(1, Ordering::SeqCst);
         if self.switches.fail_extend.load(Ordering::SeqCst) {
             return Err(broken());
+        }
+        let stall = self.switches.stall_extend_ms.load(Ordering::SeqCst);
+        if stall > 0 {
+            std::thread::sleep(Duration::from_millis(stall));
+            return Err(Error::Timeout { backend: "fake", operation: "extend", source: None });
         }
         self.inner.extend(lease, ttl)
     }

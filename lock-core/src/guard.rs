@@ -19,7 +19,10 @@ use crate::state::HoldState;
 /// Holds a lock until dropped or [`unlock`](Self::unlock)ed.
 ///
 /// The guard owns what it needs (like parking_lot's `ArcMutexGuard`), so it may outlive the
-/// [`Lock`](crate::Lock) handle it came from and be kept in a struct.
+/// [`Lock`](crate::Lock) and the [`LockClient`](crate::LockClient) it came from, be returned from
+/// a function and kept in a struct: it keeps its client alive, and only an explicit
+/// [`LockClient::close`](crate::LockClient::close) ends its hold under it (the guard then
+/// reports [`HoldState::Released`]).
 ///
 /// Dropping releases (a release error is logged through `tracing`); [`unlock`](Self::unlock)
 /// releases and returns the result. A guard of a reentrant lock entered twice releases the
@@ -55,6 +58,7 @@ pub struct LockGuard<B: DistributedLock> {
 
 impl<B: DistributedLock> LockGuard<B> {
     pub(crate) fn new(shared: Arc<Shared<B>>, held: Arc<HeldLease<B>>) -> Self {
+        shared.add_handle();
         Self {
             shared,
             held,
@@ -148,6 +152,10 @@ impl<B: DistributedLock> Drop for LockGuard<B> {
             Err(_) => {
                 tracing::error!(lock = %self.held.name, "the backend panicked while releasing a dropped guard")
             }
+        }
+        // The last handle of a client whose `LockClient`s are all gone closes it.
+        if catch_unwind(AssertUnwindSafe(|| self.shared.drop_handle())).is_err() {
+            tracing::error!(lock = %self.held.name, "the backend panicked while closing a dropped client");
         }
     }
 }

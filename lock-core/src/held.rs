@@ -1,12 +1,13 @@
 //! [`HeldLease`]: the state of one acquisition, shared by its guard and the renewal threads.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use crate::backend::{DistributedLock, FencingToken, HoldKind};
+use crate::callbacks;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::name::LockName;
@@ -25,9 +26,6 @@ pub(crate) struct HeldLease<B: DistributedLock> {
     /// The lease requested from the server on each renewal.
     pub(crate) ttl: Duration,
     pub(crate) hold_kind: HoldKind,
-    /// Whether the renewal thread extends (or, for sessions, checks) this hold. A session-bound
-    /// hold that nobody checks lives as long as its session, with no clock on it.
-    renewing: bool,
     /// `None` once released.
     pub(crate) lease: Mutex<Option<B::Lease>>,
     released: AtomicBool,
@@ -35,6 +33,9 @@ pub(crate) struct HeldLease<B: DistributedLock> {
     lost_flag: AtomicBool,
     /// Set while the last liveness check of a session-bound hold failed.
     in_doubt: AtomicBool,
+    /// Set while the last renewal of this hold got no answer (set under the `lease` mutex, so a
+    /// release that waited for that renewal sees it).
+    unanswered: AtomicBool,
     /// Until when the lease is known to be valid: the send time of the last request the server
     /// confirmed, plus `valid_for`. For [`HoldKind::Session`] holds the lease is the session
     /// timeout: how long liveness checks may keep failing before the hold is lost.
@@ -45,28 +46,29 @@ pub(crate) struct HeldLease<B: DistributedLock> {
 }
 
 impl<B: DistributedLock> HeldLease<B> {
+    /// A hold of `lease`, acquired by a request sent at `sent_at` for `ttl`, which the holder
+    /// counts as `margin` shorter (the allowance for clock drift).
     pub(crate) fn new(
         name: LockName,
         lease: B::Lease,
         sent_at: Instant,
         ttl: Duration,
-        renewing: bool,
+        margin: Duration,
         backend: &B,
         on_lost: Option<OnLost>,
     ) -> Self {
         let fencing = backend.fencing().map(|f| f.fencing_token(&lease));
-        // What the holder may count on: the lease less the backend's allowance for clock drift.
-        let valid_for = ttl.saturating_sub(backend.lease_margin(ttl));
+        let valid_for = ttl.saturating_sub(margin);
         Self {
             name,
             valid_for,
             ttl,
             hold_kind: backend.hold_kind(),
-            renewing,
             lease: Mutex::new(Some(lease)),
             released: AtomicBool::new(false),
             lost_flag: AtomicBool::new(false),
             in_doubt: AtomicBool::new(false),
+            unanswered: AtomicBool::new(false),
             valid_until: Mutex::new(sent_at + valid_for),
             fencing,
             lost: LostSignal::new(),
@@ -79,14 +81,15 @@ impl<B: DistributedLock> HeldLease<B> {
         self.state() == HoldState::Held
     }
 
-    /// What the holder may believe now. Time alone turns a hold lost: a lease (or a checked
-    /// session) past its last confirmed expiry is `Lost` even before the renewal timer says so.
+    /// What the holder may believe now. Time alone turns a hold lost: a hold past its last
+    /// confirmed expiry is `Lost` even before the renewal timer says so. That holds for session
+    /// holds too, with renewal on or off: the server may end a session that nobody confirmed for
+    /// a whole lease (the SQL kinds set their server-side idle limit to the lease).
     pub(crate) fn state(&self) -> HoldState {
         if self.released.load(Ordering::Acquire) {
             return HoldState::Released;
         }
-        if self.lost_flag.load(Ordering::Acquire) || (self.expires() && Instant::now() >= self.valid_until())
-        {
+        if self.lost_flag.load(Ordering::Acquire) || Instant::now() >= self.valid_until() {
             return HoldState::Lost;
         }
         if self.in_doubt.load(Ordering::Acquire) {
@@ -94,11 +97,6 @@ impl<B: DistributedLock> HeldLease<B> {
         } else {
             HoldState::Held
         }
-    }
-
-    /// Whether the timer must report this hold lost when its confirmed expiry passes.
-    pub(crate) fn expires(&self) -> bool {
-        self.hold_kind == HoldKind::Lease || self.renewing
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -120,6 +118,11 @@ impl<B: DistributedLock> HeldLease<B> {
         self.in_doubt.store(false, Ordering::Release);
     }
 
+    /// Records whether the renewal just made (under the `lease` mutex) got an answer.
+    pub(crate) fn note_answer(&self, answered: bool) {
+        self.unanswered.store(!answered, Ordering::Release);
+    }
+
     /// Records a renewal that failed without an answer. Only a session-bound hold turns into
     /// doubt: a lease stays valid on the server until its confirmed expiry, whatever the
     /// connection does.
@@ -129,20 +132,26 @@ impl<B: DistributedLock> HeldLease<B> {
         }
     }
 
-    /// Reports the hold lost, once: from then on it is not held; the callback runs; then the
-    /// signal fires (so whoever the signal wakes sees the callback's effects).
+    /// Reports the hold lost, once: from then on it is not held, the signal fires, and the
+    /// callback is handed to a callback thread (user code never runs on a renewal thread).
     pub(crate) fn mark_lost(&self, why: &str) {
         if self.is_released() || self.lost_flag.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.lost.fire();
         tracing::warn!(lock = %self.name, why, "distributed lock lost");
         if let Some(callback) = &self.on_lost {
-            // The callback runs on a renewal thread: its panic must not stop renewal.
-            if catch_unwind(AssertUnwindSafe(|| callback(&self.name))).is_err() {
-                tracing::error!(lock = %self.name, "the on_lost callback panicked");
-            }
+            let (callback, name) = (Arc::clone(callback), self.name.clone());
+            callbacks::run(move || callback(&name));
         }
-        self.lost.fire();
+    }
+
+    /// Marks the hold released and drops its lease without asking the server (a lease runs out
+    /// on its own; dropping a session hold's lease ends its connection).
+    pub(crate) fn abandon(&self) {
+        let lease = self.lease.lock().take();
+        self.released.store(true, Ordering::Release);
+        drop(lease);
     }
 
     /// Releases the lease on the backend.
@@ -151,12 +160,33 @@ impl<B: DistributedLock> HeldLease<B> {
     /// [`Error::NotHeld`] when the backend says the lock was no longer held under this lease; the
     /// backend's error when it could not be asked (the server then expires the lease on its own).
     pub(crate) fn release(&self, backend: &B) -> Result<()> {
-        // Waits for a renewal batch of this client that holds the lease right now: at most that
-        // backend call, which the backend bounds by its own timeouts.
-        let lease = self.lease.lock().take();
+        // Waits for a renewal of this lease in flight right now: at most that backend call, which
+        // the backend bounds by one connect and one I/O timeout.
+        let (lease, waited) = match self.lease.try_lock() {
+            Some(mut slot) => (slot.take(), false),
+            None => (self.lease.lock().take(), true),
+        };
         self.released.store(true, Ordering::Release);
         let Some(lease) = lease else { return Ok(()) };
+        if waited && self.unanswered.load(Ordering::Acquire) {
+            // The server did not answer the renewal just made: asking again would double the
+            // bound of this call. Dropping the lease ends a session hold's connection; a lease
+            // runs out on the server on its own.
+            drop(lease);
+            return Err(Error::Timeout {
+                backend: backend.backend_name(),
+                operation: "release",
+                source: Some(
+                    "the renewal in flight got no answer, so the server was not asked again (a lease \
+                     runs out on its own, a session hold ends with its connection)"
+                        .into(),
+                ),
+            });
+        }
         match backend.release(lease) {
+            // Released in time on the server, but the holder was already told it lost the lock
+            // (the clock-drift margin): its critical section was not covered to the end.
+            Ok(true) if self.is_lost() => Err(Error::NotHeld { name: self.name.clone() }),
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::NotHeld { name: self.name.clone() }),
             Err(error) => Err(error),

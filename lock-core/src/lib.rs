@@ -35,6 +35,7 @@
 
 mod backend;
 mod backoff;
+mod callbacks;
 mod client;
 mod error;
 mod guard;
@@ -49,9 +50,11 @@ mod profile;
 mod reentrancy;
 mod renewal;
 mod state;
+mod thread_pool;
 mod url;
 
 pub use backend::{Acquired, DistributedLock, Extension, Fencing, FencingToken, HoldKind, NativeWait};
+pub use callbacks::{CALLBACK_THREAD_NAME, MAX_CALLBACK_THREADS};
 pub use client::LockClient;
 pub use error::{BoxError, Error, Result};
 pub use guard::LockGuard;
@@ -59,7 +62,9 @@ pub use lock::Lock;
 pub use lost::LostSignal;
 pub use memory::{MemoryBackend, MemoryLease};
 pub use name::LockName;
-pub use options::{check_lease, LockOptions, LockOptionsBuilder, OnLost, MAX_BACKOFF, MAX_LEASE};
+pub use options::{
+    check_lease, LockOptions, LockOptionsBuilder, OnLost, DRIFT_ALLOWANCE, MAX_BACKOFF, MAX_LEASE,
+};
 pub use owner::OwnerToken;
 pub use profile::BackendProfile;
 pub use renewal::{MAX_RENEWAL_IO_THREADS, MAX_RENEWAL_THREADS, RENEWAL_THREAD_PREFIX};

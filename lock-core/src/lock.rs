@@ -159,23 +159,27 @@ impl<B: DistributedLock> Lock<B> {
             Wait::Forever => self.acquire_waiting(&owner, None)?,
         };
         let Some(Acquired { lease, sent_at, .. }) = acquired else { return Ok(None) };
-        if shared.is_closed() {
-            // Closed while this acquisition waited: hand nothing out, leave nothing behind.
-            let _ = shared.backend.release(lease);
-            return Err(Error::Closed);
-        }
         let options = &shared.options;
+        let ttl = options.lease;
+        let margin = shared.backend.lease_margin(ttl).max(options.drift_margin(ttl));
         let held = Arc::new(HeldLease::new(
             self.name.clone(),
             lease,
             sent_at,
-            options.lease,
-            options.renewal,
+            ttl,
+            margin,
             &*shared.backend,
             options.on_lost.clone(),
         ));
+        // Recorded and checked against `close` in one step: a close either sees this hold (and
+        // releases it) or has already refused it.
+        if !shared.holds.insert_unless_closed(Arc::clone(&held)) {
+            if let Err(error) = held.release(&shared.backend) {
+                tracing::debug!(lock = %self.name, %error, "releasing an acquisition that finished after close");
+            }
+            return Err(Error::Closed);
+        }
         shared.leases.track(Arc::clone(&held), sent_at, options.renewal.then_some(options.renew_interval));
-        shared.holds.insert(Arc::clone(&held));
         Ok(Some(LockGuard::new(Arc::clone(shared), held)))
     }
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
-/// A callback run (on a renewal thread) when a held lock is lost. Keep it short.
+/// A callback run when a held lock is lost, on a thread of distlock's own that runs nothing else
+/// (never on the renewal threads): a slow callback delays no signal, renewal or other client.
 pub type OnLost = Arc<dyn Fn(&LockName) + Send + Sync>;
 
 /// The longest sleep between attempts a waiter may be configured with.
@@ -23,8 +24,12 @@ pub struct LockOptions {
     pub(crate) reentrant: bool,
     pub(crate) backoff_min: Duration,
     pub(crate) backoff_max: Duration,
+    pub(crate) clock_drift: f64,
     pub(crate) on_lost: Option<OnLost>,
 }
+
+/// The fixed part of the clock-drift margin: scheduling and timer granularity (Redlock's 2 ms).
+pub const DRIFT_ALLOWANCE: Duration = Duration::from_millis(2);
 
 impl LockOptions {
     /// A builder with every default.
@@ -56,6 +61,18 @@ impl LockOptions {
     pub fn backoff(&self) -> (Duration, Duration) {
         (self.backoff_min, self.backoff_max)
     }
+
+    /// The clock-drift factor: see [`LockOptionsBuilder::clock_drift`].
+    pub fn clock_drift(&self) -> f64 {
+        self.clock_drift
+    }
+
+    /// How much shorter than `lease` a holder counts its hold: `lease × clock_drift` plus
+    /// [`DRIFT_ALLOWANCE`], so a server clock running that much fast cannot free the lock before
+    /// the holder knows it lost it.
+    pub fn drift_margin(&self, lease: Duration) -> Duration {
+        lease.mul_f64(self.clock_drift) + DRIFT_ALLOWANCE
+    }
 }
 
 impl Default for LockOptions {
@@ -73,6 +90,7 @@ impl fmt::Debug for LockOptions {
             .field("reentrant", &self.reentrant)
             .field("backoff_min", &self.backoff_min)
             .field("backoff_max", &self.backoff_max)
+            .field("clock_drift", &self.clock_drift)
             .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn(&LockName)"))
             .finish()
     }
@@ -88,6 +106,7 @@ pub struct LockOptionsBuilder {
     reentrant: bool,
     backoff_min: Duration,
     backoff_max: Duration,
+    clock_drift: f64,
     on_lost: Option<OnLost>,
 }
 
@@ -100,6 +119,7 @@ impl Default for LockOptionsBuilder {
             reentrant: true,
             backoff_min: Duration::from_millis(1),
             backoff_max: Duration::from_millis(100),
+            clock_drift: 0.01,
             on_lost: None,
         }
     }
@@ -154,13 +174,27 @@ impl LockOptionsBuilder {
     }
 
     /// A callback run when a held lock is lost (renewal failed for a whole lease, the server said
-    /// the lock is no longer held, or the lease ran out with renewal off). It runs on a renewal
-    /// thread (the timer or an I/O thread), before the guard's [`LostSignal`](crate::LostSignal) fires: keep it short
-    /// (a panic in it is caught and logged).
+    /// the lock is no longer held, or the lease ran out with renewal off). It runs after the
+    /// guard's [`LostSignal`](crate::LostSignal) fired, on a callback thread of distlock's own
+    /// (never a renewal thread), so a slow or stuck callback delays no signal, renewal or other
+    /// callback; a panic in it is caught and logged. Up to
+    /// [`MAX_CALLBACK_THREADS`](crate::MAX_CALLBACK_THREADS) callbacks run at once; more wait.
     ///
     /// Defaults to none; the guard's [`LostSignal`](crate::LostSignal) fires either way.
     pub fn on_lost(mut self, callback: impl Fn(&LockName) + Send + Sync + 'static) -> Self {
         self.on_lost = Some(Arc::new(callback));
+        self
+    }
+
+    /// How fast a server's clock may run against this process's, as a fraction (Redlock's drift
+    /// factor): every hold counts as lost `lease × clock_drift + 2 ms` before its lease ends by
+    /// this process's clock, so a server whose clock runs that much fast frees the lock only after
+    /// the holder was told. Between 0 and 0.1. A backend may ask for a larger margin
+    /// ([`DistributedLock::lease_margin`](crate::DistributedLock::lease_margin)); the larger wins.
+    ///
+    /// Defaults to 0.01 (1 %).
+    pub fn clock_drift(mut self, factor: f64) -> Self {
+        self.clock_drift = factor;
         self
     }
 
@@ -180,6 +214,12 @@ impl LockOptionsBuilder {
                 "renew interval {renew_interval:?} must be above zero and shorter than the lease {lease:?}"
             )));
         }
+        if !(0.0..=0.1).contains(&self.clock_drift) {
+            return Err(Error::invalid_config(format!(
+                "clock drift {} must be between 0 and 0.1 (10 %)",
+                self.clock_drift
+            )));
+        }
         if self.backoff_min.is_zero() || self.backoff_min > self.backoff_max || self.backoff_max > MAX_BACKOFF
         {
             return Err(Error::invalid_config(format!(
@@ -194,6 +234,7 @@ impl LockOptionsBuilder {
             reentrant: self.reentrant,
             backoff_min: self.backoff_min,
             backoff_max: self.backoff_max,
+            clock_drift: self.clock_drift,
             on_lost: self.on_lost,
         })
     }
@@ -232,6 +273,8 @@ mod tests {
         assert_eq!(o.renew_interval(), Duration::from_secs(10));
         assert!(o.renewal() && o.reentrant());
         assert_eq!(o.backoff(), (Duration::from_millis(1), Duration::from_millis(100)));
+        assert_eq!(o.clock_drift(), 0.01);
+        assert_eq!(o.drift_margin(Duration::from_secs(3)), Duration::from_millis(32));
     }
 
     #[test]
@@ -245,6 +288,9 @@ mod tests {
             LockOptions::builder().renew_interval(Duration::ZERO),
             LockOptions::builder().backoff(Duration::ZERO, ms(1)),
             LockOptions::builder().backoff(ms(5), ms(1)),
+            LockOptions::builder().clock_drift(-0.01),
+            LockOptions::builder().clock_drift(0.5),
+            LockOptions::builder().clock_drift(f64::NAN),
         ] {
             assert!(matches!(builder.build(), Err(Error::InvalidConfig { .. })));
         }

@@ -15,7 +15,13 @@ use crate::name::LockName;
 /// The backend is touched only when a count goes 0 → 1 (acquire) and 1 → 0 (release); nested
 /// locks and unlocks in between are counted here.
 pub(crate) struct HoldTable<B: DistributedLock> {
-    holds: Mutex<HashMap<(ThreadId, LockName), Hold<B>>>,
+    holds: Mutex<Holds<B>>,
+}
+
+struct Holds<B: DistributedLock> {
+    by_thread: HashMap<(ThreadId, LockName), Hold<B>>,
+    /// Set by [`HoldTable::close`]: no hold is recorded after it.
+    closed: bool,
 }
 
 struct Hold<B: DistributedLock> {
@@ -35,7 +41,7 @@ pub(crate) enum Reentry<B: DistributedLock> {
 
 impl<B: DistributedLock> HoldTable<B> {
     pub(crate) fn new() -> Self {
-        Self { holds: Mutex::new(HashMap::new()) }
+        Self { holds: Mutex::new(Holds { by_thread: HashMap::new(), closed: false }) }
     }
 
     fn key(name: &LockName) -> (ThreadId, LockName) {
@@ -50,7 +56,7 @@ impl<B: DistributedLock> HoldTable<B> {
 
     /// Enters `name` again if the current thread holds it (and `reentrant` allows).
     pub(crate) fn reenter(&self, name: &LockName, reentrant: bool) -> Reentry<B> {
-        match self.holds.lock().get_mut(&Self::key(name)) {
+        match self.holds.lock().by_thread.get_mut(&Self::key(name)) {
             None => Reentry::NotHeld,
             Some(_) if !reentrant => Reentry::Refused,
             Some(hold) => {
@@ -60,10 +66,21 @@ impl<B: DistributedLock> HoldTable<B> {
         }
     }
 
-    /// Records a fresh acquisition by the current thread (count 1).
-    pub(crate) fn insert(&self, held: Arc<HeldLease<B>>) {
+    /// Records a fresh acquisition by the current thread (count 1), unless the table was
+    /// closed; returns whether it was recorded.
+    pub(crate) fn insert_unless_closed(&self, held: Arc<HeldLease<B>>) -> bool {
         let key = Self::key(&held.name);
-        self.holds.lock().insert(key, Hold { count: 1, held });
+        let mut holds = self.holds.lock();
+        if holds.closed {
+            return false;
+        }
+        holds.by_thread.insert(key, Hold { count: 1, held });
+        true
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.holds.lock().closed
     }
 
     /// Lowers `thread`'s count for `name`; returns `true` when it reached zero (the entry is then
@@ -71,14 +88,14 @@ impl<B: DistributedLock> HoldTable<B> {
     pub(crate) fn exit(&self, thread: ThreadId, name: &LockName) -> bool {
         let key = (thread, name.clone());
         let mut holds = self.holds.lock();
-        let Some(hold) = holds.get_mut(&key) else {
+        let Some(hold) = holds.by_thread.get_mut(&key) else {
             // Guards are !Send, so only a guard of this thread can get here; no entry means it
             // was already released.
             return false;
         };
         hold.count -= 1;
         if hold.count == 0 {
-            holds.remove(&key);
+            holds.by_thread.remove(&key);
             true
         } else {
             false
@@ -89,17 +106,22 @@ impl<B: DistributedLock> HoldTable<B> {
     /// kept a lost hold while another acquired anew).
     pub(crate) fn remove_all(&self, name: &LockName) -> Vec<Arc<HeldLease<B>>> {
         let mut holds = self.holds.lock();
-        let keys: Vec<_> = holds.keys().filter(|(_, held)| held == name).cloned().collect();
-        keys.into_iter().filter_map(|key| holds.remove(&key)).map(|hold| hold.held).collect()
+        let keys: Vec<_> = holds.by_thread.keys().filter(|(_, held)| held == name).cloned().collect();
+        keys.into_iter().filter_map(|key| holds.by_thread.remove(&key)).map(|hold| hold.held).collect()
     }
 
-    /// Forgets every hold; returns their acquisitions.
-    pub(crate) fn drain(&self) -> Vec<Arc<HeldLease<B>>> {
-        self.holds.lock().drain().map(|(_, hold)| hold.held).collect()
+    /// Refuses every later hold and forgets every hold; returns their acquisitions, or `None`
+    /// if the table was closed already.
+    pub(crate) fn close(&self) -> Option<Vec<Arc<HeldLease<B>>>> {
+        let mut holds = self.holds.lock();
+        if std::mem::replace(&mut holds.closed, true) {
+            return None;
+        }
+        Some(holds.by_thread.drain().map(|(_, hold)| hold.held).collect())
     }
 
     /// The current thread's hold count and acquisition of `name`, if it holds it.
     pub(crate) fn current(&self, name: &LockName) -> Option<(usize, Arc<HeldLease<B>>)> {
-        self.holds.lock().get(&Self::key(name)).map(|hold| (hold.count, Arc::clone(&hold.held)))
+        self.holds.lock().by_thread.get(&Self::key(name)).map(|hold| (hold.count, Arc::clone(&hold.held)))
     }
 }

@@ -164,6 +164,7 @@ impl RedisLockBuilder {
             kind: self.kind,
             replicas,
             hub,
+            cleanup: crate::cleanup::Cleanup::default(),
             address: addr.to_string(),
         }))
     }

@@ -1,49 +1,231 @@
-//! Deferred clean-up: giving back a grant that is in doubt without making the caller wait.
+//! Deferred clean-up: undoing what a failed call may have left on the server — a grant nobody
+//! will use, a queue entry nobody will refresh — without making the caller wait for it.
 //!
-//! When an acquisition's reply timed out, the server may still have run the script and granted
-//! the lock to an owner token nobody will use; when `WAIT` failed, a grant exists that is not
-//! known to be replicated. Releasing it with its owner token is right, but on the caller's
-//! thread it would cost another round of timeouts against a server that just failed (a timed
-//! acquisition returns by its deadline plus at most one I/O timeout). So it runs here, on a
-//! short-lived thread, on a fresh connection.
+//! Two ways, by how the call failed:
+//! - **Its request went out and the reply did not come in time** (a stalled server, a slow
+//!   network): the undo is written behind it on the same connection
+//!   ([`RedisConnection::follow_unanswered`](crate::connection::RedisConnection::follow_unanswered)),
+//!   without waiting for anything. The server runs the two in order whenever it catches up, so a
+//!   grant it makes after the caller gave up is given back at once and a queue entry it
+//!   refreshes is removed at once; an undo sent on another connection could overtake the request
+//!   and find nothing to undo.
+//! - **Otherwise** (the connection broke, `WAIT` failed, a waiter gave up without reaching the
+//!   server): a job for this backend's clean-up thread ([`Cleanup`]), which sends every pending
+//!   undo in one pipeline per round and retries with back-off until the server answers, or until
+//!   what it would undo has lapsed on its own anyway (a grant at its lease end, a queue entry
+//!   after [`QUEUE_ENTRY_TTL`]).
 //!
-//! Best effort: a release sent on a new connection can reach a stopped server before the
-//! timed-out request still queued on the old one, and then the grant lapses at its lease end,
-//! as it would without clean-up.
+//! Both undos are bound to the failed call's owner token (fresh for every acquisition), so they
+//! can never touch another holder's lock or another waiter's place.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
+use std::time::{Duration, Instant};
 
-use lock_core::DistributedLock as _;
+use parking_lot::Mutex;
+use redis::Value;
 
-use crate::single_node::{RedisBackend, RedisLease};
+use crate::error;
+use crate::keys::RedisKeys;
+use crate::lua::LockScripts;
+use crate::single_node::{RedisBackend, RedisLease, QUEUE_ENTRY_TTL};
 
-/// At most this many clean-up threads run per process; past that, grants lapse on their own
-/// (a server that times everyone out would otherwise draw a thread per failed call).
-const MAX_RUNNING: usize = 4;
-
-/// The clean-up threads' name (Linux shows 15 bytes of a thread name).
+/// The clean-up threads' name, one per backend with undos pending (Linux shows 15 bytes of a
+/// thread name).
 const NAME: &str = "distlock-rclean";
 
-static RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// The pause after the first failed round; it doubles up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const MAX_PAUSE: Duration = Duration::from_secs(1);
 
-/// Releases `lease` on another thread, if fewer than [`MAX_RUNNING`] clean-ups are under way.
+/// At most this many undos wait per backend; past that, what they would undo lapses on its own
+/// (a server that fails every call must not grow a client's memory without bound).
+const MAX_PENDING: usize = 10_000;
+
+/// One thing to undo under a failed call's owner token. Both scripts take the same keys and
+/// arguments (`KEYS`: lock, queue, queue timeouts; `ARGV`: owner token, release channel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Undo {
+    /// Compare-and-delete: give back a grant the token may hold (the kind's release script,
+    /// which hands a lock with waiters to the head of the queue).
+    Release,
+    /// Leave the wait queue (passing on the turn if it was the token's).
+    LeaveQueue,
+}
+
+impl Undo {
+    /// The script that does it.
+    fn script(self, scripts: &LockScripts) -> &crate::lua::LuaScript {
+        match self {
+            Undo::Release => &scripts.release,
+            Undo::LeaveQueue => &scripts.dequeue,
+        }
+    }
+}
+
+/// `undos` for `token` on the lock of `keys`, packed for one write, with the scripts loaded
+/// first (the undo runs on a rare path, maybe on a server that never saw these scripts: no
+/// `NOSCRIPT` round may be left for later). Returns the request and how many replies it gets.
+pub(crate) fn undo_request(scripts: &LockScripts, undos: &[(Undo, &RedisKeys, &str)]) -> (Vec<u8>, usize) {
+    let mut request = Vec::new();
+    let mut replies = 0;
+    for undo in [Undo::Release, Undo::LeaveQueue] {
+        if undos.iter().any(|(wanted, ..)| *wanted == undo) {
+            request.extend(undo.script(scripts).load());
+            replies += 1;
+        }
+    }
+    for &(undo, keys, token) in undos {
+        let command = undo
+            .script(scripts)
+            .invoke(&[keys.lock(), keys.queue(), keys.queue_timeouts()])
+            .arg(token)
+            .arg(keys.channel())
+            .get_packed_command();
+        request.extend(command);
+        replies += 1;
+    }
+    (request, replies)
+}
+
+/// One pending undo.
+struct Job {
+    undo: Undo,
+    keys: RedisKeys,
+    token: String,
+    /// When what it would undo has lapsed on its own: no point asking after that.
+    give_up_at: Instant,
+    why: &'static str,
+}
+
+/// The undos of one backend (and its clones) still to be sent, and whether its thread runs.
+#[derive(Default)]
+pub(crate) struct Cleanup {
+    state: Mutex<CleanupState>,
+}
+
+#[derive(Default)]
+struct CleanupState {
+    jobs: Vec<Job>,
+    thread_running: bool,
+}
+
+/// Gives back `lease` in the background, retrying until the server answers or the lease would
+/// have run out anyway.
 pub(crate) fn release_in_background(backend: &RedisBackend, lease: RedisLease, why: &'static str) {
-    if RUNNING.fetch_add(1, Ordering::AcqRel) >= MAX_RUNNING {
-        RUNNING.fetch_sub(1, Ordering::AcqRel);
-        tracing::debug!(lock = %lease.name(), why, "too many clean-ups under way; the grant will lapse");
+    let give_up_at = Instant::now() + lease.lease;
+    let job = Job { undo: Undo::Release, keys: lease.keys, token: lease.token, give_up_at, why };
+    schedule(backend, job);
+}
+
+/// Takes `token` out of the wait queue of `keys` in the background, retrying until the server
+/// answers or the entry would have lapsed anyway.
+pub(crate) fn leave_queue_in_background(
+    backend: &RedisBackend,
+    keys: &RedisKeys,
+    token: String,
+    why: &'static str,
+) {
+    let give_up_at = Instant::now() + QUEUE_ENTRY_TTL;
+    let job = Job { undo: Undo::LeaveQueue, keys: keys.clone(), token, give_up_at, why };
+    schedule(backend, job);
+}
+
+fn schedule(backend: &RedisBackend, job: Job) {
+    let cleanup = backend.cleanup();
+    let mut state = cleanup.state.lock();
+    if state.jobs.len() >= MAX_PENDING {
+        tracing::debug!(why = job.why, "too many clean-ups pending; what this one would undo will lapse");
         return;
     }
-    let backend = backend.clone();
-    let spawned = thread::Builder::new().name(NAME.into()).spawn(move || {
-        let name = lease.name().clone();
-        match backend.release(lease) {
-            Ok(released) => tracing::debug!(lock = %name, why, released, "gave back a grant in doubt"),
-            Err(error) => tracing::warn!(lock = %name, why, %error, "giving back a grant in doubt failed; it will lapse"),
+    state.jobs.push(job);
+    if state.thread_running {
+        return;
+    }
+    state.thread_running = true;
+    // The thread keeps the backend (its pool) alive until its jobs are done or given up.
+    let owned = backend.clone();
+    if let Err(error) = thread::Builder::new().name(NAME.into()).spawn(move || run(&owned)) {
+        tracing::warn!(%error, "cannot start the redis clean-up thread; what failed calls left will lapse");
+        state.jobs.clear();
+        state.thread_running = false;
+    }
+}
+
+/// The clean-up thread: one pipeline of every pending undo per round, until none is left.
+fn run(backend: &RedisBackend) {
+    let cleanup = backend.cleanup();
+    let mut pause = FIRST_PAUSE;
+    loop {
+        let jobs = {
+            let mut state = cleanup.state.lock();
+            let now = Instant::now();
+            state.jobs.retain(|job| {
+                let keep = job.give_up_at > now;
+                if !keep {
+                    tracing::warn!(why = job.why, undo = ?job.undo, "the server did not answer a clean-up in time; what it would undo lapses on its own");
+                }
+                keep
+            });
+            if state.jobs.is_empty() {
+                state.thread_running = false;
+                return;
+            }
+            std::mem::take(&mut state.jobs)
+        };
+        match send(backend, &jobs) {
+            Ok(()) => pause = FIRST_PAUSE,
+            Err(error) => {
+                tracing::debug!(%error, pending = jobs.len(), "a redis clean-up round failed; retrying");
+                cleanup.state.lock().jobs.extend(jobs);
+                thread::sleep(pause);
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
         }
-        RUNNING.fetch_sub(1, Ordering::AcqRel);
-    });
-    if spawned.is_err() {
-        RUNNING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Sends `jobs` in one pipeline on one connection, read with one deadline. `Ok` once the server
+/// answered them all (an error reply to one of them is logged: asking again would get the same).
+fn send(backend: &RedisBackend, jobs: &[Job]) -> lock_core::Result<()> {
+    let undos: Vec<(Undo, &RedisKeys, &str)> =
+        jobs.iter().map(|job| (job.undo, &job.keys, job.token.as_str())).collect();
+    let (request, replies) = undo_request(backend.scripts(), &undos);
+    let mut connection = backend.connection()?;
+    let values = connection.exchange(&request, replies).map_err(|e| error::map("clean up", e))?;
+    let answers = values.len().saturating_sub(jobs.len());
+    for (job, value) in jobs.iter().zip(values.into_iter().skip(answers)) {
+        match value {
+            Value::ServerError(error) => {
+                tracing::warn!(why = job.why, undo = ?job.undo, ?error, "the server refused a clean-up");
+            }
+            value => {
+                tracing::debug!(why = job.why, undo = ?job.undo, ?value, "cleaned up after a failed call")
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use lock_core::LockName;
+
+    use super::*;
+
+    #[test]
+    fn an_undo_loads_its_scripts_first_and_counts_every_reply() {
+        let scripts = crate::reentrant_hash::scripts();
+        let keys = RedisKeys::new("p", &LockName::new("n").unwrap());
+        let both = [(Undo::Release, &keys, "t"), (Undo::LeaveQueue, &keys, "t")];
+        let (request, replies) = undo_request(scripts, &both);
+        assert_eq!(replies, 4, "two loads, two scripts");
+        let text = String::from_utf8(request).unwrap();
+        let release = text.find(scripts.release.hash()).unwrap();
+        let dequeue = text.find(scripts.dequeue.hash()).unwrap();
+        assert!(text.rfind("SCRIPT").unwrap() < text.find("EVALSHA").unwrap(), "loads come first");
+        assert!(release < dequeue, "in the order given");
+        let (request, replies) = undo_request(scripts, &both[..1]);
+        assert_eq!(replies, 2);
+        assert!(!String::from_utf8(request).unwrap().contains(scripts.dequeue.hash()));
     }
 }

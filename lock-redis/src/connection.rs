@@ -61,6 +61,9 @@ pub(crate) struct RedisConnection {
     /// The read timeout the socket has now ([`read_timeout`](Self::read_timeout) but while
     /// [`recv_until`](Self::recv_until) waits).
     socket_timeout: Duration,
+    /// Set when a request went out in full and its replies did not all come in time: the server
+    /// may still run it, whenever it catches up (see [`follow_unanswered`](Self::follow_unanswered)).
+    unanswered: bool,
 }
 
 impl RedisConnection {
@@ -118,13 +121,22 @@ impl RedisConnection {
     /// first timeout or I/O error (the connection is then broken, and discarded by the pool).
     /// A server's error reply to one command is that reply's
     /// [`Value::ServerError`](redis::Value::ServerError).
+    ///
+    /// When the request went out in full and a reply timed out, the connection remembers it:
+    /// [`follow_unanswered`](Self::follow_unanswered) can then write a request that the server
+    /// runs right after this one.
     pub(crate) fn exchange(&mut self, request: &[u8], replies: usize) -> RedisResult<Vec<redis::Value>> {
         let deadline = Instant::now() + self.read_timeout;
         self.send_packed(request)?;
         let mut values = Vec::with_capacity(replies);
         for _ in 0..replies {
-            let value = self.recv_until(deadline)?;
-            values.push(value);
+            match self.recv_until(deadline) {
+                Ok(value) => values.push(value),
+                Err(error) => {
+                    self.unanswered = error.is_timeout();
+                    return Err(error);
+                }
+            }
         }
         // `recv_until` left the socket with the last wait's timeout.
         let restored = self.set_socket_timeout(self.read_timeout, Duration::ZERO);
@@ -148,6 +160,28 @@ impl RedisConnection {
     /// connection that still owes replies).
     pub(crate) fn discard(&mut self) {
         self.broken = true;
+    }
+
+    /// Writes `request` behind the request of the last [`exchange`](Self::exchange), if that
+    /// one went out in full and its reply timed out, without waiting for anything; returns
+    /// whether it was written. The server runs the two in order on this one connection, whenever
+    /// it catches up (a stalled server, a slow network): the way to undo what an unanswered
+    /// request may still do, which a request on another connection could overtake. The
+    /// connection stays marked broken, so the pool discards it.
+    pub(crate) fn follow_unanswered(&mut self, request: &[u8]) -> bool {
+        if !self.unanswered {
+            return false;
+        }
+        // Once only: a failed write may have put out part of it.
+        self.unanswered = false;
+        self.broken = true;
+        match self.inner.send_packed_command(request) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::debug!(%error, "writing a follow-up behind an unanswered redis request failed");
+                false
+            }
+        }
     }
 
     /// Like [`run`](Self::run), with the read timeout raised to `read_timeout` for this command
@@ -243,6 +277,7 @@ impl r2d2::ManageConnection for ConnectionManager {
                     last_used: now,
                     read_timeout: self.settings.read_timeout,
                     socket_timeout: self.settings.read_timeout,
+                    unanswered: false,
                 })
             }
             Err(error) => {
@@ -390,5 +425,56 @@ impl ConnectionPool {
                 return Err(RedisFailure::PoolTimeout { timeout: self.settings.connect_timeout });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read as _, Write as _};
+    use std::net::TcpListener;
+    use std::thread;
+
+    use super::*;
+
+    const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+    const UNDO: &[u8] = b"*2\r\n$4\r\nECHO\r\n$4\r\nundo\r\n";
+
+    /// A server that answers the connection setup, then reads without ever answering; returns
+    /// everything it read after the setup once the client hangs up.
+    fn silent_after_setup(listener: TcpListener) -> thread::JoinHandle<Vec<u8>> {
+        thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut buffer = [0; 4096];
+            // redis-rs sends its setup (CLIENT SETINFO twice) in one write and ignores the replies.
+            let read = stream.read(&mut buffer).unwrap();
+            assert!(String::from_utf8_lossy(&buffer[..read]).contains("SETINFO"));
+            stream.write_all(b"+OK\r\n+OK\r\n").unwrap();
+            let mut after = Vec::new();
+            stream.read_to_end(&mut after).unwrap();
+            after
+        })
+    }
+
+    fn connect(listener: &TcpListener, read_timeout: Duration) -> RedisConnection {
+        let client = Client::open(format!("redis://{}/", listener.local_addr().unwrap())).unwrap();
+        let timeout = Duration::from_secs(2);
+        let settings =
+            PoolSettings { max_size: 1, connect_timeout: timeout, read_timeout, write_timeout: timeout };
+        let manager = ConnectionManager { client, settings, failures: Arc::default() };
+        r2d2::ManageConnection::connect(&manager).unwrap()
+    }
+
+    #[test]
+    fn a_follow_up_goes_behind_an_unanswered_request_on_the_same_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = silent_after_setup(listener.try_clone().unwrap());
+        let mut connection = connect(&listener, Duration::from_millis(50));
+        assert!(!connection.follow_unanswered(UNDO), "nothing is unanswered yet");
+        assert!(connection.exchange(PING, 1).unwrap_err().is_timeout());
+        assert!(connection.follow_unanswered(UNDO));
+        assert!(connection.broken, "the pool must discard it");
+        assert!(!connection.follow_unanswered(UNDO), "once only");
+        drop(connection);
+        assert_eq!(server.join().unwrap(), [PING, UNDO].concat());
     }
 }

@@ -100,16 +100,9 @@ pub(crate) fn leaves_connection_usable(error: &RedisError) -> bool {
         && !protocol_error
 }
 
-/// `error` and its sources, as one line.
+/// `error` and its causes, as one line (its `Display` shows them, each once).
 pub(crate) fn error_chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    error.to_string()
 }
 
 #[cfg(test)]

@@ -47,10 +47,11 @@
 //!   (a sorted set; a waiter joins one round trip after its first attempt found the lock taken),
 //!   so a holder that releases and re-locks at once cannot starve them: a release with waiters
 //!   reserves the lock for the head (`SetNx`: the value `turn:<token>`; `ReentrantHash`: the
-//!   acquire script checks the queue). A waiter
-//!   that dies leaves the queue within 3 s, and holds up a free lock for at most its turn
-//!   (250 ms): the head of the queue must take a free lock within that time or lapse. A lost
-//!   message delays a waiter by at most a second.
+//!   acquire script checks the queue). A waiter that gives up leaves the queue (on an error, by
+//!   the undo described under *Limits*); one that dies leaves it within 3 s, and holds up a free
+//!   lock for at most its turn (250 ms): the head of the queue must take a free lock within that
+//!   time or lapse, and a turn never goes to a lapsed entry. A lost message delays a waiter by
+//!   at most a second.
 //! - **Renewal** of many leases is one pipeline per batch, read with one deadline: a batch
 //!   against a server that stopped answering fails after one read timeout, whatever its size.
 //! - **Connections**: an r2d2 pool with connect, read and write timeouts; a connection that hit
@@ -63,16 +64,23 @@
 //! counter is replicated just as asynchronously, so after such a failover the next holder may
 //! get the same token again. Fencing tokens keep a resource safe from a holder that lost its
 //! lock without knowing only as long as the counter itself survives. Further:
-//! - **An acquisition that times out may still have happened.** If the server ran the acquire
-//!   script but its reply did not come within the read timeout, the caller gets
-//!   [`Error::Timeout`](lock_core::Error::Timeout) at once, and a release under the attempt's
-//!   owner token follows on a fresh connection, on a background thread (at most four at a time),
-//!   so the caller pays one timeout, not two. Best effort: a release that reaches a stopped
-//!   server before the timed-out request still queued there leaves the grant to lapse at its
-//!   lease end. The same clean-up gives back a grant whose `WAIT` failed.
+//! - **An acquisition that times out may still have happened.** If the server ran the request
+//!   after its reply missed the read timeout (a stalled server runs every request it buffered
+//!   when it resumes), it granted the lock to an owner token nobody will use, and may have
+//!   queued a waiter that already gave up. The caller gets
+//!   [`Error::Timeout`](lock_core::Error::Timeout) at once; the undo — compare-and-delete under
+//!   the attempt's owner token, and leaving the queue — is written behind the request on the same
+//!   connection, without waiting, so the server runs it right after the request whenever it gets
+//!   to them: after a 5 s stall with eight abandoned waiters the lock is usable again within
+//!   milliseconds of the resume, not after the orphan's lease and a turn per abandoned waiter.
+//!   Where nothing can follow the request (the connection broke, `WAIT` failed), one clean-up
+//!   thread per backend retries the undo in the background until the server answers or the
+//!   grant (or queue entry) has lapsed anyway. Best effort across network partitions: an undo on
+//!   a fresh connection can overtake a request still in flight, which then lapses at its lease end.
 //! - **A failed wait costs one timeout.** A waiter whose server stops answering returns its error
-//!   after one read timeout and leaves its queue entry to lapse on its own, rather than asking
-//!   the failed server again.
+//!   after one failed call (connect plus read timeout) — neither poking its subscriber nor
+//!   leaving the queue asks the failed server a second time on the caller's thread; its queue
+//!   entry is taken out by the undo above.
 //! - **`WAIT` covers the acquisition only** ([`RedisLockBuilder::wait_for_replicas`]): renewals
 //!   (extend) are not confirmed by replicas, so a failover can roll a renewed lease back to the
 //!   lease the replica saw.

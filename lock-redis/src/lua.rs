@@ -2,7 +2,9 @@
 //! single commands ([`LuaScript::query`]), renewal pipelines and Redlock's packed requests
 //! ([`LuaScript::invoke`] after [`LuaScript::load`] in the same write).
 
-use redis::{Cmd, Connection, ErrorKind, FromRedisValue, RedisResult, ServerErrorKind};
+use redis::{Cmd, Connection, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
+
+use crate::connection::RedisConnection;
 
 /// The wait-queue helpers of every acquiring, releasing or dequeuing script, put where it says
 /// [`QUEUE_MARKER`].
@@ -59,6 +61,25 @@ impl LuaScript {
         }
     }
 
+    /// Like [`query`](Self::query), with `command` (built by [`invoke`](Self::invoke)) sent
+    /// packed and read with [`RedisConnection::exchange`]: one deadline, and a reply that times
+    /// out leaves the connection ready for a follow-up that the server runs right after it
+    /// ([`RedisConnection::follow_unanswered`]).
+    pub(crate) fn exchange<T: FromRedisValue>(
+        &self,
+        connection: &mut RedisConnection,
+        command: &Cmd,
+    ) -> RedisResult<T> {
+        let packed = command.get_packed_command();
+        let mut reply = last(connection.exchange(&packed, 1)?);
+        if matches!(&reply, Value::ServerError(error) if error.code() == "NOSCRIPT") {
+            let mut again = self.load();
+            again.extend(packed);
+            reply = last(connection.exchange(&again, 2)?);
+        }
+        redis::from_redis_value(reply.extract_error()?).map_err(RedisError::from)
+    }
+
     #[cfg(test)]
     pub(crate) fn source(&self) -> &str {
         &self.source
@@ -68,6 +89,11 @@ impl LuaScript {
     pub(crate) fn hash(&self) -> &str {
         &self.hash
     }
+}
+
+/// The last of an exchange's replies (`Nil` if there were none, which the caller's type refuses).
+fn last(mut replies: Vec<Value>) -> Value {
+    replies.pop().unwrap_or(Value::Nil)
 }
 
 /// The scripts of one single-node lock kind. Both kinds take the same `KEYS` and `ARGV`

@@ -37,7 +37,9 @@ pub(crate) trait Waiter {
     fn attempt(&mut self) -> Result<std::result::Result<Self::Lease, Refusal>>;
 
     /// Registers for release messages, then waits until the subscription is confirmed or `until`.
-    fn subscribe(&mut self, until: Instant);
+    /// An error ends the wait: registering asked the server something, and it did not answer
+    /// (the next attempt would only cost the caller another timeout).
+    fn subscribe(&mut self, until: Instant) -> Result<()>;
 
     /// Forgets the wake-ups received so far (the next attempt answers them).
     fn clear(&self);
@@ -66,7 +68,7 @@ pub(crate) fn wait_until<W: Waiter>(
         }
         let bound = |wait: Duration| deadline.map_or(now + wait, |deadline| deadline.min(now + wait));
         if !subscribed {
-            waiter.subscribe(bound(FALLBACK_RECHECK));
+            waiter.subscribe(bound(FALLBACK_RECHECK))?;
             subscribed = true;
         } else if let Some(pause) = refusal.back_off {
             thread::sleep(bound(pause).saturating_duration_since(now));
@@ -90,6 +92,8 @@ mod tests {
         attempts: u32,
         subscribed: u32,
         waits: Cell<u32>,
+        /// Subscribing fails with a timeout.
+        silent_on_subscribe: bool,
     }
 
     impl Waiter for Scripted {
@@ -100,8 +104,16 @@ mod tests {
             Ok(if self.attempts > self.refusals { Ok(self.attempts) } else { Err(self.refusal) })
         }
 
-        fn subscribe(&mut self, _until: Instant) {
+        fn subscribe(&mut self, _until: Instant) -> Result<()> {
             self.subscribed += 1;
+            if self.silent_on_subscribe {
+                return Err(lock_core::Error::Timeout {
+                    backend: "test",
+                    operation: "subscribe",
+                    source: None,
+                });
+            }
+            Ok(())
         }
 
         fn clear(&self) {}
@@ -112,7 +124,14 @@ mod tests {
     }
 
     fn scripted(refusals: u32, refusal: Refusal) -> Scripted {
-        Scripted { refusals, refusal, attempts: 0, subscribed: 0, waits: Cell::new(0) }
+        Scripted {
+            refusals,
+            refusal,
+            attempts: 0,
+            subscribed: 0,
+            waits: Cell::new(0),
+            silent_on_subscribe: false,
+        }
     }
 
     #[test]
@@ -130,6 +149,13 @@ mod tests {
         let mut waiter = scripted(3, Refusal { retry_in: None, back_off: Some(Duration::from_millis(1)) });
         assert!(wait_until(&mut waiter, None).unwrap().is_some());
         assert_eq!(waiter.waits.get(), 0);
+    }
+
+    #[test]
+    fn a_subscription_the_server_did_not_answer_ends_the_wait_without_another_attempt() {
+        let mut waiter = Scripted { silent_on_subscribe: true, ..scripted(u32::MAX, Refusal::default()) };
+        assert!(matches!(wait_until(&mut waiter, None), Err(lock_core::Error::Timeout { .. })));
+        assert_eq!((waiter.attempts, waiter.subscribed), (1, 1));
     }
 
     #[test]

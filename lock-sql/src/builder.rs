@@ -33,8 +33,10 @@ impl<K> SqlLockBuilder<K> {
     }
 
     /// The lock table's name (a plain identifier; the row-lock kind uses `<table>_rows`, the
-    /// fencing sequence of the row and advisory kinds is `<table>_fence`). Defaults to
-    /// `"distlock_locks"`.
+    /// fencing sequence of the row and advisory kinds is `<table>_fence`). Every derived name
+    /// must fit the database's identifier limit, so the name is at most 57 bytes on PostgreSQL
+    /// (which would silently truncate a longer `<table>_fence` to 63 bytes, letting two tables
+    /// share it) and 58 on MySQL; `build` rejects a longer one. Defaults to `"distlock_locks"`.
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.settings.table = table.into();
         self
@@ -55,7 +57,9 @@ impl<K> SqlLockBuilder<K> {
     }
 
     /// The pool's size. Row and advisory locks own a connection for as long as they are held,
-    /// so this also caps how many of those one client holds at once. Defaults to 16.
+    /// so this also caps how many of those one client holds at once: with every connection in
+    /// use, `try_lock` answers [`Error::PoolExhausted`] at once, a timed wait waits for a
+    /// connection until its deadline, `lock()` for the connect timeout. Defaults to 16.
     pub fn max_connections(mut self, max: u32) -> Self {
         self.settings.max_connections = max;
         self

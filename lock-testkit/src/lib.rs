@@ -9,10 +9,12 @@
 //!   [`conformance_tests!`].
 //! - [`negative`]: the frame the backends' broken recipes (N01–N06) are shipped and checked in;
 //!   [`BackendScenario`]: the same for each backend's own scenarios (R01–R04, Q01–Q03, Z01–Z03).
+//! - [`FaultProxy`]: a loopback TCP proxy a test cuts, as a network partition would (S16).
 //! - [`workload`]: the benchmark workloads W1–W4, run by `distlock bench`.
 #![warn(missing_docs)]
 
 mod backend_scenario;
+mod fault_proxy;
 pub mod harness;
 pub mod negative;
 mod poll;
@@ -20,4 +22,5 @@ pub mod suite;
 pub mod workload;
 
 pub use backend_scenario::{run_backend_scenario, BackendScenario};
+pub use fault_proxy::{FaultProxies, FaultProxy};
 pub use poll::eventually;

@@ -3,8 +3,9 @@
 //! [`BrokenRecipe`]s; tests and `distlock compare` run them all the same way.
 //!
 //! A recipe is *caught* when it works as a lock on the happy path (it passes S02) and fails the
-//! scenario it breaks: the failure is then the recipe's flaw, not a broken harness. A suite that
-//! passes a broken recipe has no teeth.
+//! scenario it breaks *on the assertion it was written to break* (its [`breach`](crate::suite::breach)): the failure is
+//! then the recipe's flaw, not a broken harness or a timeout. A suite that passes a broken recipe
+//! has no teeth.
 
 use std::fmt;
 
@@ -77,23 +78,43 @@ impl BrokenRecipe {
 }
 
 /// The usual check of a recipe that runs as a [`SuiteTarget`]: S02 passes (it works as a lock),
-/// and `scenario` fails. Not for S04, whose holder is this test binary re-run by test name: use
-/// [`caught_by_scenario_in`].
+/// and `scenario` fails with `breach` (one of [`breach`](crate::suite::breach)'s phrases) in its message. Not for S04,
+/// whose holder is this test binary re-run by test name: use [`caught_by_scenario_in`].
 ///
 /// # Errors
-/// A [`Failure`] when S02 does not pass, or when `scenario` passes (or is n/a).
-pub fn caught_by_scenario<T: SuiteTarget>(target: &T, scenario: &str) -> Result<Caught, Failure> {
-    caught_by_scenario_in(target, scenario, &target.label())
+/// A [`Failure`] when S02 does not pass, when `scenario` passes (or is n/a), or when it fails
+/// some other way.
+pub fn caught_by_scenario<T: SuiteTarget>(
+    target: &T,
+    scenario: &str,
+    breach: &str,
+) -> Result<Caught, Failure> {
+    caught_by_scenario_in(target, scenario, breach, &target.label())
+}
+
+/// Whether `failure` is the breach a recipe was written to commit.
+///
+/// # Errors
+/// A [`Failure`] that says what failed instead.
+pub fn caught_if_breached(failure: Failure, scenario: &str, breach: &str) -> Result<Caught, Failure> {
+    if failure.0.contains(breach) {
+        Ok(Caught { how: failure.0 })
+    } else {
+        Err(Failure(format!(
+            "{scenario} failed, but not on the assertion the recipe breaks (\"{breach}\"): {failure}"
+        )))
+    }
 }
 
 /// [`caught_by_scenario`] run from the test called `test_name` (its full path in the test
 /// binary), which S04 re-runs as the holder process.
 ///
 /// # Errors
-/// A [`Failure`] when S02 does not pass, or when `scenario` passes (or is n/a).
+/// As [`caught_by_scenario`].
 pub fn caught_by_scenario_in<T: SuiteTarget>(
     target: &T,
     scenario: &str,
+    breach: &str,
     test_name: &str,
 ) -> Result<Caught, Failure> {
     let label = target.label();
@@ -104,7 +125,7 @@ pub fn caught_by_scenario_in<T: SuiteTarget>(
         }
     }
     match run(target, scenario, test_name) {
-        Err(Failure(how)) => Ok(Caught { how }),
+        Err(failure) => caught_if_breached(failure, scenario, breach),
         Ok(verdict) => {
             Err(Failure(format!("{label} passed {scenario} ({verdict:?}): the suite has no teeth")))
         }

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use futures::future::{join, join_all};
 use lock_core::{
     check_lease, Acquired, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind, LockName,
-    NativeWait, OwnerToken, Result,
+    LockOptions, NativeWait, OwnerToken, Result,
 };
 use zookeeper_client as zk;
 
+use crate::blocking::{async_context_error, in_async_context, refuse_async_context};
 use crate::builder::{Settings, ZooKeeperLockBuilder};
 use crate::error::{session_ended, Failure, BACKEND};
 use crate::lease::{NodeWatch, ZooKeeperLease};
@@ -28,10 +29,13 @@ use crate::session::{is_terminal, Session};
 /// Holds are [`HoldKind::Session`]: a lock is held as long as its ephemeral node, which lives as
 /// long as the session. Renewal is a liveness check (one round trip per batch, however many
 /// locks: the session, and a watch on each node); a disconnected session or a check without an
-/// answer puts the hold in doubt, and a hold is lost
-/// once no check succeeded for the negotiated session timeout (or the lease, if shorter) — by
-/// then the servers may have expired the session. A session that expired is replaced by a new
-/// one for later acquisitions.
+/// answer puts the hold in doubt, and a hold is lost once no check succeeded for the negotiated
+/// session timeout (or the lease, if shorter) less a clock-drift margin — before the servers can
+/// have expired the session. A session that expired is replaced by a new one for later
+/// acquisitions.
+///
+/// Calls block; from a tokio async task they return [`Error::Unsupported`] (use
+/// `tokio::task::spawn_blocking`). A release refused there is still sent, in the background.
 ///
 /// Abilities: [`NativeWait`] (each waiter watches its predecessor's node) and [`Fencing`] (the
 /// lock node's creation zxid).
@@ -101,6 +105,7 @@ impl ZooKeeperBackend {
     /// # Errors
     /// As connecting, when the session had ended and a new one cannot be had.
     pub fn session_state(&self) -> Result<zk::SessionState> {
+        refuse_async_context()?;
         Ok(self.inner.session.client()?.state())
     }
 
@@ -192,10 +197,14 @@ impl DistributedLock for ZooKeeperBackend {
         HoldKind::Session
     }
 
-    /// A hold is believed for at most the session timeout after its last confirmed check: past
-    /// that the servers may have expired the session and granted the lock to another.
+    /// A hold is believed for at most the negotiated session timeout after its last confirmed
+    /// check, less the default clock-drift margin of that timeout (1 % + 2 ms): the servers
+    /// expire a session one timeout, by their clock, after they last heard from it — at the
+    /// earliest when they received that check — and may then grant the lock to another.
     fn lease_margin(&self, ttl: Duration) -> Duration {
-        ttl.saturating_sub(self.session_timeout())
+        let session_timeout = self.session_timeout();
+        let trusted = session_timeout.saturating_sub(LockOptions::default().drift_margin(session_timeout));
+        ttl.saturating_sub(trusted)
     }
 
     /// Not connected (`Disconnected`: the servers may be electing a leader, or this client may be
@@ -212,17 +221,22 @@ impl DistributedLock for ZooKeeperBackend {
         ttl: Duration,
     ) -> Result<Option<ZooKeeperLease>> {
         check_lease(ttl)?;
+        refuse_async_context()?;
         Ok(self.acquire(name, owner, Wait::No)?.map(|(lease, _)| lease))
     }
 
     fn extend(&self, lease: &mut ZooKeeperLease, ttl: Duration) -> Result<bool> {
         check_lease(ttl)?;
+        refuse_async_context()?;
         self.check_holds(&mut [lease]).pop().unwrap_or(Ok(false))
     }
 
     fn extend_many(&self, batch: &mut [Extension<'_, ZooKeeperLease>]) -> Vec<Result<bool>> {
         if let Err(error) = batch.iter().try_for_each(|item| check_lease(item.ttl)) {
             return batch.iter().map(|_| Err(Error::invalid_config(error.to_string()))).collect();
+        }
+        if in_async_context() {
+            return batch.iter().map(|_| Err(async_context_error())).collect();
         }
         let mut leases: Vec<&mut ZooKeeperLease> = batch.iter_mut().map(|item| &mut *item.lease).collect();
         self.check_holds(&mut leases)
@@ -232,6 +246,12 @@ impl DistributedLock for ZooKeeperBackend {
         let session = &self.inner.session;
         // The session that owned the node has ended, and the node with it.
         let Some(client) = session.client_of(lease.session) else { return Ok(false) };
+        if let Err(error) = refuse_async_context() {
+            // Not waited for here, but sent: the node goes as soon as the servers can delete it
+            // (or with the session), not a whole session later.
+            self.abandon(&client, lease.node);
+            return Err(error);
+        }
         match session.call(session.settings().request_timeout, client.delete(&lease.node, None)) {
             Ok(()) => Ok(true),
             Err(Failure::Zk(zk::Error::NoNode)) => Ok(false),
@@ -263,6 +283,7 @@ impl NativeWait for ZooKeeperBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired<ZooKeeperLease>>> {
         check_lease(ttl)?;
+        refuse_async_context()?;
         let acquired = self.acquire(name, owner, Wait::Until(deadline))?;
         Ok(acquired.map(|(lease, sent_at)| Acquired::new(lease, sent_at)))
     }

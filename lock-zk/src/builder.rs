@@ -144,7 +144,9 @@ impl ZooKeeperLockBuilder {
     /// [`Error::Timeout`] when no server answers within the connect timeout;
     /// [`Error::Authentication`] when the servers refuse the credentials or the root's parent.
     /// (A wrong digest password is only noticed by the first acquisition: see
-    /// [`digest`](Self::digest).)
+    /// [`digest`](Self::digest).) [`Error::Unsupported`] when called from a tokio async task:
+    /// building connects, and blocks until the servers answer; call it from
+    /// `tokio::task::spawn_blocking`.
     pub fn build(self) -> Result<ZooKeeperBackend> {
         let settings = self.settings;
         let root = Root::new(&self.root)?;
@@ -162,6 +164,7 @@ impl ZooKeeperLockBuilder {
                 return Err(Error::invalid_config("the digest user must not be empty or contain `:`"));
             }
         }
+        crate::blocking::refuse_async_context()?;
         ZooKeeperBackend::open(settings, root)
     }
 }

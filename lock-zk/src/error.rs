@@ -3,14 +3,18 @@
 use lock_core::Error;
 use zookeeper_client as zk;
 
+use crate::blocking::async_context_error;
+
 /// The backend's name in errors and logs.
 pub(crate) const BACKEND: &str = "zookeeper";
 
-/// What went wrong in one bounded call: the client's own error, or no answer in time.
+/// What went wrong in one bounded call: the client's own error, no answer in time, or a call
+/// refused before anything was sent because it came from a tokio async task.
 #[derive(Debug, Clone)]
 pub(crate) enum Failure {
     Zk(zk::Error),
     TimedOut,
+    AsyncContext,
 }
 
 impl From<zk::Error> for Failure {
@@ -30,12 +34,18 @@ impl Failure {
     /// answering or reset the socket) or no reply in time leaves it unknown: a create or delete
     /// may or may not have happened.
     pub(crate) fn is_definite(&self) -> bool {
-        matches!(self, Failure::Zk(error) if is_definite(error))
+        match self {
+            Failure::Zk(error) => is_definite(error),
+            Failure::TimedOut => false,
+            // Nothing was sent.
+            Failure::AsyncContext => true,
+        }
     }
 
     pub(crate) fn into_error(self, operation: &'static str) -> Error {
         match self {
             Failure::TimedOut => Error::Timeout { backend: BACKEND, operation, source: None },
+            Failure::AsyncContext => async_context_error(),
             Failure::Zk(error) => match error {
                 zk::Error::Timeout => {
                     Error::Timeout { backend: BACKEND, operation, source: Some(error.into()) }

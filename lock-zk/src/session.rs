@@ -7,12 +7,16 @@
 //! - `Expired` is final: the next call after it connects a new session ([`Session::client`]);
 //! - dropping the client and the runtime together sends no `CloseSession`, so the nodes would
 //!   linger a whole session timeout: [`Drop`] drops the client first, waits for `Closed`, and only
-//!   then the runtime;
+//!   then the runtime — on a thread of its own when dropped inside a tokio async task, where
+//!   neither waiting nor dropping a runtime is allowed;
 //! - a `current_thread` runtime idle outside `block_on` lets the session expire: the runtime has
 //!   one worker thread of its own that keeps the session's pings going.
+//!
+//! Calls block their thread ([`crate::blocking`]); inside a tokio async task they are refused.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
@@ -20,6 +24,7 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
 use zookeeper_client as zk;
 
+use crate::blocking::{self, in_async_context};
 use crate::builder::Settings;
 use crate::error::{Failure, BACKEND};
 use lock_core::{Error, Result};
@@ -27,8 +32,12 @@ use lock_core::{Error, Result};
 /// The name of each backend's runtime worker thread (one per backend and its clones).
 pub const ZK_THREAD_NAME: &str = "distlock-zk";
 
-/// How long closing waits for the server to confirm the end of the session.
+/// How long closing waits for the server to confirm the end of the session (at most the request
+/// timeout): past it the servers end the session on their own, a session timeout later.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The name of the thread that closes a session dropped inside a tokio async task.
+const CLOSE_THREAD_NAME: &str = "distlock-zk-close";
 
 pub(crate) struct Session {
     settings: Settings,
@@ -68,7 +77,7 @@ impl Session {
             negotiated_ms: AtomicU64::new(0),
             background: Mutex::new(JoinSet::new()),
         };
-        let client = session.connect()?;
+        let client = session.connect(Instant::now() + session.settings.connect_timeout)?;
         *session.current.write() = Some(client);
         Ok(session)
     }
@@ -90,18 +99,22 @@ impl Session {
         if let Some(client) = self.live() {
             return Ok(client);
         }
-        let timeout = self.settings.connect_timeout;
-        let Some(_connecting) = self.connecting.try_lock_for(timeout) else {
-            return Err(Error::Timeout { backend: BACKEND, operation: "connect", source: None });
-        };
+        // One connect timeout in all, waiting for another thread's connect included: a call that
+        // connects stays within one connect and one request timeout.
+        let deadline = Instant::now() + self.settings.connect_timeout;
+        let timed_out = || Error::Timeout { backend: BACKEND, operation: "connect", source: None };
+        let Some(_connecting) = self.connecting.try_lock_until(deadline) else { return Err(timed_out()) };
         // Another thread may have connected while this one waited.
         if let Some(client) = self.live() {
             return Ok(client);
         }
+        if Instant::now() >= deadline {
+            return Err(timed_out());
+        }
         if let Some(ended) = self.current.read().as_ref() {
             tracing::info!(session = ?ended.session_id(), state = ?ended.state(), "ZooKeeper session ended; connecting a new one");
         }
-        let client = self.connect()?;
+        let client = self.connect(deadline)?;
         *self.current.write() = Some(client.clone());
         Ok(client)
     }
@@ -132,12 +145,12 @@ impl Session {
         Duration::from_millis(self.negotiated_ms.load(Ordering::Relaxed))
     }
 
-    /// A new session, within the connect timeout.
+    /// A new session, by `deadline`.
     ///
     /// # Errors
     /// [`Error::Connection`] when no server accepts, [`Error::Timeout`] when none answers in time,
     /// [`Error::Authentication`] when the server rejects the credentials.
-    fn connect(&self) -> Result<zk::Client> {
+    fn connect(&self, deadline: Instant) -> Result<zk::Client> {
         let settings = &self.settings;
         let mut connector =
             zk::Client::connector().with_session_timeout(settings.session_timeout).with_fail_eagerly();
@@ -146,7 +159,7 @@ impl Session {
         }
         let connect_string = settings.connect_string.as_str();
         let client = self
-            .call(settings.connect_timeout, connector.connect(connect_string))
+            .call_until(deadline, connector.connect(connect_string))
             .map_err(|failure| failure.into_error("connect"))?;
         self.negotiated_ms.store(client.session_timeout().as_millis() as u64, Ordering::Relaxed);
         Ok(client)
@@ -162,22 +175,31 @@ impl Session {
     }
 
     /// Runs `future` on the runtime from this (blocking) thread, until `deadline` at the latest.
+    /// Refused inside a tokio async task (see [`crate::blocking`]).
     pub(crate) fn call_until<T>(
         &self,
         deadline: Instant,
         future: impl Future<Output = Result<T, zk::Error>>,
     ) -> Result<T, Failure> {
+        if in_async_context() {
+            return Err(Failure::AsyncContext);
+        }
         // The timer must be made inside the runtime: `block_on` enters it.
         let bounded = async { tokio::time::timeout_at(deadline.into(), future).await };
-        match self.runtime().block_on(bounded) {
+        match blocking::block_on(self.runtime(), bounded) {
             Ok(outcome) => outcome.map_err(Failure::Zk),
             Err(_elapsed) => Err(Failure::TimedOut),
         }
     }
 
-    /// Waits on the runtime for `future` until `deadline`; `None` if it did not finish by then.
+    /// Waits on the runtime for `future` until `deadline`; `None` if it did not finish by then
+    /// (or at once inside a tokio async task, which callers have refused before).
     pub(crate) fn wait_until<T>(&self, deadline: Instant, future: impl Future<Output = T>) -> Option<T> {
-        self.runtime().block_on(async { tokio::time::timeout_at(deadline.into(), future).await }).ok()
+        if in_async_context() {
+            return None;
+        }
+        blocking::block_on(self.runtime(), async { tokio::time::timeout_at(deadline.into(), future).await })
+            .ok()
     }
 
     /// Leaves `future` (whose requests are already sent) to finish in the background.
@@ -196,28 +218,49 @@ pub(crate) fn is_terminal(state: zk::SessionState) -> bool {
 impl Drop for Session {
     fn drop(&mut self) {
         let Some(runtime) = self.runtime.take() else { return };
-        let client = self.current.get_mut().take();
-        let mut tasks = std::mem::take(self.background.get_mut());
-        // `block_on` panics inside another runtime; there, skip the orderly close (the server
-        // then ends the session after its timeout).
-        if tokio::runtime::Handle::try_current().is_err() {
-            runtime.block_on(async move {
-                // Clean-ups hold clients: stop every task, so that dropping ours closes the session
-                // (and no watch is left waiting on a session that is gone).
-                tasks.abort_all();
-                while tasks.join_next().await.is_some() {}
-                if let Some(client) = client {
-                    let mut state = client.state_watcher();
-                    drop(client);
-                    let closed = async {
-                        while !is_terminal(state.peek_state()) {
-                            state.changed().await;
-                        }
-                    };
-                    let _ = tokio::time::timeout(CLOSE_TIMEOUT, closed).await;
-                }
-            });
+        let parts = (runtime, self.current.get_mut().take(), std::mem::take(self.background.get_mut()));
+        let wait = self.settings.request_timeout.min(CLOSE_TIMEOUT);
+        if !in_async_context() {
+            return close(parts, wait);
         }
-        runtime.shutdown_background();
+        // An async task may neither wait nor drop a runtime: a thread of its own closes the
+        // session, in the same order, and this drop returns at once.
+        let parts = Arc::new(Mutex::new(Some(parts)));
+        let for_thread = Arc::clone(&parts);
+        let spawned = std::thread::Builder::new().name(CLOSE_THREAD_NAME.into()).spawn(move || {
+            if let Some(parts) = for_thread.lock().take() {
+                close(parts, wait);
+            }
+        });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "no thread to close the ZooKeeper session: the servers end it after its timeout");
+            if let Some((runtime, client, tasks)) = parts.lock().take() {
+                drop((client, tasks));
+                runtime.shutdown_background();
+            }
+        }
     }
+}
+
+/// Closes a session in order: stops the background clean-ups (each holds a client), drops the
+/// client — which sends `CloseSession` — and waits up to `wait` for the servers to confirm, then
+/// stops the runtime.
+fn close((runtime, client, mut tasks): (Runtime, Option<zk::Client>, JoinSet<()>), wait: Duration) {
+    blocking::block_on(&runtime, async move {
+        // Clean-ups hold clients: stop every task, so that dropping ours closes the session (and
+        // no watch is left waiting on a session that is gone).
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+        if let Some(client) = client {
+            let mut state = client.state_watcher();
+            drop(client);
+            let closed = async {
+                while !is_terminal(state.peek_state()) {
+                    state.changed().await;
+                }
+            };
+            let _ = tokio::time::timeout(wait, closed).await;
+        }
+    });
+    runtime.shutdown_background();
 }

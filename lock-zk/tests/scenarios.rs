@@ -3,6 +3,7 @@
 //! servers: names, bad input, leases, fencing tokens.
 
 use std::net::TcpListener;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use lock_core::{DistributedLock, Error, LockClient, LockName, LockOptions, OwnerToken};
@@ -84,13 +85,46 @@ fn unreachable_servers_and_bad_settings_are_typed_errors() {
     assert!(matches!(zero, Err(Error::InvalidConfig { .. })));
 }
 
-/// A hold is believed for at most the session timeout after its last check, whatever the lease.
+/// A hold is believed for at most the negotiated session timeout after its last check, less the
+/// default clock-drift margin of that timeout, whatever the lease: the servers may expire the
+/// session one timeout (by their clock) after the check reached them.
 #[test]
 fn the_session_timeout_caps_the_lease_a_holder_counts_on() {
     let backend = ZooKeeperTarget::new().backend().unwrap();
     let session = backend.session_timeout();
-    assert_eq!(backend.lease_margin(Duration::from_secs(30)), Duration::from_secs(30) - session);
+    let trusted = session - LockOptions::default().drift_margin(session);
+    assert_eq!(backend.lease_margin(Duration::from_secs(30)), Duration::from_secs(30) - trusted);
+    assert_eq!(backend.lease_margin(trusted), Duration::ZERO);
     assert_eq!(backend.lease_margin(session / 2), Duration::ZERO);
+}
+
+/// The servers negotiate the session timeout into their `minSessionTimeout..=maxSessionTimeout`
+/// (the harness: 2 ticks of 200 ms, and 60 s); the holder counts on the negotiated one, not the
+/// one asked for nor the lease.
+#[test]
+fn the_negotiated_session_timeout_is_the_one_a_holder_counts_on() {
+    let target = ZooKeeperTarget::new();
+    let asked = Duration::from_millis(100);
+    let backend = target.builder().session_timeout(asked).build().unwrap();
+    let negotiated = backend.session_timeout();
+    assert_eq!(negotiated, Duration::from_millis(400), "asked for {asked:?}");
+    let lease = Duration::from_secs(3);
+    let options = LockOptions::builder().lease(lease).renewal(false).build().unwrap();
+    let client = LockClient::with_options(backend, options);
+    let guard = client.lock_named(unique_name("negotiated").as_str()).unwrap().try_lock().unwrap().unwrap();
+    let acquired = Instant::now();
+    thread::sleep(Duration::from_millis(200));
+    assert!(guard.is_held() || acquired.elapsed() >= negotiated, "lost before the negotiated timeout");
+    thread::sleep(negotiated.saturating_sub(acquired.elapsed()));
+    assert!(!guard.is_held(), "held past the negotiated session timeout, unconfirmed");
+    drop(guard);
+
+    let long = target.builder().session_timeout(Duration::from_secs(120)).build().unwrap();
+    assert_eq!(long.session_timeout(), Duration::from_secs(60), "the servers' maxSessionTimeout");
+    assert_eq!(
+        long.lease_margin(Duration::from_secs(90)),
+        Duration::from_secs(90) - Duration::from_millis(59_398)
+    );
 }
 
 /// The fencing token is the node's creation zxid: it grows across holders and across a new

@@ -49,7 +49,7 @@ pub fn scenarios_and_recipes(
     progress: &Progress,
 ) -> Vec<Found> {
     let mut queue = VecDeque::new();
-    // Scenario by scenario across kinds: the slow ones (S04, S08, S15) spread over the run.
+    // Scenario by scenario across kinds: the slow ones (S04, S08, S15, S16) spread over the run.
     for &id in scenarios {
         queue.extend((0..contenders.len()).map(|kind| Job::Scenario { kind, id }));
     }

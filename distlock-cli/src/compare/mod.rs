@@ -1,4 +1,4 @@
-//! `distlock compare`: the docs' suite (S01–S15), the broken recipes (N01–N06) and the
+//! `distlock compare`: the docs' suite (S01–S16), the broken recipes (N01–N06) and the
 //! workloads (W1–W3, beside the server round trip) across every backend kind, as a terminal
 //! matrix and, with `--out`, `report.json`, `report.md` and a self-contained `report.html`.
 

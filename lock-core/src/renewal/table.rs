@@ -6,6 +6,7 @@ use std::collections::BinaryHeap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::{Arc, Weak};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -18,6 +19,13 @@ use crate::held::HeldLease;
 
 /// Released entries tolerated in the queues before they are pruned.
 const PRUNE_AFTER: usize = 1024;
+
+/// The name of the threads that check the leases of a batch one each
+/// ([`DistributedLock::extends_independently`]).
+const CHECK_THREAD_NAME: &str = "distlock-check";
+
+/// Their stack: a backend call's, not a program's.
+const CHECK_THREAD_STACK: usize = 256 * 1024;
 
 /// Shortest wait before retrying a renewal that failed, and the shortest renew interval.
 const MIN_RETRY: Duration = Duration::from_millis(10);
@@ -94,23 +102,22 @@ impl<B: DistributedLock> LeaseTable<B> {
     /// The interval is capped at half of what the holder may count on (the lease less the
     /// backend's margin), so a renewal is always sent well before the hold runs out.
     pub(crate) fn track(&self, held: Arc<HeldLease<B>>, sent_at: Instant, renewal: Option<Duration>) {
-        let mut earliest = None;
         let mut queues = self.queues.lock();
-        if held.expires() {
-            let at = held.valid_until();
-            queues.expiries.push(Reverse(Due { at, held: Arc::clone(&held), interval: Duration::ZERO }));
-            earliest = Some(at);
-        }
+        // Every hold is lost at its confirmed expiry unless a renewal moves it on.
+        let mut earliest = held.valid_until();
+        queues.expiries.push(Reverse(Due {
+            at: earliest,
+            held: Arc::clone(&held),
+            interval: Duration::ZERO,
+        }));
         if let Some(interval) = renewal {
             let interval = interval.min(held.valid_for / 2).max(MIN_RETRY);
             let at = sent_at + interval;
             queues.renewals.push(Reverse(Due { at, held, interval }));
-            earliest = Some(earliest.map_or(at, |earliest: Instant| earliest.min(at)));
+            earliest = earliest.min(at);
         }
         drop(queues);
-        if let Some(at) = earliest {
-            timer().wake_by(at);
-        }
+        timer().wake_by(earliest);
     }
 
     /// Notes that a tracked lease was released; prunes the queues when released entries dominate.
@@ -176,6 +183,9 @@ impl<B: DistributedLock> LeaseTable<B> {
 
     /// One outcome per batch item; `None` for leases released before the batch was sent.
     fn extend_batch(&self, batch: &[(Arc<HeldLease<B>>, Duration)]) -> Vec<Option<Result<bool>>> {
+        if self.backend.extends_independently() && batch.len() > 1 {
+            return self.extend_each_concurrently(batch);
+        }
         let mut guards: Vec<_> = batch.iter().map(|(held, _)| held.lease.lock()).collect();
         let live: Vec<bool> = guards.iter().map(|guard| guard.is_some()).collect();
         let mut extensions: Vec<_> = guards
@@ -198,14 +208,68 @@ impl<B: DistributedLock> LeaseTable<B> {
                 Vec::new()
             }
         };
+        drop(extensions);
         let mut results = results.into_iter();
-        live.into_iter()
+        let outcomes: Vec<_> = live
+            .into_iter()
             .map(|live| {
                 live.then(|| {
                     results.next().unwrap_or_else(|| Err(Error::backend(backend, "no renewal result")))
                 })
             })
-            .collect()
+            .collect();
+        // Recorded before the leases are unlocked: a release waiting for this batch sees it.
+        for ((held, _), outcome) in batch.iter().zip(&outcomes) {
+            if let Some(outcome) = outcome {
+                held.note_answer(outcome.is_ok());
+            }
+        }
+        drop(guards);
+        outcomes
+    }
+
+    /// [`extend_batch`](Self::extend_batch) for a backend whose leases are extended on
+    /// connections of their own: one thread per lease, each locking only its lease, so a batch
+    /// takes one call's time however many leases it has, and a release waits for its own
+    /// lease's check only.
+    fn extend_each_concurrently(&self, batch: &[(Arc<HeldLease<B>>, Duration)]) -> Vec<Option<Result<bool>>> {
+        let backend = &*self.backend;
+        let extend_one = |held: &HeldLease<B>| -> Option<Result<bool>> {
+            let mut slot = held.lease.lock();
+            let lease = slot.as_mut()?;
+            let outcome =
+                catch_unwind(AssertUnwindSafe(|| backend.extend(lease, held.ttl))).unwrap_or_else(|_| {
+                    tracing::error!(backend = backend.backend_name(), "extend panicked");
+                    Err(Error::backend(backend.backend_name(), "extend panicked"))
+                });
+            held.note_answer(outcome.is_ok());
+            Some(outcome)
+        };
+        thread::scope(|scope| {
+            let (first, rest) = batch.split_first().expect("a batch of more than one lease");
+            let spawned: Vec<_> = rest
+                .iter()
+                .map(|(held, _)| {
+                    let held = &**held;
+                    thread::Builder::new()
+                        .name(CHECK_THREAD_NAME.into())
+                        .stack_size(CHECK_THREAD_STACK)
+                        .spawn_scoped(scope, move || extend_one(held))
+                        .map_err(|_| held)
+                })
+                .collect();
+            let mut outcomes = vec![extend_one(&first.0)];
+            for handle in spawned {
+                outcomes.push(match handle {
+                    Ok(handle) => handle.join().unwrap_or_else(|_| {
+                        Some(Err(Error::backend(backend.backend_name(), "a lease check panicked")))
+                    }),
+                    // No thread to be had: check it here, after the others started.
+                    Err(held) => extend_one(held),
+                });
+            }
+            outcomes
+        })
     }
 }
 
@@ -268,7 +332,7 @@ impl<B: DistributedLock> Scheduled for LeaseTable<B> {
         if !batch.is_empty() {
             self.in_flight.store(true, AtomicOrdering::Release);
             let table = Arc::clone(&self);
-            workers::submit(Box::new(move || table.renew(batch)));
+            workers::submit(move || table.renew(batch));
         }
         next
     }

@@ -144,3 +144,90 @@ fn renewal_comes_before_what_the_holder_may_count_on_runs_out() {
         thread::sleep(MS);
     }
 }
+
+/// Issue 16 §3: a callback that never returns delays neither its own client's signal nor any
+/// other client's.
+#[test]
+fn a_callback_that_blocks_forever_delays_no_signal() {
+    let (stuck_backend, other_backend) = (FakeBackend::default(), FakeBackend::default());
+    let (_never, blocked) = std::sync::mpsc::channel::<()>();
+    let blocked = parking_lot::Mutex::new(blocked);
+    let blocking = LockOptions::builder()
+        .lease(MS * 300)
+        .on_lost(move |_| {
+            let _ = blocked.lock().recv();
+        })
+        .build()
+        .unwrap();
+    let stuck = LockClient::with_options(stuck_backend.clone(), blocking.clone());
+    let other = LockClient::with_options(other_backend.clone(), blocking);
+    let stuck_guards: Vec<_> = (0..4).map(|_| hold(&stuck, "blocking-callback")).collect();
+    let other_guard = hold(&other, "other-client");
+    thread::sleep(MS * 150);
+    stuck_backend.switches.fail_extend.store(true, Ordering::SeqCst);
+    let failed_at = Instant::now();
+    // Its leases are lost first, and their callbacks block forever.
+    for guard in &stuck_guards {
+        assert!(guard.lost_signal().wait_timeout(MS * 2_000));
+        assert!(failed_at.elapsed() <= MS * 300 + LATE, "lost {:?} after the failure", failed_at.elapsed());
+    }
+    other_backend.switches.fail_extend.store(true, Ordering::SeqCst);
+    let other_failed_at = Instant::now();
+    assert!(other_guard.lost_signal().wait_timeout(MS * 2_000));
+    let took = other_failed_at.elapsed();
+    assert!(took <= MS * 300 + LATE, "the other client's signal came {took:?} after its failure");
+}
+
+/// Issue 16 §2: with leases checked one per connection, a batch of 1,000 against a silent
+/// server takes one call's time, and a release waits for its own lease's check only.
+#[test]
+fn independent_checks_take_one_call_however_many_holds() {
+    let backend = FakeBackend::default();
+    backend.switches.session.store(true, Ordering::SeqCst);
+    backend.switches.independent.store(true, Ordering::SeqCst);
+    let client = LockClient::with_options(backend.clone(), options(3_000, true));
+    let guards: Vec<_> = (0..1_000).map(|_| hold(&client, "independent")).collect();
+    // Each check now hangs 400 ms, then fails (a read timeout).
+    backend.switches.stall_extend_ms.store(400, Ordering::SeqCst);
+    let before = backend.switches.extends.load(Ordering::SeqCst);
+    let stalled_at = Instant::now();
+    // The first renewal round starts at most one interval (1 s) after acquisition.
+    while backend.switches.extends.load(Ordering::SeqCst) < before + 1_000 {
+        assert!(stalled_at.elapsed() < MS * 2_500, "the batch did not start all its checks together");
+        thread::sleep(MS);
+    }
+    let started_all = stalled_at.elapsed();
+    // Every check of the batch is in flight at once: a release waits at most for its own.
+    let released_at = Instant::now();
+    drop(guards);
+    let took = released_at.elapsed();
+    assert!(
+        took <= MS * 400 + MS * 300,
+        "releasing 1,000 holds took {took:?} (batch started after {started_all:?})"
+    );
+    backend.switches.stall_extend_ms.store(0, Ordering::SeqCst);
+}
+
+/// Issue 16 §2: a release that waited for a renewal the server did not answer returns then,
+/// without asking the server a second time.
+#[test]
+fn a_release_behind_an_unanswered_renewal_does_not_ask_again() {
+    let backend = FakeBackend::default();
+    let client = LockClient::with_options(backend.clone(), options(3_000, true));
+    let guard = hold(&client, "behind-a-renewal");
+    backend.switches.stall_extend_ms.store(600, Ordering::SeqCst);
+    let extends = backend.switches.extends.load(Ordering::SeqCst);
+    // Wait for the renewal (interval 1 s) to be in flight.
+    let deadline = Instant::now() + MS * 2_000;
+    while backend.switches.extends.load(Ordering::SeqCst) == extends {
+        assert!(Instant::now() < deadline, "no renewal was sent");
+        thread::sleep(MS);
+    }
+    let releases = backend.switches.releases.load(Ordering::SeqCst);
+    let started = Instant::now();
+    let unlocked = guard.unlock();
+    let took = started.elapsed();
+    assert!(took <= MS * 600 + MS * 100, "unlock took {took:?}");
+    assert!(matches!(unlocked, Err(crate::Error::Timeout { .. })), "{unlocked:?}");
+    assert_eq!(backend.switches.releases.load(Ordering::SeqCst), releases, "the server was asked again");
+}

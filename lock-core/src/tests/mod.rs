@@ -100,11 +100,17 @@ fn renewal_failure_marks_the_lock_lost_and_fires_the_signal() {
     assert!(signal.wait_timeout(MS * 2_000), "lost within the lease plus one retry");
     assert!(!guard.is_held());
     assert!(!lock.is_held_by_current_thread());
+    // The callback runs after the signal, on a callback thread.
+    let deadline = std::time::Instant::now() + MS * 2_000;
+    while lost_names.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < deadline {
+        thread::sleep(MS);
+    }
     assert_eq!(lost_names.load(Ordering::SeqCst), 1);
     // Re-entering a lost lock is refused; releasing it reports that it is no longer held.
     assert!(matches!(lock.try_lock(), Err(Error::NotHeld { .. })));
     backend.switches.fail_extend.store(false, Ordering::SeqCst);
-    assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
+    let unlocked = guard.unlock();
+    assert!(matches!(unlocked, Err(Error::NotHeld { .. })), "{unlocked:?}");
 }
 
 #[test]
@@ -149,6 +155,10 @@ fn without_renewal_the_lease_runs_out_and_is_reported_lost() {
     let guard = lock.lock().unwrap();
     assert!(guard.lost_signal().wait_timeout(MS * 1_000));
     assert!(!guard.is_held());
+    // The holder is told first, by the clock-drift margin (1 % + 2 ms), then the server frees it.
+    let margin = client.options().drift_margin(MS * 100);
+    assert!(backend.remaining_lease(lock.name()).is_none_or(|left| left <= margin));
+    thread::sleep(margin);
     assert_eq!(backend.remaining_lease(lock.name()), None);
     assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
 }

@@ -29,16 +29,91 @@ fn close_releases_every_lock_stops_renewal_and_refuses_new_ones() {
 fn dropping_the_last_handle_releases_what_the_client_holds() {
     let backend = FakeBackend::default();
     let client = LockClient::with_options(backend.clone(), options(10_000, true));
-    let lock = client.lock_named(&name("dropped")).unwrap();
-    let lock_name = lock.name().clone();
-    let guard = lock.lock().unwrap();
-    drop(client);
-    assert!(backend.inner.remaining_lease(&lock_name).is_some(), "a Lock is a handle: still open");
-    drop(lock);
-    assert!(backend.inner.remaining_lease(&lock_name).is_none(), "the last handle released the lock");
-    assert_eq!(guard.state(), HoldState::Released);
-    drop(guard);
-    assert_eq!(backend.switches.releases.load(Ordering::SeqCst), 1);
+    let (first, second) =
+        (client.lock_named(&name("dropped-a")).unwrap(), client.lock_named(&name("dropped-b")).unwrap());
+    let (first_name, second_name) = (first.name().clone(), second.name().clone());
+    let (first_guard, second_guard) = (first.lock().unwrap(), second.lock().unwrap());
+    drop((client, first, second));
+    assert_eq!(first_guard.state(), HoldState::Held, "a guard keeps its client alive");
+    drop(first_guard);
+    assert!(backend.inner.remaining_lease(&first_name).is_none());
+    assert_eq!(second_guard.state(), HoldState::Held);
+    assert!(matches!(
+        LockClient::with_options(backend.clone(), options(10_000, true))
+            .lock_named(second_name.as_str())
+            .unwrap()
+            .try_lock(),
+        Ok(None)
+    ));
+    drop(second_guard);
+    assert!(backend.inner.remaining_lease(&second_name).is_none(), "the last handle released every hold");
+    assert_eq!(backend.switches.releases.load(Ordering::SeqCst), 2);
+}
+
+/// Issue 16: `fn take() -> LockGuard<_> { LockClient::new(b).lock_named("x")?.lock()? }`.
+#[test]
+fn a_guard_returned_from_a_function_keeps_its_hold() {
+    fn take(backend: FakeBackend, name: &str) -> crate::Result<crate::LockGuard<FakeBackend>> {
+        LockClient::with_options(backend, options(10_000, true)).lock_named(name)?.lock()
+    }
+    let backend = FakeBackend::default();
+    let lock_name = name("returned");
+    let guard = take(backend.clone(), &lock_name).unwrap();
+    assert_eq!(guard.state(), HoldState::Held);
+    assert!(guard.is_held());
+    let rival = LockClient::with_options(backend.clone(), options(10_000, true));
+    assert!(rival.lock_named(&lock_name).unwrap().try_lock().unwrap().is_none(), "still held");
+    guard.unlock().unwrap();
+    assert!(rival.lock_named(&lock_name).unwrap().try_lock().unwrap().is_some());
+}
+
+/// Issue 16: an acquisition that passed the closed check before `close()` either finishes
+/// before `close` returns (and is released by it) or returns `Error::Closed` — never a live
+/// guard after `close` returned.
+#[test]
+fn close_racing_acquisitions_leaves_no_live_guard() {
+    for round in 0..50 {
+        let backend = FakeBackend::default();
+        let client = LockClient::with_options(backend.clone(), options(10_000, true));
+        let closed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads: Vec<_> = (0..4)
+            .map(|index| {
+                let (client, closed) = (client.clone(), std::sync::Arc::clone(&closed));
+                std::thread::spawn(move || {
+                    let lock = client.lock_named(&name(&format!("race-{round}-{index}"))).unwrap();
+                    let lock_name = lock.name().clone();
+                    loop {
+                        match lock.try_lock() {
+                            Ok(Some(guard)) => {
+                                if closed.load(Ordering::SeqCst) {
+                                    assert_eq!(
+                                        guard.state(),
+                                        HoldState::Released,
+                                        "a live guard after close"
+                                    );
+                                    return lock_name;
+                                }
+                                drop(guard);
+                            }
+                            Ok(None) => {}
+                            Err(Error::Closed) => return lock_name,
+                            Err(error) => panic!("{error}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_micros(200));
+        client.close().unwrap();
+        closed.store(true, Ordering::SeqCst);
+        for thread in threads {
+            let lock_name = thread.join().unwrap();
+            assert!(
+                backend.inner.remaining_lease(&lock_name).is_none(),
+                "round {round}: {lock_name} left held"
+            );
+        }
+    }
 }
 
 #[test]

@@ -8,7 +8,7 @@ mod wait;
 
 pub use lease::RedisLease;
 pub(crate) use replication::ReplicaWait;
-use wait::QUEUE_ENTRY_TTL;
+pub(crate) use wait::QUEUE_ENTRY_TTL;
 
 use std::fmt;
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use lock_core::{
 use redis::RedisResult;
 
 use crate::builder::RedisLockBuilder;
-use crate::cleanup;
+use crate::cleanup::{self, Undo};
 use crate::connection::{ConnectionPool, PooledConnection};
 use crate::error::{self, error_chain, BACKEND};
 use crate::keys::RedisKeys;
@@ -75,6 +75,8 @@ pub(crate) struct Inner {
     pub(crate) kind: RedisLockKind,
     pub(crate) replicas: Option<ReplicaWait>,
     pub(crate) hub: WaitHub,
+    /// Undos of failed calls still to be sent (`cleanup.rs`).
+    pub(crate) cleanup: cleanup::Cleanup,
     /// `host:port`, without credentials, for `Debug`.
     pub(crate) address: String,
 }
@@ -138,11 +140,16 @@ impl RedisBackend {
         RedisKeys::new(&self.inner.prefix, name)
     }
 
-    fn scripts(&self) -> &'static LockScripts {
+    pub(crate) fn scripts(&self) -> &'static LockScripts {
         self.inner.kind.scripts()
     }
 
-    fn connection(&self) -> Result<PooledConnection> {
+    /// The undos of failed calls this backend still has to send.
+    pub(crate) fn cleanup(&self) -> &cleanup::Cleanup {
+        &self.inner.cleanup
+    }
+
+    pub(crate) fn connection(&self) -> Result<PooledConnection> {
         Ok(self.inner.pool.get()?)
     }
 
@@ -174,18 +181,11 @@ impl RedisBackend {
     ) -> Result<Attempt> {
         let token = owner.to_hex();
         let mut connection = self.connection()?;
-        let in_doubt = |error: Error| {
-            if error.is_retryable() {
-                // The request may have reached the server and granted the lock to `token`.
-                let lease = RedisLease::in_doubt(name, keys, token.clone(), ttl);
-                cleanup::release_in_background(self, lease, "the acquisition's reply did not come");
-            }
-            error
-        };
         let fence = match route {
             Route::Uncontended { waiting } if self.kind() == RedisLockKind::SetNx => {
-                let reply = uncontended::acquire(&mut connection, keys, &token, ttl)
-                    .map_err(|e| in_doubt(error::map("acquire", e)))?;
+                let reply = uncontended::acquire(&mut connection, keys, &token, ttl).map_err(|e| {
+                    self.undo_failed_attempt(&mut connection, name, keys, &token, ttl, false, e)
+                })?;
                 match reply {
                     // A waiter whose wake-ups are already subscribed makes its queued attempt
                     // right after subscribing, which is immediate; one that must subscribe first
@@ -215,19 +215,17 @@ impl RedisBackend {
                 return self.attempt(name, keys, owner, ttl, Route::Queued { waiting });
             }
             Route::Uncontended { waiting } | Route::Queued { waiting } => {
-                let reply = connection
-                    .run(|c| {
-                        let script = &self.scripts().acquire;
-                        let command = script
-                            .invoke(&[keys.lock(), keys.fence(), keys.queue(), keys.queue_timeouts()])
-                            .arg(&token)
-                            .arg(millis(ttl))
-                            .arg(if waiting { millis(QUEUE_ENTRY_TTL) } else { 0 })
-                            .arg(keys.channel())
-                            .to_owned();
-                        script.query::<i64>(c, &command)
-                    })
-                    .map_err(|e| in_doubt(error::map("acquire", e)))?;
+                let script = &self.scripts().acquire;
+                let command = script
+                    .invoke(&[keys.lock(), keys.fence(), keys.queue(), keys.queue_timeouts()])
+                    .arg(&token)
+                    .arg(millis(ttl))
+                    .arg(if waiting { millis(QUEUE_ENTRY_TTL) } else { 0 })
+                    .arg(keys.channel())
+                    .to_owned();
+                let reply = script.exchange::<i64>(&mut connection, &command).map_err(|e| {
+                    self.undo_failed_attempt(&mut connection, name, keys, &token, ttl, waiting, e)
+                })?;
                 match reply {
                     fence if fence >= 0 => fence,
                     -1 => return Ok(Attempt::Held { retry_in: None }),
@@ -239,6 +237,45 @@ impl RedisBackend {
             }
         };
         self.granted(&mut connection, name, keys, token, fence, ttl)
+    }
+
+    /// An acquisition request under `token` failed with `failure`: undoes what the server may
+    /// still do with it — grant the lock (kept for a whole lease by nobody) and, when `joined`,
+    /// queue the caller (an entry nobody refreshes, whose turn would hold the lock up) — and
+    /// returns the caller's error at once.
+    ///
+    /// A request that went out and timed out is followed on its own connection by the undo,
+    /// which the server runs right after it whenever it catches up (a stalled server runs both
+    /// on resuming: the lock is usable again at once, not after the orphan's lease and a turn
+    /// per abandoned waiter). Any other failure that may have reached the server leaves the undo
+    /// to the clean-up thread (`cleanup.rs`).
+    #[allow(clippy::too_many_arguments)]
+    fn undo_failed_attempt(
+        &self,
+        connection: &mut PooledConnection,
+        name: &LockName,
+        keys: &RedisKeys,
+        token: &str,
+        ttl: Duration,
+        joined: bool,
+        failure: redis::RedisError,
+    ) -> Error {
+        let error = error::map("acquire", failure);
+        let mut undos = vec![(Undo::Release, keys, token)];
+        if joined {
+            undos.push((Undo::LeaveQueue, keys, token));
+        }
+        let (request, _) = cleanup::undo_request(self.scripts(), &undos);
+        if connection.follow_unanswered(&request) || !error.is_retryable() {
+            return error;
+        }
+        // The request may have reached the server, and nothing can follow it there.
+        let why = "the acquisition's reply did not come";
+        cleanup::release_in_background(self, RedisLease::in_doubt(name, keys, token.to_owned(), ttl), why);
+        if joined {
+            cleanup::leave_queue_in_background(self, keys, token.to_owned(), why);
+        }
+        error
     }
 
     /// The lease of a grant, once the replicas have it if the backend waits for them.

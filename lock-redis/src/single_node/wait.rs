@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result};
 
 use super::{Attempt, RedisBackend, RedisLease, Route};
+use crate::cleanup;
 use crate::error;
 use crate::keys::RedisKeys;
 use crate::wait_loop::{self, Refusal, Waiter};
@@ -23,36 +24,47 @@ pub(crate) const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(3);
 pub(crate) const TURN: Duration = Duration::from_millis(250);
 
 impl RedisBackend {
-    /// Takes a waiter that gives up out of the queue (best effort: its entry lapses anyway).
+    /// Takes a waiter that gives up out of the queue: at once when the server answers, else by
+    /// the clean-up thread (an entry left behind would get a turn at the next release, and hold
+    /// the lock up for it).
     fn leave_queue(&self, keys: &RedisKeys, owner: &OwnerToken) {
+        let token = owner.to_hex();
         let result = self.connection().and_then(|mut connection| {
-            connection
-                .run(|c| {
-                    let script = &self.scripts().dequeue;
-                    let command = script
-                        .invoke(&[keys.lock(), keys.queue(), keys.queue_timeouts()])
-                        .arg(owner.to_hex())
-                        .arg(keys.channel())
-                        .to_owned();
-                    script.query::<i64>(c, &command)
-                })
+            let script = &self.scripts().dequeue;
+            let command = script
+                .invoke(&[keys.lock(), keys.queue(), keys.queue_timeouts()])
+                .arg(&token)
+                .arg(keys.channel())
+                .to_owned();
+            script
+                .exchange::<i64>(&mut connection, &command)
                 .map_err(|e| error::map("leave the wait queue", e))
         });
         if let Err(error) = result {
-            tracing::debug!(%error, "leaving the redis wait queue failed; the entry will lapse");
+            tracing::debug!(%error, "leaving the redis wait queue failed; the clean-up thread retries");
+            cleanup::leave_queue_in_background(self, keys, token, "leaving the wait queue failed");
         }
     }
 
     /// Pokes the subscriber thread so it subscribes to a newly waited channel at once.
-    fn poke_subscriber(&self) {
+    ///
+    /// # Errors
+    /// When the server did not answer (a timeout, a broken or refused connection): the caller's
+    /// next attempt would only cost another timeout. Other failures (an ACL user without rights
+    /// on the control channel) are logged: the subscriber still gets there within its tick.
+    fn poke_subscriber(&self) -> Result<()> {
         let result = self.connection().and_then(|mut connection| {
             connection
                 .run(|c| redis::cmd("PUBLISH").arg(self.inner.hub.control_channel()).arg("").query::<i64>(c))
                 .map_err(|e| error::map("wake the subscriber", e))
         });
-        if let Err(error) = result {
-            // The subscriber still gets there within its tick; waiters re-check meanwhile.
-            tracing::debug!(%error, "poking the redis subscriber failed");
+        match result {
+            Err(error) if error.is_retryable() => Err(error),
+            Err(error) => {
+                tracing::debug!(%error, "poking the redis subscriber failed");
+                Ok(())
+            }
+            Ok(_) => Ok(()),
         }
     }
 }
@@ -67,6 +79,8 @@ struct QueueWaiter<'a> {
     registration: Option<Registration<'a>>,
     /// Attempts made so far.
     attempts: u32,
+    /// Whether an answered attempt refused the lock: the waiter may have a place in the queue.
+    refused: bool,
 }
 
 impl Waiter for QueueWaiter<'_> {
@@ -82,17 +96,23 @@ impl Waiter for QueueWaiter<'_> {
         self.attempts += 1;
         Ok(match self.backend.attempt(self.name, self.keys, self.owner, self.ttl, route)? {
             Attempt::Acquired(lease) => Ok(lease),
-            Attempt::Held { retry_in } => Err(Refusal { retry_in, back_off: None }),
+            Attempt::Held { retry_in } => {
+                self.refused = true;
+                Err(Refusal { retry_in, back_off: None })
+            }
         })
     }
 
-    fn subscribe(&mut self, until: Instant) {
+    fn subscribe(&mut self, until: Instant) -> Result<()> {
         let (joined, poke) = self.backend.inner.hub.register(self.keys.channel(), &self.owner.to_hex());
-        if poke {
-            self.backend.poke_subscriber();
-        }
-        joined.wait_subscribed(until);
         self.registration = Some(joined);
+        if poke {
+            self.backend.poke_subscriber()?;
+        }
+        if let Some(joined) = &self.registration {
+            joined.wait_subscribed(until);
+        }
+        Ok(())
     }
 
     fn clear(&self) {
@@ -120,15 +140,31 @@ impl NativeWait for RedisBackend {
     ) -> Result<Option<Acquired<RedisLease>>> {
         check_lease(ttl)?;
         let keys = self.keys(name);
-        let mut waiter =
-            QueueWaiter { backend: self, name, keys: &keys, owner, ttl, registration: None, attempts: 0 };
+        let mut waiter = QueueWaiter {
+            backend: self,
+            name,
+            keys: &keys,
+            owner,
+            ttl,
+            registration: None,
+            attempts: 0,
+            refused: false,
+        };
         let outcome = wait_loop::wait_until(&mut waiter, deadline);
+        let queued = waiter.refused;
         drop(waiter);
         match &outcome {
             Ok(Some(_)) => {}
             // The server just failed to answer: asking it again would cost the caller another
-            // timeout. The queue entry lapses on its own (QUEUE_ENTRY_TTL).
-            Err(error) if error.is_retryable() => {}
+            // timeout. The failed attempt undid its own part already (`undo_failed_attempt`);
+            // a place an earlier, answered attempt left in the queue is taken out by the
+            // clean-up thread (a repeat is harmless), rather than left to lapse and get a turn
+            // meanwhile.
+            Err(error) if error.is_retryable() => {
+                if queued {
+                    cleanup::leave_queue_in_background(self, &keys, owner.to_hex(), "the wait failed");
+                }
+            }
             // Gave up, or a non-I/O error: do not keep a place in the queue that holds up
             // everyone behind (one call to a server that just answered).
             _ => self.leave_queue(&keys, owner),

@@ -11,9 +11,10 @@ use crate::redis;
 use crate::{RedisKeys, RedlockBackend, RedlockBuilder};
 use lock_core::{DistributedLock, Error, FencingToken, Lock, LockClient, LockName, LockOptions};
 
-use crate::testkit::single_node::{ping_round_trip, CONNECT_TIMEOUT};
+use crate::testkit::single_node::{ping_round_trip, routed_url, CONNECT_TIMEOUT};
 use lock_testkit::harness::shared::{self, REDIS_NODES_VARIABLE};
 use lock_testkit::harness::{RedisOptions, RedisServer};
+use lock_testkit::suite::breach::STALE_WRITE_ACCEPTED;
 use lock_testkit::suite::{
     unique_name, Failure, FencedResource, NotApplicable, OwnServers, ScenarioResult, SuiteTarget, Verdict,
 };
@@ -116,6 +117,10 @@ impl SuiteTarget for RedlockTarget {
         format!("redlock ({} nodes)", self.urls.len())
     }
 
+    fn abilities(&self) -> lock_testkit::suite::Abilities {
+        lock_testkit::suite::Abilities::ALL
+    }
+
     fn backend(&self) -> lock_core::Result<RedlockBackend> {
         self.builder().build()
     }
@@ -154,6 +159,21 @@ impl SuiteTarget for RedlockTarget {
         addresses: &[SocketAddr],
     ) -> Result<lock_core::Result<RedlockBackend>, NotApplicable> {
         Ok(RedlockBackend::builder(addresses.iter().map(|address| format!("redis://{address}/"))).build())
+    }
+
+    fn backend_routed(
+        &self,
+        route: &mut dyn FnMut(SocketAddr) -> SocketAddr,
+        timeout: Duration,
+        _holds: u32,
+    ) -> Result<lock_core::Result<RedlockBackend>, NotApplicable> {
+        // Every node through its own proxy. Holds own no connection: the default pools fit.
+        let urls =
+            match self.urls.iter().map(|url| routed_url(url, route)).collect::<lock_core::Result<Vec<_>>>() {
+                Ok(urls) => urls,
+                Err(error) => return Ok(Err(error)),
+            };
+        Ok(RedlockBackend::builder(urls).node_timeout(timeout).connect_timeout(timeout).build())
     }
 
     fn wrong_password_backend(&self) -> Result<lock_core::Result<RedlockBackend>, NotApplicable> {
@@ -224,9 +244,9 @@ impl R02Report {
         }
         Err(Failure(match (self.token_a, self.token_b) {
             (Some(a), Some(b)) => {
-                format!("A's stale write with token {a} was accepted after B's with token {b}: not fenced")
+                format!("A's {STALE_WRITE_ACCEPTED} (token {a}) after B's (token {b}): not fenced")
             }
-            _ => "the holders carry no fencing tokens, so A's stale write was accepted after B's".into(),
+            _ => format!("the holders carry no fencing tokens, so A's {STALE_WRITE_ACCEPTED} after B's"),
         }))
     }
 }

@@ -90,6 +90,10 @@ impl RedisTarget {
 impl SuiteTarget for RedisTarget {
     type Backend = RedisBackend;
 
+    fn abilities(&self) -> lock_testkit::suite::Abilities {
+        lock_testkit::suite::Abilities::ALL
+    }
+
     fn label(&self) -> String {
         match self.kind {
             RedisLockKind::ReentrantHash => "redis reentrant-hash".into(),
@@ -138,6 +142,25 @@ impl SuiteTarget for RedisTarget {
             .build())
     }
 
+    fn backend_routed(
+        &self,
+        route: &mut dyn FnMut(SocketAddr) -> SocketAddr,
+        timeout: Duration,
+        _holds: u32,
+    ) -> Result<lock_core::Result<RedisBackend>, NotApplicable> {
+        // Holds own no connection (a lease is a key): the default pool fits any number of them.
+        // A call checks out one connection (at most one connect timeout) and exchanges one
+        // request (one I/O timeout): the default call bound holds.
+        Ok(routed_url(&self.url, route).and_then(|url| {
+            RedisBackend::builder(url)
+                .kind(self.kind)
+                .connect_timeout(timeout)
+                .read_timeout(timeout)
+                .write_timeout(timeout)
+                .build()
+        }))
+    }
+
     fn wrong_password_backend(&self) -> Result<lock_core::Result<RedisBackend>, NotApplicable> {
         static SERVER: OnceLock<Result<RedisServer, String>> = OnceLock::new();
         let server = SERVER.get_or_init(|| {
@@ -179,6 +202,31 @@ impl SuiteTarget for RedisTarget {
     fn clean_up(&self, prefix: &str) -> Result<u64, String> {
         delete_keys_of_names(&self.url, "distlock", prefix)
     }
+}
+
+/// `url` with its `host:port` replaced by the address `route` gives for the server it names
+/// (credentials, database and scheme kept).
+///
+/// # Errors
+/// [`Error::InvalidConfig`] for a URL that does not parse or name a TCP server that resolves.
+pub fn routed_url(url: &str, route: &mut dyn FnMut(SocketAddr) -> SocketAddr) -> lock_core::Result<String> {
+    let bad = |why: String| Error::invalid_config(format!("{why}: {}", lock_core::redact_url(url)));
+    let client = redis::Client::open(url).map_err(|e| bad(e.to_string()))?;
+    let (host, port) = match client.get_connection_info().addr() {
+        redis::ConnectionAddr::Tcp(host, port) | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+            (host.clone(), *port)
+        }
+        _ => return Err(bad("not a TCP server".into())),
+    };
+    let server = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+        .map_err(|e| bad(format!("cannot resolve {host}:{port}: {e}")))?
+        .next()
+        .ok_or_else(|| bad(format!("{host}:{port} resolves to no address")))?;
+    // The authority's `host[:port]`: after the scheme and any `user:password@`, up to the path.
+    let start = url.find("://").ok_or_else(|| bad("no scheme".into()))? + 3;
+    let end = url[start..].find(['/', '?']).map_or(url.len(), |end| start + end);
+    let start = url[start..end].rfind('@').map_or(start, |at| start + at + 1);
+    Ok(format!("{}{}{}", &url[..start], route(server), &url[end..]))
 }
 
 /// How many PINGs measure the round trip (after as many again to warm up).

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use lock_core::{Error, Result};
-use mysql::Opts;
+use mysql::{Opts, OptsBuilder};
 
-use super::connection::{MyPool, MySettings};
+use super::pool::{MyPool, MySettings};
 use super::schema::Tables;
 use super::{Inner, MySqlBackend, MySqlLockKind};
 use crate::builder::SqlLockBuilder;
@@ -17,29 +17,38 @@ impl MySqlLockBuilder {
     /// Validates the settings and connects once.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a malformed URL, a table name that is not a plain identifier,
-    /// zero timeouts or pool size; [`Error::Connection`], [`Error::Timeout`] or
+    /// [`Error::InvalidConfig`] for a malformed URL, a table name that is not a plain identifier
+    /// (or longer than 58 characters: `<table>_fence` must fit MySQL's 64-character
+    /// identifiers), zero timeouts or pool size; [`Error::Connection`], [`Error::Timeout`] or
     /// [`Error::Authentication`] when the server cannot be reached or refuses the credentials.
     pub fn build(self) -> Result<MySqlBackend> {
         let table = self.settings.validate(&["mysql"])?;
         let settings = &self.settings;
         let address = settings.address();
+        let tables = Tables::new(&table)?;
         let opts = Opts::from_url(&settings.url)
             .map_err(|e| Error::InvalidConfig { reason: format!("bad mysql URL {address}: {e}") })?;
+        let opts = OptsBuilder::from_opts(opts)
+            .tcp_connect_timeout(Some(settings.connect_timeout))
+            .read_timeout(Some(settings.io_timeout))
+            .write_timeout(Some(settings.io_timeout))
+            // Row locks: a locking read of an absent key takes no gap lock under READ COMMITTED
+            // (under REPEATABLE READ it would block unrelated inserts and deadlock).
+            .init(vec!["SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"]);
         let pool = MyPool::new(
-            opts,
+            opts.into(),
             MySettings {
                 max_connections: settings.max_connections,
                 connect_timeout: settings.connect_timeout,
                 io_timeout: settings.io_timeout,
             },
-        )?;
+        );
         // Connect once now: a wrong password or an unreachable server is reported here.
         drop(pool.get()?);
         Ok(MySqlBackend {
             inner: Arc::new(Inner {
                 pool,
-                tables: Tables::new(&table),
+                tables,
                 kind: self.kind,
                 namespace: self.settings.namespace,
                 address,
@@ -51,6 +60,15 @@ impl MySqlLockBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_table_name_whose_derived_names_would_be_too_long_is_refused() {
+        let built = MySqlLockBuilder::new("mysql://127.0.0.1:1/db").table("t".repeat(59)).build();
+        assert!(
+            matches!(&built, Err(Error::InvalidConfig { reason }) if reason.contains("_fence")),
+            "{built:?}"
+        );
+    }
 
     #[test]
     fn a_malformed_url_is_a_typed_error_before_any_connection() {

@@ -1,29 +1,25 @@
-//! Connections: the `mysql` crate's own pool, with socket-level connect, read and write
+//! [`MyConnection`]: one connection out of the pool, with socket-level connect, read and write
 //! timeouts (so every call is bounded), text statements sent in one round trip, and a rule for
 //! connections that fell out of step with the server.
 //!
-//! After a timeout or an I/O error a reply may still be on its way: such a connection must never
-//! serve another statement. The crate's pool offers no way to drop a connection it manages
-//! (`PooledConn::unwrap` leaks the pool's slot), so the socket is shut down and the connection
-//! marked for a reset on return: the reset fails, and the pool forgets the connection, freeing
-//! its slot.
+//! After a timeout or an I/O error a reply may still be on its way: such a connection is marked
+//! broken and never serves another statement — the next call fails at once, without I/O — and it
+//! is closed, not pooled, when dropped. It is not closed at the failure itself: a session hold's
+//! connection stays open until the hold is released or dropped, so a check that timed out does
+//! not end the session (and free the lock) before the holder counts the lock lost; the server's
+//! idle limit ends it if nobody does.
 
-use std::os::fd::AsRawFd as _;
+use std::io;
+use std::os::fd::{AsRawFd as _, BorrowedFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::Result;
 use mysql::prelude::Queryable as _;
-use mysql::{Error as MySqlError, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, PooledConn, Row};
+use mysql::{Conn, Error as MySqlError, Row};
 
-use super::error::{self, MyFailure};
-
-/// Timeouts and limits of a pool.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct MySettings {
-    pub(crate) max_connections: u32,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) io_timeout: Duration,
-}
+use super::error;
+use super::pool::Shared;
 
 /// The results of one multi-statement exchange: per statement, its affected rows and rows.
 pub(crate) struct Results {
@@ -36,9 +32,9 @@ impl Results {
         self.sets.last()?.1.first()?.get::<Option<T>, _>(0).flatten()
     }
 
-    /// The first column of the first row any statement returned.
-    pub(crate) fn first_value<T: mysql::prelude::FromValue>(&self) -> Option<T> {
-        self.sets.iter().find_map(|(_, rows)| rows.first())?.get::<Option<T>, _>(0).flatten()
+    /// The first row any statement returned.
+    pub(crate) fn first_row(&self) -> Option<&Row> {
+        self.sets.iter().find_map(|(_, rows)| rows.first())
     }
 
     /// The affected rows of statement `index`.
@@ -47,23 +43,65 @@ impl Results {
     }
 }
 
-/// One pooled connection.
+/// One connection out of the pool; back into it when dropped, unless broken.
 pub(crate) struct MyConnection {
-    inner: PooledConn,
+    /// `None` only while dropping.
+    conn: Option<Conn>,
+    pool: Arc<Shared>,
+    /// Out of step with the server (see the module docs), and why.
+    broken: Option<Broken>,
+}
+
+/// Why a connection serves no more statements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Broken {
+    /// A call got no complete reply in time: the session may still be there.
+    NoAnswer,
+    /// The connection closed under a call, or was shut down here: the session is gone.
+    SessionEnded,
 }
 
 impl MyConnection {
-    /// Runs `sql` (one or more statements) and collects every result set. A failure that is not
-    /// a complete server reply poisons the connection (see the module docs).
+    pub(crate) fn new(conn: Conn, pool: Arc<Shared>) -> Self {
+        Self { conn: Some(conn), pool, broken: None }
+    }
+
+    fn conn(&mut self) -> &mut Conn {
+        self.conn.as_mut().expect("present until dropped")
+    }
+
+    /// Runs `sql` (one or more statements) and collects every result set.
+    ///
+    /// # Errors
+    /// The driver's error, mapped; a broken connection fails at once.
     pub(crate) fn run(&mut self, operation: &'static str, sql: &str) -> Result<Results> {
         self.try_run(sql).map_err(|error| error::map(operation, error))
     }
 
     /// Like [`run`](Self::run), with the driver error kept (to tell contention and a dead
-    /// session from other failures).
+    /// session from other failures). A failure that is not a complete server reply breaks the
+    /// connection (see the module docs).
+    ///
+    /// # Errors
+    /// The driver's error; a timed-out I/O error at once on a broken connection.
     pub(crate) fn try_run(&mut self, sql: &str) -> std::result::Result<Results, MySqlError> {
+        match self.broken {
+            None => {}
+            Some(Broken::NoAnswer) => {
+                return Err(MySqlError::IoError(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "an earlier call on this connection got no complete reply",
+                )))
+            }
+            Some(Broken::SessionEnded) => {
+                return Err(MySqlError::IoError(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the connection closed under an earlier call",
+                )))
+            }
+        }
         let outcome = (|| {
-            let mut result = self.inner.query_iter(sql)?;
+            let mut result = self.conn().query_iter(sql)?;
             let mut sets = Vec::new();
             while let Some(set) = result.iter() {
                 let affected = set.affected_rows();
@@ -73,73 +111,81 @@ impl MyConnection {
             Ok(Results { sets })
         })();
         if let Err(error) = &outcome {
-            if !matches!(error, MySqlError::MySqlError(_)) {
-                self.poison();
+            if error::session_ended(error) {
+                self.broken = Some(Broken::SessionEnded);
+            } else if !matches!(error, MySqlError::MySqlError(_)) {
+                self.broken = Some(Broken::NoAnswer);
             }
         }
         outcome
     }
 
-    /// Makes sure the pool drops this connection instead of reusing it: the session ends, and
-    /// with it every lock and transaction it held.
-    pub(crate) fn poison(&mut self) {
-        let socket = self.inner.as_raw_fd();
-        let _ = nix::sys::socket::shutdown(socket, nix::sys::socket::Shutdown::Both);
-        // The pool checks a returned connection only by resetting it; the reset fails on the shut
-        // socket, and the pool forgets the connection.
-        self.inner.reset_connection(true);
-    }
-}
-
-/// A pool of connections to one server.
-#[derive(Clone)]
-pub(crate) struct MyPool {
-    pool: Pool,
-    settings: MySettings,
-}
-
-impl MyPool {
-    pub(crate) fn new(opts: Opts, settings: MySettings) -> Result<Self> {
-        let max = usize::try_from(settings.max_connections).unwrap_or(usize::MAX);
-        let constraints = PoolConstraints::new(0, max)
-            .ok_or_else(|| lock_core::Error::invalid_config("max_connections must be at least 1"))?;
-        let opts = OptsBuilder::from_opts(opts)
-            .tcp_connect_timeout(Some(settings.connect_timeout))
-            .read_timeout(Some(settings.io_timeout))
-            .write_timeout(Some(settings.io_timeout))
-            // Row locks: a locking read of an absent key takes no gap lock under READ COMMITTED
-            // (under REPEATABLE READ it would block unrelated inserts and deadlock).
-            .init(vec!["SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"])
-            .pool_opts(
-                PoolOpts::default()
-                    .with_constraints(constraints)
-                    // Lock-table statements leave no session state; session holds reset their
-                    // connection on return when their state is unknown.
-                    .with_reset_connection(false)
-                    // No ping per checkout: a dead connection fails its statement instead.
-                    .with_check_health(false),
-            );
-        let pool = Pool::new(opts).map_err(|error| error::map("connect", error))?;
-        Ok(Self { pool, settings })
-    }
-
-    /// A connection, within the connect timeout.
+    /// Like [`try_run`](Self::try_run) for a statement that waits in the server's lock queue for
+    /// up to `wait`: the socket's read timeout is the wait plus the I/O timeout for this call.
     ///
     /// # Errors
-    /// [`lock_core::Error::Timeout`] when every connection is in use; the connect error otherwise.
-    pub(crate) fn get(&self) -> Result<MyConnection> {
-        match self.pool.try_get_conn(self.settings.connect_timeout) {
-            Ok(inner) => Ok(MyConnection { inner }),
-            Err(MySqlError::DriverError(mysql::DriverError::Timeout)) => Err(MyFailure::PoolExhausted {
-                timeout: self.settings.connect_timeout,
-                max: self.settings.max_connections,
-            }
-            .into()),
-            Err(error) => Err(error::map("connect", error)),
+    /// As [`try_run`](Self::try_run).
+    pub(crate) fn try_run_waiting(
+        &mut self,
+        sql: &str,
+        wait: Duration,
+    ) -> std::result::Result<Results, MySqlError> {
+        let io_timeout = self.pool.io_timeout();
+        if self.broken.is_none() && self.set_read_timeout(wait + io_timeout).is_err() {
+            self.broken = Some(Broken::NoAnswer);
         }
+        let outcome = self.try_run(sql);
+        if self.broken.is_none() && self.set_read_timeout(io_timeout).is_err() {
+            self.broken = Some(Broken::NoAnswer);
+        }
+        outcome
     }
 
-    pub(crate) fn settings(&self) -> MySettings {
-        self.settings
+    /// Sets the socket's read timeout (`SO_RCVTIMEO`, which the driver set from the I/O timeout
+    /// when it connected; the driver has no setter of its own).
+    #[allow(unsafe_code)]
+    fn set_read_timeout(&mut self, timeout: Duration) -> nix::Result<()> {
+        let conn = self.conn();
+        // SAFETY: the descriptor is `conn`'s socket, which stays open while `conn` is borrowed
+        // here, and the borrow ends with this function.
+        let fd = unsafe { BorrowedFd::borrow_raw(conn.as_raw_fd()) };
+        let time = nix::sys::time::TimeVal::new(
+            i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+            i64::from(timeout.subsec_micros()),
+        );
+        nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::ReceiveTimeout, &time)
+    }
+
+    /// Why the connection serves no more statements, if it does not (see the module docs).
+    pub(crate) fn broken(&self) -> Option<Broken> {
+        self.broken
+    }
+
+    /// Ends the session now: the socket is shut down (the server sees the connection close and
+    /// releases every lock and transaction the session held), and the pool drops the connection.
+    pub(crate) fn poison(&mut self) {
+        if let Some(conn) = &self.conn {
+            let _ = nix::sys::socket::shutdown(conn.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        }
+        self.broken = Some(Broken::SessionEnded);
+    }
+
+    /// The server's id of this connection (`CONNECTION_ID()`), for tests.
+    #[cfg(test)]
+    pub(crate) fn id(&mut self) -> u32 {
+        self.conn().connection_id()
+    }
+}
+
+impl Drop for MyConnection {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        if self.broken.is_some() {
+            // Closed, never pooled: dropping the driver's connection closes the socket.
+            drop(conn);
+            self.pool.forget_one();
+        } else {
+            self.pool.put_back(conn);
+        }
     }
 }

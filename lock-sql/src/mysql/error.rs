@@ -1,7 +1,6 @@
 //! MySQL/MariaDB failures, and how each maps onto [`lock_core::Error`] by meaning.
 
 use std::io::ErrorKind;
-use std::time::Duration;
 
 use lock_core::Error;
 use mysql::{DriverError, Error as MySqlError};
@@ -13,6 +12,9 @@ pub(crate) const BACKEND: &str = "mysql";
 const LOCK_WAIT_TIMEOUT: u16 = 1205;
 /// `ER_LOCK_NOWAIT`: MySQL 8's answer to `NOWAIT` on a held row.
 const LOCK_NOWAIT: u16 = 3572;
+/// `ER_STATEMENT_TIMEOUT`: MariaDB's `max_statement_time` ran out (it bounds a row-lock wait to
+/// the fraction of a second that `innodb_lock_wait_timeout`, whole seconds, cannot).
+const STATEMENT_TIMEOUT: u16 = 1969;
 /// `ER_ACCESS_DENIED_ERROR`, `ER_DBACCESS_DENIED_ERROR`.
 const ACCESS_DENIED: [u16; 2] = [1045, 1044];
 /// `ER_CONNECTION_KILLED` (MariaDB), `ER_SERVER_SHUTDOWN`, `ER_QUERY_INTERRUPTED` of a killed
@@ -29,9 +31,6 @@ pub(crate) enum MyFailure {
         #[source]
         source: MySqlError,
     },
-    /// No pooled connection within the pool timeout.
-    #[error("no connection to mysql within {timeout:?}: all {max} connections are in use (held row and advisory locks own theirs)")]
-    PoolExhausted { timeout: Duration, max: u32 },
     /// A statement answered something the backend's statements never return.
     #[error("unexpected reply to {operation}: {detail}")]
     Reply { operation: &'static str, detail: String },
@@ -49,9 +48,6 @@ impl From<MyFailure> for Error {
                 Meaning::Config => Error::InvalidConfig { reason: failure.to_string() },
                 Meaning::Other => Error::Backend { backend: BACKEND, source: failure.into() },
             },
-            MyFailure::PoolExhausted { .. } => {
-                Error::Timeout { backend: BACKEND, operation: "connect", source: Some(failure.into()) }
-            }
             MyFailure::Reply { .. } => Error::Backend { backend: BACKEND, source: failure.into() },
         }
     }
@@ -70,9 +66,7 @@ fn meaning(error: &MySqlError) -> Meaning {
         MySqlError::MySqlError(server) if ACCESS_DENIED.contains(&server.code) => Meaning::Authentication,
         MySqlError::MySqlError(server) if SESSION_KILLED.contains(&server.code) => Meaning::Connection,
         MySqlError::MySqlError(_) => Meaning::Other,
-        MySqlError::IoError(io) if matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-            Meaning::Timeout
-        }
+        MySqlError::IoError(_) | MySqlError::CodecError(_) if io_timed_out(error) => Meaning::Timeout,
         MySqlError::IoError(_) | MySqlError::CodecError(_) => Meaning::Connection,
         MySqlError::DriverError(DriverError::ConnectTimeout | DriverError::Timeout) => Meaning::Timeout,
         MySqlError::DriverError(DriverError::CouldNotConnect(_)) => Meaning::Connection,
@@ -81,9 +75,26 @@ fn meaning(error: &MySqlError) -> Meaning {
     }
 }
 
+/// The socket's I/O error, whether the driver reports it bare or inside its packet codec's error
+/// (a read timeout mid-packet comes that way).
+fn io_error(error: &MySqlError) -> Option<&std::io::Error> {
+    match error {
+        MySqlError::IoError(io) => Some(io),
+        // The codec's error type is not exported; its `source` is the I/O error, if any.
+        MySqlError::CodecError(codec) => std::error::Error::source(codec)?.downcast_ref(),
+        _ => None,
+    }
+}
+
+/// Whether a read or write ran out of time (the socket's timeout): no reply, which proves nothing.
+fn io_timed_out(error: &MySqlError) -> bool {
+    io_error(error).is_some_and(|io| matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
+}
+
 /// The lock is held by someone else (`NOWAIT` refused, or a lock wait ran out).
 pub(crate) fn is_busy(error: &MySqlError) -> bool {
-    matches!(error, MySqlError::MySqlError(server) if server.code == LOCK_WAIT_TIMEOUT || server.code == LOCK_NOWAIT)
+    matches!(error, MySqlError::MySqlError(server)
+        if [LOCK_WAIT_TIMEOUT, LOCK_NOWAIT, STATEMENT_TIMEOUT].contains(&server.code))
 }
 
 /// Whether `error` proves the session is gone (killed, or its connection closed), so that
@@ -91,15 +102,18 @@ pub(crate) fn is_busy(error: &MySqlError) -> bool {
 pub(crate) fn session_ended(error: &MySqlError) -> bool {
     match error {
         MySqlError::MySqlError(server) => SESSION_KILLED.contains(&server.code),
-        MySqlError::IoError(io) => matches!(
-            io.kind(),
-            ErrorKind::UnexpectedEof
-                | ErrorKind::ConnectionReset
-                | ErrorKind::ConnectionAborted
-                | ErrorKind::BrokenPipe
-                | ErrorKind::NotConnected
-        ),
-        MySqlError::CodecError(_) => true,
+        // A codec error without an I/O error (out of step, garbled) makes the connection
+        // unusable, but says nothing of the session.
+        MySqlError::IoError(_) | MySqlError::CodecError(_) => io_error(error).is_some_and(|io| {
+            matches!(
+                io.kind(),
+                ErrorKind::UnexpectedEof
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::BrokenPipe
+                    | ErrorKind::NotConnected
+            )
+        }),
         _ => false,
     }
 }
@@ -107,4 +121,16 @@ pub(crate) fn session_ended(error: &MySqlError) -> bool {
 /// Maps a driver error met while doing `operation`.
 pub(crate) fn map(operation: &'static str, source: MySqlError) -> Error {
     MyFailure::Statement { operation, source }.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_timeout_is_a_timeout_not_an_ended_session() {
+        let timed_out = MySqlError::IoError(ErrorKind::WouldBlock.into());
+        assert!(!session_ended(&timed_out));
+        assert!(matches!(map("acquire", timed_out), Error::Timeout { .. }));
+    }
 }

@@ -2,7 +2,7 @@
 //!
 //! `schema.rs` holds the tables and statements, `table.rs` the lock-table kind, `session.rs`
 //! the row and advisory kinds (holds that own a connection), `wait.rs` their waits in the
-//! server's lock queue, `connection.rs` the pool.
+//! server's lock queue, `pool.rs` the pool and `connection.rs` one connection.
 //!
 //! Tested on MariaDB 10.11. MySQL 8 differences the statements avoid: no `INSERT … RETURNING`
 //! (the winner is told by affected rows and `LAST_INSERT_ID(expr)`), error 3572 for `NOWAIT`,
@@ -15,6 +15,7 @@ mod builder;
 mod connection;
 pub(crate) mod error;
 mod lease;
+mod pool;
 pub(crate) mod schema;
 mod session;
 mod table;
@@ -32,9 +33,10 @@ use lock_core::{
     OwnerToken, Result,
 };
 
-use connection::MyPool;
+use crate::queue_wait::Wait;
 use error::BACKEND;
 use lease::Hold;
+use pool::MyPool;
 use schema::Tables;
 
 /// Which kind of lock a [`MySqlBackend`] takes.
@@ -204,8 +206,10 @@ impl DistributedLock for MySqlBackend {
         check_lease(ttl)?;
         match self.inner.kind {
             MySqlLockKind::Table => self.table_try(name, owner, ttl),
-            MySqlLockKind::Row => self.row_acquire(name, ttl, None),
-            MySqlLockKind::Advisory => self.advisory_acquire(name, ttl, None),
+            MySqlLockKind::Row => Ok(self.row_acquire(name, ttl, Wait::No)?.map(|(lease, _)| lease)),
+            MySqlLockKind::Advisory => {
+                Ok(self.advisory_acquire(name, ttl, Wait::No)?.map(|(lease, _)| lease))
+            }
         }
     }
 
@@ -220,11 +224,18 @@ impl DistributedLock for MySqlBackend {
     fn extend_many(&self, batch: &mut [Extension<'_, MySqlLease>]) -> Vec<Result<bool>> {
         match self.inner.kind {
             MySqlLockKind::Table => self.table_extend_many(batch),
-            // Each session hold is checked on its own connection.
+            // Batches of one only: larger ones are checked concurrently by the core
+            // (`extends_independently`).
             MySqlLockKind::Row | MySqlLockKind::Advisory => {
                 batch.iter_mut().map(|item| self.extend(item.lease, item.ttl)).collect()
             }
         }
+    }
+
+    /// Row and advisory holds each own a connection: their checks run concurrently, so a batch
+    /// against a silent server costs one I/O timeout however many holds it has.
+    fn extends_independently(&self) -> bool {
+        self.inner.kind != MySqlLockKind::Table
     }
 
     fn release(&self, lease: MySqlLease) -> Result<bool> {

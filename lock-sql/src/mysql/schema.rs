@@ -26,7 +26,12 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use lock_core::Result;
+
 use crate::identifier::TableName;
+
+/// MySQL's and MariaDB's identifier limit (a longer name is an error, at `ensure_schema`).
+const MAX_IDENTIFIER: usize = 64;
 
 /// `'…'` for `bytes`, as a hex literal.
 pub(crate) fn hex(bytes: &[u8]) -> String {
@@ -58,14 +63,19 @@ pub(crate) struct Tables {
 const NOW: &str = "UTC_TIMESTAMP(6)";
 
 impl Tables {
-    pub(crate) fn new(table: &TableName) -> Self {
+    /// # Errors
+    /// [`Error::InvalidConfig`](lock_core::Error::InvalidConfig) when a derived name (`_rows`,
+    /// `_fence`) would be over the 64-character identifier limit.
+    pub(crate) fn new(table: &TableName) -> Result<Self> {
         let t = table.as_str();
-        Self {
+        let rows = table.derived("_rows", MAX_IDENTIFIER)?;
+        let fence = table.derived("_fence", MAX_IDENTIFIER)?;
+        Ok(Self {
             locks: format!("`{t}`"),
-            rows: format!("`{t}_rows`"),
-            fence: format!("`{t}_fence`"),
-            names: [t.to_owned(), format!("{t}_rows"), format!("{t}_fence")],
-        }
+            rows: format!("`{}`", rows.as_str()),
+            fence: format!("`{}`", fence.as_str()),
+            names: [t.to_owned(), rows.as_str().to_owned(), fence.as_str().to_owned()],
+        })
     }
 
     /// Which of the three exist in the current database (sequences are listed as tables).
@@ -163,6 +173,7 @@ impl Tables {
 
     /// Deletes the lock-table and row-table rows of names that start with the bytes `prefix`
     /// (`distlock compare`'s clean-up on a user's server).
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub(crate) fn delete_prefixed(&self, prefix: &[u8]) -> String {
         let (length, literal) = (prefix.len(), hex(prefix));
         format!(
@@ -177,30 +188,40 @@ impl Tables {
 
     /// Creates the row of a name about to be locked for the first time, without waiting on
     /// anyone: InnoDB's duplicate check would wait for a holder's lock on the existing row, so
-    /// the wait is 0 (MariaDB: fail at once; MySQL clamps it to 1 s) and a lock-wait error means
-    /// the row exists.
+    /// the wait is 0 (fail at once) and a lock-wait error means the row exists.
     pub(crate) fn insert_row(&self, name: &str) -> String {
         format!(
-            "SET SESSION innodb_lock_wait_timeout = 0; INSERT IGNORE INTO {} (name) VALUES ({name})",
+            "SET STATEMENT innodb_lock_wait_timeout = 0 FOR INSERT IGNORE INTO {} (name) VALUES ({name})",
             self.rows
         )
     }
 
-    /// Opens the holding transaction and locks the row: `NOWAIT`, or waiting up to `wait_secs`
-    /// (whole seconds: what `innodb_lock_wait_timeout` takes); the session is READ COMMITTED (set
-    /// when the connection opens), so a locking read of an absent key takes no gap lock. The
-    /// fence comes from the locking `SELECT` itself, so there is one exactly when this
-    /// transaction locked the row (none when the row does not exist).
-    pub(crate) fn lock_row(&self, name: &str, wait_secs: Option<u64>) -> String {
+    /// Opens the holding transaction and locks the row — `NOWAIT`, or waiting up to `wait` (to
+    /// the microsecond: `max_statement_time` cuts the wait that `innodb_lock_wait_timeout`, whole
+    /// seconds, bounds) — then sets the session's idle limit to `idle_secs`. The session is READ
+    /// COMMITTED (set when the connection opens), so a locking read of an absent key takes no gap
+    /// lock. The locking `SELECT` returns the fence and the µs waited (see [`WAITED`]), so there
+    /// is a row exactly when this transaction locked the row (none when the row does not exist;
+    /// the caller then rolls back, which also resets the idle limit). A refused lock is an error,
+    /// which stops the batch before the idle limit is set.
+    pub(crate) fn lock_row(&self, name: &str, wait: Option<Duration>, idle_secs: u64) -> String {
         let Self { rows, fence, .. } = self;
-        let (setup, suffix) = match wait_secs {
-            None => (String::new(), " NOWAIT"),
-            Some(secs) => (format!("SET SESSION innodb_lock_wait_timeout = {secs}; "), ""),
+        let select = match wait {
+            None => format!("SELECT NEXTVAL({fence}), 0 FROM {rows} WHERE name = {name} FOR UPDATE NOWAIT"),
+            Some(wait) => format!(
+                "SET STATEMENT innodb_lock_wait_timeout = {}, max_statement_time = {} FOR \
+                 SELECT NEXTVAL({fence}), {WAITED} FROM {rows} WHERE name = {name} FOR UPDATE",
+                wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+                seconds(wait)
+            ),
         };
+        // The `UPDATE` never waits: after a grant the row is this transaction's; without one
+        // (no row seen), a row someone inserted and locked since is contention (1205).
         format!(
-            "{setup}START TRANSACTION; \
-             SELECT NEXTVAL({fence}) FROM {rows} WHERE name = {name} FOR UPDATE{suffix}; \
-             UPDATE {rows} SET holder = CONNECTION_ID() WHERE name = {name}"
+            "{START_CLOCK}; START TRANSACTION; {select}; \
+             SET STATEMENT innodb_lock_wait_timeout = 0 FOR \
+               UPDATE {rows} SET holder = CONNECTION_ID() WHERE name = {name}; \
+             SET SESSION wait_timeout = {idle_secs}"
         )
     }
 
@@ -213,15 +234,52 @@ impl Tables {
         )
     }
 
-    /// `GET_LOCK` and, when granted, the fence — one statement.
-    pub(crate) fn get_lock(&self, key: &str, wait_secs: u64) -> String {
-        format!("SELECT IF(GET_LOCK({key}, {wait_secs}) = 1, NEXTVAL({}), NULL)", self.fence)
+    /// `GET_LOCK`, waiting up to `wait` (MariaDB takes fractions of a second), and when granted
+    /// the fence and the session's idle limit — one round trip. The row: the fence (`NULL` when
+    /// busy) and the µs waited.
+    pub(crate) fn get_lock(&self, key: &str, wait: Duration, idle_secs: u64) -> String {
+        format!(
+            "{START_CLOCK}; \
+             SELECT @distlock_fence := IF(GET_LOCK({key}, {}) = 1, NEXTVAL({}), NULL), {WAITED}; \
+             SET SESSION wait_timeout = IF(@distlock_fence IS NULL, @@SESSION.wait_timeout, {idle_secs})",
+            seconds(wait),
+            self.fence
+        )
     }
+}
+
+/// Reads the server's clock before a wait (see [`WAITED`]).
+const START_CLOCK: &str = "SET @distlock_t0 = SYSDATE(6)";
+
+/// Microseconds since [`START_CLOCK`], read in the select list of the granting statement (after
+/// the grant): how long the statement waited in the queue, by the server's clock.
+const WAITED: &str = "TIMESTAMPDIFF(MICROSECOND, @distlock_t0, SYSDATE(6))";
+
+/// Seconds with microseconds, as `GET_LOCK` and `max_statement_time` take them (at least 1 µs:
+/// `max_statement_time = 0` would mean no limit).
+fn seconds(duration: Duration) -> String {
+    format!("{}.{:06}", duration.as_secs(), duration.subsec_micros().max(u32::from(duration.is_zero())))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waits_are_written_to_the_microsecond() {
+        assert_eq!(seconds(Duration::from_millis(1500)), "1.500000");
+        assert_eq!(seconds(Duration::ZERO), "0.000001");
+        let tables = Tables::new(&TableName::new("t").unwrap()).unwrap();
+        let sql = tables.lock_row("X'61'", Some(Duration::from_millis(1500)), 3);
+        assert!(sql.contains("innodb_lock_wait_timeout = 2, max_statement_time = 1.500000"), "{sql}");
+    }
+
+    #[test]
+    fn derived_names_must_fit_64_characters() {
+        assert!(Tables::new(&TableName::new(&"t".repeat(58)).unwrap()).is_ok());
+        let long = TableName::new(&"t".repeat(59)).unwrap();
+        assert!(matches!(Tables::new(&long), Err(lock_core::Error::InvalidConfig { .. })));
+    }
 
     #[test]
     fn values_are_hex_literals() {

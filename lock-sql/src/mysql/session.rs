@@ -1,47 +1,63 @@
 //! The row-lock and advisory-lock kinds: holds that live as long as a session, on a connection
 //! the lease owns.
 //!
-//! - **Row**: `START TRANSACTION` and `SELECT … FOR UPDATE NOWAIT` by primary key, with the
-//!   fence, in one round trip; the transaction stays open while held; release is `COMMIT`. The
-//!   row is inserted first if absent — a `FOR UPDATE` on an absent key gives no exclusivity.
-//! - **Advisory**: `GET_LOCK(namespace:name, 0)` and the fence in one statement; release is
+//! - **Row**: `START TRANSACTION` and `SELECT … FOR UPDATE` by primary key, with the fence, in
+//!   one round trip; the transaction stays open while held; release is `COMMIT`. The row is
+//!   inserted first if absent — a `FOR UPDATE` on an absent key gives no exclusivity.
+//! - **Advisory**: `GET_LOCK(namespace:name, wait)` and the fence in one statement; release is
 //!   `RELEASE_LOCK`. `GET_LOCK` is re-entrant per session, so a connection that may still hold
-//!   one never serves anyone else (`SessionConnection`).
+//!   one never serves anyone else (`SessionConnection`): an acquisition that fails after the
+//!   request was sent ends its session, and so does a release that did not release.
 //!
 //! Renewal is a liveness check on the lease's connection: a session the server ended means the
 //! lock is gone (`Ok(false)`); no answer in time means in doubt (an error).
+//!
+//! # The server-side limit
+//! The round trip that grants the lock also sets the session's `wait_timeout` — how long the
+//! server waits for the next request before it closes the connection, ending the session and
+//! releasing its locks — to the lease, rounded **up** to whole seconds (the variable takes whole
+//! seconds; rounded down, the server could free the lock before the holder counts it lost). Each
+//! check sets it again; the releasing round trip, and the roll-back of a refused attempt, reset it
+//! to the server's default, so a pooled connection is never timed out. The session ends at least
+//! a lease after the holder's last confirmed check, and at most the rounding (under a second),
+//! the drift margin and a one-way latency after the holder is told it lost the lock. A check keeps
+//! the session busy, so a healthy holder is never timed out.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use lock_core::{LockName, Result};
+use lock_core::{Error, LockName, Result};
 
-use super::connection::MyConnection;
-use super::error::{self, MyFailure};
+use super::connection::{Broken, MyConnection, Results};
+use super::error::{self, MyFailure, BACKEND};
 use super::lease::{Hold, MySqlLease};
 use super::schema::hex;
 use super::MySqlBackend;
+use crate::queue_wait::{granted_after, micros, Wait};
 use crate::session_connection::SessionConnection;
+
+/// Resets the session's idle limit (after a release or a refused attempt).
+const RESET_IDLE_LIMIT: &str = "SET SESSION wait_timeout = @@GLOBAL.wait_timeout";
+
+/// A granted attempt: the lease, and the earliest the server can have granted it
+/// ([`granted_after`]).
+pub(crate) type Granted = (MySqlLease, Instant);
 
 /// What one attempt on the server's lock queue gave.
 enum Grant {
-    Fence(u64),
+    /// The fence, and the µs waited in the queue by the server's clock.
+    Fence(u64, i64),
     Busy,
     /// The row does not exist yet (row kind).
     NoRow,
 }
 
 impl MySqlBackend {
-    /// Row kind: one attempt, waiting up to `wait_secs` in InnoDB's queue if given.
-    pub(crate) fn row_acquire(
-        &self,
-        name: &LockName,
-        ttl: Duration,
-        wait_secs: Option<u64>,
-    ) -> Result<Option<MySqlLease>> {
-        let mut connection = self.inner.pool.get()?;
+    /// Row kind: one attempt, waiting in InnoDB's queue as `wait` says.
+    pub(crate) fn row_acquire(&self, name: &LockName, ttl: Duration, wait: Wait) -> Result<Option<Granted>> {
+        let mut connection = self.inner.pool.get_for(wait.checkout())?;
         let name_literal = hex(name.as_str().as_bytes());
-        let mut grant = self.row_lock(&mut connection, &name_literal, wait_secs)?;
-        if matches!(grant, Grant::NoRow) {
+        let mut attempt = self.row_lock(&mut connection, &name_literal, ttl, wait)?;
+        if matches!(attempt.0, Grant::NoRow) {
             match connection.try_run(&self.inner.tables.insert_row(&name_literal)) {
                 // A lock-wait error: the row exists, and someone holds it.
                 Err(error) if !error::is_busy(&error) => {
@@ -49,24 +65,34 @@ impl MySqlBackend {
                 }
                 _ => {}
             }
-            grant = self.row_lock(&mut connection, &name_literal, wait_secs)?;
+            attempt = self.row_lock(&mut connection, &name_literal, ttl, wait)?;
         }
-        match grant {
-            Grant::Fence(fence) => {
+        match attempt {
+            (Grant::Fence(fence, waited), sent) => {
                 let hold = Hold::Row { connection: SessionConnection::new(connection) };
-                Ok(Some(MySqlLease::new(name, fence, ttl, hold)))
+                Ok(Some((MySqlLease::new(name, fence, ttl, hold), granted_after(sent, micros(waited)))))
             }
-            Grant::Busy => Ok(None),
-            Grant::NoRow => {
+            (Grant::Busy, _) => Ok(None),
+            (Grant::NoRow, _) => {
                 Err(MyFailure::Reply { operation: "acquire", detail: "the lock row vanished".into() }.into())
             }
         }
     }
 
-    fn row_lock(&self, connection: &mut MyConnection, name: &str, wait_secs: Option<u64>) -> Result<Grant> {
-        let grant = match connection.try_run(&self.inner.tables.lock_row(name, wait_secs)) {
-            Ok(results) => match results.first_value::<u64>() {
-                Some(fence) => return Ok(Grant::Fence(fence)),
+    /// Also returns when the statement was sent (at the latest).
+    fn row_lock(
+        &self,
+        connection: &mut MyConnection,
+        name: &str,
+        ttl: Duration,
+        wait: Wait,
+    ) -> Result<(Grant, Instant)> {
+        let length = wait.length();
+        let sql = self.inner.tables.lock_row(name, length, idle_limit_secs(ttl));
+        let sent = Instant::now();
+        let grant = match run_waiting(connection, &sql, length) {
+            Ok(results) => match results.first_row() {
+                Some(row) => return Ok((fence_and_wait(row)?, sent)),
                 None => Grant::NoRow,
             },
             Err(error) if error::is_busy(&error) => Grant::Busy,
@@ -76,36 +102,54 @@ impl MySqlBackend {
                 return Err(error::map("acquire", error));
             }
         };
-        connection.run("roll back", "ROLLBACK")?;
-        Ok(grant)
+        connection.run("roll back", &format!("ROLLBACK; {RESET_IDLE_LIMIT}"))?;
+        Ok((grant, sent))
     }
 
-    /// Advisory kind: one attempt, waiting up to `wait_secs` in the server's queue.
+    /// Advisory kind: one attempt, waiting in the server's queue as `wait` says.
     pub(crate) fn advisory_acquire(
         &self,
         name: &LockName,
         ttl: Duration,
-        wait_secs: Option<u64>,
-    ) -> Result<Option<MySqlLease>> {
-        let mut connection = self.inner.pool.get()?;
+        wait: Wait,
+    ) -> Result<Option<Granted>> {
+        let mut connection = self.inner.pool.get_for(wait.checkout())?;
         let key = self.advisory_key(name);
-        let fence: Option<u64> =
-            match connection.try_run(&self.inner.tables.get_lock(&key, wait_secs.unwrap_or(0))) {
-                Ok(results) => results.last_value(),
-                Err(error) => return Err(error::map("acquire", error)),
-            };
-        Ok(fence.map(|fence| {
-            let hold = Hold::Advisory { key, connection: SessionConnection::new(connection) };
-            MySqlLease::new(name, fence, ttl, hold)
-        }))
+        let length = wait.length();
+        let sql = self.inner.tables.get_lock(&key, length.unwrap_or(Duration::ZERO), idle_limit_secs(ttl));
+        let sent = Instant::now();
+        let granted = run_waiting(&mut connection, &sql, length)
+            .map_err(|error| error::map("acquire", error))
+            .and_then(|results| match results.first_row() {
+                Some(row) if row.get::<Option<u64>, _>(0).flatten().is_some() => {
+                    fence_and_wait(row).map(Some)
+                }
+                Some(_) => Ok(None),
+                None => Err(MyFailure::Reply { operation: "acquire", detail: "no row".into() }.into()),
+            });
+        match granted {
+            Ok(Some(Grant::Fence(fence, waited))) => {
+                let hold = Hold::Advisory { key, connection: SessionConnection::new(connection) };
+                Ok(Some((MySqlLease::new(name, fence, ttl, hold), granted_after(sent, micros(waited)))))
+            }
+            Ok(_) => Ok(None),
+            Err(error) => {
+                // `GET_LOCK` may have granted the lock before a later part of the round trip
+                // failed (or as the reply was lost): end the session, and its locks with it.
+                connection.poison();
+                Err(error)
+            }
+        }
     }
 
     /// Renewal of a session hold: is the session (and, for `GET_LOCK`, the lock) still there?
+    /// The check sets the session's idle limit to `ttl` again.
     pub(crate) fn session_alive(&self, lease: &mut MySqlLease, ttl: Duration) -> Result<bool> {
+        let limit = format!("SET SESSION wait_timeout = {}", idle_limit_secs(ttl));
         let (connection, check) = match &mut lease.hold {
-            Hold::Row { connection } => (connection, "DO 1".to_owned()),
+            Hold::Row { connection } => (connection, limit),
             Hold::Advisory { key, connection } => {
-                (connection, format!("SELECT IFNULL(IS_USED_LOCK({key}) = CONNECTION_ID(), 0)"))
+                (connection, format!("{limit}; SELECT IFNULL(IS_USED_LOCK({key}) = CONNECTION_ID(), 0)"))
             }
             Hold::Table { .. } => unreachable!("a session lease"),
         };
@@ -124,17 +168,40 @@ impl MySqlBackend {
 
     pub(crate) fn session_release(&self, lease: MySqlLease) -> Result<bool> {
         let (mut connection, sql) = match lease.hold {
-            Hold::Row { connection } => (connection, "COMMIT".to_owned()),
-            Hold::Advisory { key, connection } => (connection, format!("SELECT RELEASE_LOCK({key})")),
+            Hold::Row { connection } => (connection, format!("COMMIT; {RESET_IDLE_LIMIT}")),
+            Hold::Advisory { key, connection } => {
+                (connection, format!("SELECT RELEASE_LOCK({key}); {RESET_IDLE_LIMIT}"))
+            }
             Hold::Table { .. } => unreachable!("a session lease"),
         };
+        match connection.get().broken() {
+            None => {}
+            // The session is gone, and with it the lock: it was not held any more.
+            Some(Broken::SessionEnded) => return Ok(false),
+            // An earlier call got no answer: the connection cannot be asked again. Dropping it
+            // ends the session, which releases the lock.
+            Some(Broken::NoAnswer) => {
+                return Err(Error::Timeout {
+                    backend: BACKEND,
+                    operation: "release",
+                    source: Some(
+                        "an earlier call on the lock's connection got no answer; the connection is closed \
+                     instead, which ends the session"
+                            .into(),
+                    ),
+                })
+            }
+        }
         match connection.get().try_run(&sql) {
-            // COMMIT has no value; RELEASE_LOCK says 1 when it released this session's lock.
+            // COMMIT has no value; RELEASE_LOCK says 1 when it released this session's lock, 0
+            // when another session holds it, NULL when nobody does.
             Ok(results) => {
-                let released = results.last_value::<i64>().is_none_or(|released| released == 1);
+                let released = released(&results);
                 if released {
                     connection.give_back();
                 }
+                // Otherwise `connection` is dropped: whatever this session still holds ends
+                // with it, and it never goes back to the pool.
                 Ok(released)
             }
             // The session is gone, and with it the lock: it was not held any more.
@@ -160,5 +227,124 @@ impl MySqlBackend {
             }
         }
         Ok(())
+    }
+}
+
+/// Whether a release's results say the lock was released: `COMMIT` returns no row; the
+/// `RELEASE_LOCK` row must say 1 (not 0, not `NULL`).
+fn released(results: &Results) -> bool {
+    match results.first_row() {
+        None => true,
+        Some(row) => row.get::<Option<i64>, _>(0).flatten() == Some(1),
+    }
+}
+
+/// Runs a statement that waits in the server's queue for `length` (`None`: does not wait).
+fn run_waiting(
+    connection: &mut MyConnection,
+    sql: &str,
+    length: Option<Duration>,
+) -> std::result::Result<Results, mysql::Error> {
+    match length {
+        None => connection.try_run(sql),
+        Some(length) => connection.try_run_waiting(sql, length),
+    }
+}
+
+/// `wait_timeout` for a lease of `ttl`: whole seconds, rounded up (never below the lease).
+pub(crate) fn idle_limit_secs(ttl: Duration) -> u64 {
+    (ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).max(1)
+}
+
+/// The fence and the µs waited, from a granting row.
+fn fence_and_wait(row: &mysql::Row) -> Result<Grant> {
+    match (row.get::<Option<u64>, _>(0).flatten(), row.get::<Option<i64>, _>(1).flatten()) {
+        (Some(fence), waited) => Ok(Grant::Fence(fence, waited.unwrap_or(0))),
+        (None, _) => Err(MyFailure::Reply { operation: "acquire", detail: "no fence".into() }.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_idle_limit_is_rounded_up() {
+        assert_eq!(idle_limit_secs(Duration::from_millis(1)), 1);
+        assert_eq!(idle_limit_secs(Duration::from_secs(3)), 3);
+        assert_eq!(idle_limit_secs(Duration::from_millis(3001)), 4);
+    }
+}
+
+/// Against the shared harness server.
+#[cfg(all(test, feature = "testkit"))]
+mod server_tests {
+    use lock_core::{DistributedLock, OwnerToken};
+    use lock_testkit::suite::unique_name;
+
+    use super::*;
+    use crate::mysql::MySqlLockKind;
+    use crate::testkit::MySqlTarget;
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn backend(kind: MySqlLockKind, table: &str, pool: u32) -> MySqlBackend {
+        MySqlBackend::builder(MySqlTarget::new(kind).url())
+            .kind(kind)
+            .table(table)
+            .max_connections(pool)
+            .connect_timeout(Duration::from_secs(2))
+            .io_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap()
+    }
+
+    fn session_id(lease: &mut MySqlLease) -> u32 {
+        match &mut lease.hold {
+            Hold::Advisory { connection, .. } | Hold::Row { connection } => connection.get().id(),
+            Hold::Table { .. } => unreachable!(),
+        }
+    }
+
+    /// `RELEASE_LOCK` answering `NULL` (nobody holds the lock: it went behind the holder's back)
+    /// is not a release, and the connection does not go back to the pool.
+    #[test]
+    fn a_release_lock_of_null_is_not_released_and_ends_the_session() {
+        let locks = backend(MySqlLockKind::Advisory, "distlock_locks", 1);
+        locks.ensure_schema().unwrap();
+        let name = unique_name("release-null");
+        let mut lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).unwrap().expect("free");
+        let id = session_id(&mut lease);
+        let Hold::Advisory { key, connection } = &mut lease.hold else { unreachable!() };
+        connection.get().run("release behind the lease", &format!("DO RELEASE_LOCK({key})")).unwrap();
+        assert!(!locks.release(lease).unwrap(), "RELEASE_LOCK gave NULL, yet the release reported success");
+        let mut connection = locks.inner.pool.get().unwrap();
+        assert_ne!(connection.id(), id, "the connection went back to the pool");
+    }
+
+    /// `GET_LOCK` granted, then the same round trip failed (here: the fencing sequence is
+    /// missing): the session is ended, so the lock is free for others at once, and the pool never
+    /// hands out a connection still holding it.
+    #[test]
+    fn a_failure_after_get_lock_ends_the_session() {
+        let table = format!("nosuch_{}", std::process::id());
+        let broken = backend(MySqlLockKind::Advisory, &table, 1);
+        let name = unique_name("after-get-lock");
+        let failed = broken.try_acquire(&name, &OwnerToken::random(), TTL);
+        assert!(failed.is_err(), "{failed:?}");
+        let rival = backend(MySqlLockKind::Advisory, "distlock_locks", 4);
+        rival.ensure_schema().unwrap();
+        let started = std::time::Instant::now();
+        let taken = loop {
+            if let Some(lease) = rival.try_acquire(&name, &OwnerToken::random(), TTL).unwrap() {
+                break lease;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "the failed acquisition's session kept the lock"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert!(rival.release(taken).unwrap());
     }
 }

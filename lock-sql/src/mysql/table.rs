@@ -115,6 +115,7 @@ impl MySqlBackend {
     }
 
     /// Deletes the rows of names that start with `prefix` (lock table and row table).
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub(crate) fn delete_prefixed(&self, prefix: &str) -> Result<u64> {
         let mut connection = self.inner.pool.get()?;
         let results = connection.run("clean up", &self.inner.tables.delete_prefixed(prefix.as_bytes()))?;

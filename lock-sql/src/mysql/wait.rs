@@ -1,18 +1,18 @@
 //! [`NativeWait`] for the row and advisory kinds: waiters queue in the server's lock manager
-//! (InnoDB's row-lock queue, `GET_LOCK`'s queue). Each wait takes whole seconds (what
-//! `innodb_lock_wait_timeout` and this `GET_LOCK` use take) and stays shorter than the socket's
-//! read timeout, so a long wait is a series of slices; a deadline less than a second away is
-//! met by polling with `NOWAIT` every [`POLL`].
+//! (InnoDB's row-lock queue, `GET_LOCK`'s queue). A timed wait is one statement, which keeps its
+//! place in the queue until the deadline (to the microsecond: `GET_LOCK` takes fractions of a
+//! second, and `max_statement_time` cuts a row-lock wait); a wait without one re-queues every
+//! [`WAIT_SLICE`]. The socket's read timeout is stretched to each statement's wait plus the I/O
+//! timeout, so no wait is cut short or turned into polling by a short I/O timeout.
 
-use std::thread;
 use std::time::{Duration, Instant};
 
 use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result};
 
 use super::{MySqlBackend, MySqlLease, MySqlLockKind};
-
-/// The pause between `NOWAIT` attempts in the last second before a deadline.
-const POLL: Duration = Duration::from_millis(50);
+use crate::queue_wait::Wait;
+#[cfg(doc)]
+use crate::queue_wait::WAIT_SLICE;
 
 impl NativeWait for MySqlBackend {
     fn acquire_until(
@@ -24,27 +24,17 @@ impl NativeWait for MySqlBackend {
     ) -> Result<Option<Acquired<MySqlLease>>> {
         let _ = owner;
         check_lease(ttl)?;
-        // The longest slice the read timeout allows (at least a second shorter).
-        let max_slice = self.inner.pool.settings().io_timeout.as_secs().saturating_sub(1);
         loop {
-            let sent_at = Instant::now();
-            let left = deadline.map(|deadline| deadline.saturating_duration_since(sent_at));
-            let slice = left.map_or(max_slice, |left| left.as_secs().min(max_slice));
-            let wait = (slice > 0).then_some(slice);
-            let lease = match self.inner.kind {
+            let wait = Wait::next(deadline);
+            let granted = match self.inner.kind {
                 MySqlLockKind::Row => self.row_acquire(name, ttl, wait)?,
                 _ => self.advisory_acquire(name, ttl, wait)?,
             };
-            if let Some(lease) = lease {
-                return Ok(Some(Acquired::new(lease, sent_at)));
+            if let Some((lease, granted_after)) = granted {
+                return Ok(Some(Acquired::new(lease, granted_after)));
             }
-            let now = Instant::now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Ok(None);
-            }
-            if wait.is_none() {
-                let until = deadline.map_or(now + POLL, |deadline| deadline.min(now + POLL));
-                thread::sleep(until.saturating_duration_since(now));
             }
         }
     }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use lock_core::{Error, Result};
 
-use super::connection::{PgPool, PgSettings};
 use super::listener::Listener;
+use super::pool::{PgPool, PgSettings};
 use super::schema::Tables;
 use super::{Inner, PostgresBackend, PostgresLockKind};
 use crate::builder::SqlLockBuilder;
@@ -18,8 +18,9 @@ impl PostgresLockBuilder {
     /// Validates the settings and connects once.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a malformed URL, a table name that is not a plain identifier,
-    /// zero timeouts or pool size; [`Error::Connection`], [`Error::Timeout`] or
+    /// [`Error::InvalidConfig`] for a malformed URL, a table name that is not a plain identifier
+    /// (or longer than 57 bytes: `<table>_fence` must fit PostgreSQL's 63-byte identifiers), zero
+    /// timeouts or pool size; [`Error::Connection`], [`Error::Timeout`] or
     /// [`Error::Authentication`] when the server cannot be reached or refuses the credentials.
     pub fn build(self) -> Result<PostgresBackend> {
         let table = self.settings.validate(&["postgres", "postgresql"])?;
@@ -37,12 +38,21 @@ impl PostgresLockBuilder {
                 io_timeout: settings.io_timeout,
             },
         )?;
+        let mut tables = Tables::new(&table)?;
         // Connect once now: a wrong password or an unreachable server is reported here.
-        drop(pool.open_unpooled(None)?);
+        let probe = pool.open_unpooled(None)?;
+        let version: String = probe
+            .run("read the server version", |client| async move {
+                client.query_one("SHOW server_version_num", &[]).await
+            })?
+            .get(0);
+        if version.parse::<u32>().is_ok_and(|version| version < 140_000) {
+            tables.without_idle_session_timeout();
+        }
         Ok(PostgresBackend {
             inner: Arc::new(Inner {
-                tables: Tables::new(&table),
-                listener: Listener::new(pool.clone(), table.as_str()),
+                listener: Listener::new(pool.clone(), &tables.channel),
+                tables,
                 pool,
                 kind: self.kind,
                 namespace: self.settings.namespace,
@@ -55,6 +65,16 @@ impl PostgresLockBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_table_name_whose_derived_names_would_be_truncated_is_refused() {
+        // 58 bytes: a valid identifier, but `<name>_fence` would be cut to 63 bytes.
+        let built = PostgresLockBuilder::new("postgres://127.0.0.1:1/db").table("t".repeat(58)).build();
+        assert!(
+            matches!(&built, Err(Error::InvalidConfig { reason }) if reason.contains("_fence")),
+            "{built:?}"
+        );
+    }
 
     #[test]
     fn a_malformed_url_is_a_typed_error_before_any_connection() {

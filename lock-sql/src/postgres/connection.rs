@@ -1,47 +1,30 @@
-//! Connections: tokio-postgres clients driven by the calling thread, each call bounded by the
-//! I/O timeout, pooled with r2d2 under a connection manager of our own.
+//! [`PgConnection`]: a tokio-postgres client driven by the calling thread, each call bounded by
+//! the I/O timeout (the pool is in `pool.rs`).
 //!
 //! A connection whose call timed out or failed below SQL is marked broken and dropped by the pool:
-//! its reply may still be on the way, so it is never reused out of step with the server.
+//! its reply may still be on the way, so it never serves another pool user. (A session hold keeps
+//! using its own connection for liveness checks: tokio-postgres matches replies to requests in
+//! order, so a late reply is not mistaken for the next one's.)
+//!
+//! Calls made on a thread that is inside a tokio runtime (an async task, or `spawn_blocking`)
+//! cannot drive a runtime of their own there — tokio panics — so they are run on a short-lived
+//! helper thread instead (see [`block_on`]); async callers should still use `spawn_blocking`,
+//! since the call blocks their thread either way.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 use std::time::Duration;
 
 use lock_core::{Error, Result};
-use parking_lot::Mutex;
-use scheduled_thread_pool::ScheduledThreadPool;
 use tokio::runtime::Runtime;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{AsyncMessage, Client, NoTls, Notification, Row, Statement};
 
 use super::error::{self, PgFailure};
+use super::pool::PgSettings;
 use super::runtime;
-
-/// The name of the threads that open pooled connections in the background (two per process,
-/// shared by every PostgreSQL backend).
-pub const CONNECTOR_THREAD_NAME: &str = "distlock-pgconn";
-
-/// The connection pools' background threads.
-fn connector_threads() -> Arc<ScheduledThreadPool> {
-    static THREADS: LazyLock<Arc<ScheduledThreadPool>> = LazyLock::new(|| {
-        Arc::new(
-            ScheduledThreadPool::builder().num_threads(2).thread_name_pattern(CONNECTOR_THREAD_NAME).build(),
-        )
-    });
-    Arc::clone(&THREADS)
-}
-
-/// Timeouts and limits of a pool.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PgSettings {
-    pub(crate) max_connections: u32,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) io_timeout: Duration,
-}
 
 /// A statement parameter with its SQL type.
 pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
@@ -60,10 +43,13 @@ type Socket = tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres:
 pub(crate) struct PgConnection {
     client: Client,
     socket: RefCell<Socket>,
-    runtime: Runtime,
+    /// `None` only while dropping (see `Drop`).
+    runtime: Option<Runtime>,
     notifications: Option<NotificationSink>,
     io_timeout: Duration,
     broken: Cell<bool>,
+    /// Whether the last call got no reply in time (cleared by the next answered call).
+    stalled: Cell<bool>,
     /// Statements prepared on this connection, by text: a statement is parsed and planned once
     /// per connection, then each call is one Bind/Execute round trip.
     statements: RefCell<HashMap<String, Statement>>,
@@ -78,17 +64,19 @@ impl PgConnection {
     ) -> std::result::Result<Self, PgFailure> {
         let runtime = runtime::new().map_err(PgFailure::Runtime)?;
         let connect = async { tokio::time::timeout(settings.connect_timeout, config.connect(NoTls)).await };
-        let (client, socket) = runtime
-            .block_on(connect)
+        let connected = block_on(&runtime, connect);
+        let (client, socket) = connected
+            .map_err(PgFailure::Runtime)?
             .map_err(|_| PgFailure::Timeout { operation: "connect", timeout: settings.connect_timeout })?
             .map_err(|source| PgFailure::Statement { operation: "connect", source })?;
         Ok(Self {
             client,
             socket: RefCell::new(socket),
-            runtime,
+            runtime: Some(runtime),
             notifications,
             io_timeout: settings.io_timeout,
             broken: Cell::new(false),
+            stalled: Cell::new(false),
             statements: RefCell::default(),
         })
     }
@@ -104,7 +92,8 @@ impl PgConnection {
         call: impl FnOnce(&'c Client) -> F,
     ) -> Result<T>
     where
-        F: Future<Output = std::result::Result<T, tokio_postgres::Error>> + 'c,
+        F: Future<Output = std::result::Result<T, tokio_postgres::Error>> + Send + 'c,
+        T: Send,
     {
         self.run_for(operation, self.io_timeout, call).map_err(|failure| failure.into_error(operation))
     }
@@ -118,9 +107,11 @@ impl PgConnection {
         call: impl FnOnce(&'c Client) -> F,
     ) -> std::result::Result<T, CallFailure>
     where
-        F: Future<Output = std::result::Result<T, tokio_postgres::Error>> + 'c,
+        F: Future<Output = std::result::Result<T, tokio_postgres::Error>> + Send + 'c,
+        T: Send,
     {
         let outcome = self.drive(timeout, call(&self.client));
+        self.stalled.set(matches!(outcome, Err(Stalled::Timeout)));
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => {
@@ -134,6 +125,7 @@ impl PgConnection {
                 Err(match failure {
                     Stalled::Timeout => CallFailure::Timeout(PgFailure::Timeout { operation, timeout }),
                     Stalled::Closed => CallFailure::Closed,
+                    Stalled::NoThread(error) => CallFailure::Timeout(PgFailure::Runtime(error)),
                 })
             }
         }
@@ -155,6 +147,9 @@ impl PgConnection {
 
     /// Runs `sql` (prepared once per connection) with `params`, bounded by `timeout`; `begin`
     /// sends `BEGIN` ahead of it in the same round trip.
+    ///
+    /// # Errors
+    /// As [`run_for`](Self::run_for).
     pub(crate) fn query(
         &self,
         operation: &'static str,
@@ -187,20 +182,45 @@ impl PgConnection {
             .map_err(|failure| failure.into_error(operation))
     }
 
+    /// Runs `sql` like [`query`](Self::query) (no `BEGIN`, bounded by the I/O timeout), with a
+    /// second, simple statement `then` pipelined after it: one round trip for both, whose
+    /// failure is the call's failure.
+    ///
+    /// # Errors
+    /// As [`run_for`](Self::run_for).
+    pub(crate) fn query_then(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        params: &[Param<'_>],
+        then: &str,
+    ) -> std::result::Result<Vec<Row>, CallFailure> {
+        let statement = self.prepared(sql, params)?;
+        let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(value, _)| *value).collect();
+        let (statement, values) = (&statement, values.as_slice());
+        self.run_for(operation, self.io_timeout, |client| async move {
+            let (rows, done) = tokio::join!(client.query(statement, values), client.batch_execute(then));
+            let rows = rows?;
+            done.map(|()| rows)
+        })
+    }
+
     /// Polls `future` and the socket together until the future is done, the socket closes, or
     /// `timeout` passes. Notifications that arrive meanwhile go to the sink.
-    fn drive<O>(
+    fn drive<O: Send>(
         &self,
         timeout: Duration,
-        future: impl Future<Output = O>,
+        future: impl Future<Output = O> + Send,
     ) -> std::result::Result<O, Stalled> {
         let mut socket = self.socket.borrow_mut();
+        let socket = &mut *socket;
+        let notifications = &self.notifications;
         let mut future = std::pin::pin!(future);
-        let both = std::future::poll_fn(|cx| {
+        let both = std::future::poll_fn(move |cx| {
             loop {
                 match socket.poll_message(cx) {
                     Poll::Ready(Some(Ok(AsyncMessage::Notification(notification)))) => {
-                        if let Some(sink) = &self.notifications {
+                        if let Some(sink) = notifications {
                             sink(notification);
                         }
                     }
@@ -215,9 +235,11 @@ impl PgConnection {
             }
             future.as_mut().poll(cx).map(Ok)
         });
-        self.runtime
-            .block_on(async { tokio::time::timeout(timeout, both).await })
-            .unwrap_or(Err(Stalled::Timeout))
+        let runtime = self.runtime.as_ref().expect("present until dropped");
+        match block_on(runtime, async { tokio::time::timeout(timeout, both).await }) {
+            Ok(outcome) => outcome.unwrap_or(Err(Stalled::Timeout)),
+            Err(error) => Err(Stalled::NoThread(error)),
+        }
     }
 
     /// Waits up to `timeout` for notifications (the listener's idle loop).
@@ -227,7 +249,7 @@ impl PgConnection {
     pub(crate) fn wait_for_notifications(&self, timeout: Duration) -> std::result::Result<(), CallFailure> {
         match self.drive(timeout, std::future::pending::<()>()) {
             Err(Stalled::Timeout) => Ok(()),
-            Ok(()) | Err(Stalled::Closed) => {
+            Ok(()) | Err(Stalled::Closed | Stalled::NoThread(_)) => {
                 self.broken.set(true);
                 Err(CallFailure::Closed)
             }
@@ -242,6 +264,12 @@ impl PgConnection {
 
     pub(crate) fn is_broken(&self) -> bool {
         self.broken.get() || self.client.is_closed()
+    }
+
+    /// Whether the last call on this connection got no reply in time: asking again would most
+    /// likely cost another I/O timeout.
+    pub(crate) fn is_stalled(&self) -> bool {
+        self.stalled.get()
     }
 
     pub(crate) fn io_timeout(&self) -> Duration {
@@ -279,124 +307,92 @@ impl CallFailure {
     }
 }
 
+impl Drop for PgConnection {
+    /// Without waiting for the runtime's blocking threads (a host-name lookup at most): dropping a
+    /// runtime the ordinary way panics when done inside another runtime.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 /// Why [`PgConnection::drive`] gave up.
 enum Stalled {
     Timeout,
     Closed,
+    /// Inside a tokio runtime, and no helper thread could be started.
+    NoThread(std::io::Error),
 }
 
-/// The r2d2 manager: opens [`PgConnection`]s and remembers the last failure to open one, so that
-/// a caller who times out waiting for a connection learns why (a wrong password, a refused
-/// connection) instead of only "timed out".
-pub(crate) struct PgManager {
-    pub(crate) config: tokio_postgres::Config,
-    pub(crate) settings: PgSettings,
-    pub(crate) last_failure: Arc<Mutex<Option<LastFailure>>>,
+/// `runtime.block_on(future)`, on a helper thread when this thread is inside a tokio runtime
+/// (where `block_on` panics: "Cannot start a runtime from within a runtime").
+///
+/// `Handle::try_current` cannot tell an async task (which must not block) from `spawn_blocking`
+/// (which may), and both are refused by `block_on` only in the first case: the helper serves
+/// both, so a call from `spawn_blocking` — the way the docs advise — works, and a call from an
+/// async task blocks its worker instead of panicking.
+///
+/// # Errors
+/// When the helper thread cannot be started.
+fn block_on<F>(runtime: &Runtime, future: F) -> std::io::Result<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    if tokio::runtime::Handle::try_current().is_err() {
+        return Ok(runtime.block_on(future));
+    }
+    std::thread::scope(|scope| {
+        let helper = std::thread::Builder::new()
+            .name(runtime::HELPER_THREAD_NAME.into())
+            .spawn_scoped(scope, || runtime.block_on(future))?;
+        Ok(helper.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+    })
 }
 
-impl r2d2::ManageConnection for PgManager {
-    type Connection = PgConnection;
-    type Error = PgFailure;
+/// Against the shared harness server.
+#[cfg(all(test, feature = "testkit"))]
+mod server_tests {
+    use std::time::Duration;
 
-    fn connect(&self) -> std::result::Result<PgConnection, PgFailure> {
-        let opened = PgConnection::open(&self.config, &self.settings, None);
-        match &opened {
-            Ok(_) => *self.last_failure.lock() = None,
-            Err(failure) => *self.last_failure.lock() = Some(LastFailure::of(failure)),
+    use lock_core::{DistributedLock, OwnerToken};
+    use lock_testkit::suite::{unique_name, SuiteTarget as _};
+
+    use crate::postgres::PostgresLockKind;
+    use crate::testkit::PostgresTarget;
+
+    /// Calls from inside a tokio runtime — an async task, `spawn_blocking` — work instead of
+    /// panicking ("Cannot start a runtime from within a runtime"), and so does dropping the
+    /// backend and its connections there.
+    #[test]
+    fn calls_and_drops_inside_a_tokio_runtime_do_not_panic() {
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        for kind in [PostgresLockKind::Advisory, PostgresLockKind::Table] {
+            let target = PostgresTarget::new(kind);
+            runtime.block_on(async {
+                let locks = target.backend().unwrap();
+                let name = unique_name("in-runtime");
+                let lease = locks.try_acquire(&name, &OwnerToken::random(), Duration::from_secs(10)).unwrap();
+                assert!(locks.release(lease.expect("free")).unwrap());
+                let in_blocking = tokio::task::spawn_blocking(move || {
+                    let lease = locks.try_acquire(&name, &OwnerToken::random(), Duration::from_secs(10));
+                    assert!(locks.release(lease.unwrap().expect("free")).unwrap());
+                    locks
+                });
+                let locks = in_blocking.await.unwrap();
+                drop(locks);
+            });
         }
-        opened
-    }
-
-    fn is_valid(&self, connection: &mut PgConnection) -> std::result::Result<(), PgFailure> {
-        connection
-            .run("ping", |client| async move { client.simple_query("").await })
-            .map(drop)
-            .map_err(|error| PgFailure::Reply { operation: "ping", detail: error.to_string() })
-    }
-
-    fn has_broken(&self, connection: &mut PgConnection) -> bool {
-        connection.is_broken()
-    }
-}
-
-/// Why the last connection attempt failed.
-#[derive(Debug, Clone)]
-pub(crate) struct LastFailure {
-    authentication: bool,
-    message: String,
-}
-
-impl LastFailure {
-    fn of(failure: &PgFailure) -> Self {
-        let authentication =
-            matches!(failure, PgFailure::Statement { source, .. } if error::is_authentication(source));
-        let mut message = failure.to_string();
-        let mut source = std::error::Error::source(failure);
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        Self { authentication, message }
-    }
-}
-
-/// A pool of connections to one server.
-#[derive(Clone)]
-pub(crate) struct PgPool {
-    pool: r2d2::Pool<PgManager>,
-    last_failure: Arc<Mutex<Option<LastFailure>>>,
-    settings: PgSettings,
-    config: tokio_postgres::Config,
-}
-
-/// A connection out of the pool.
-pub(crate) type PooledPg = r2d2::PooledConnection<PgManager>;
-
-impl PgPool {
-    pub(crate) fn new(config: tokio_postgres::Config, settings: PgSettings) -> Result<Self> {
-        let last_failure = Arc::new(Mutex::new(None));
-        let manager = PgManager { config: config.clone(), settings, last_failure: Arc::clone(&last_failure) };
-        let pool = r2d2::Pool::builder()
-            .max_size(settings.max_connections)
-            .min_idle(Some(0))
-            .connection_timeout(settings.connect_timeout)
-            .test_on_check_out(false)
-            .thread_pool(connector_threads())
-            .error_handler(Box::new(r2d2::NopErrorHandler))
-            .build_unchecked(manager);
-        Ok(Self { pool, last_failure, settings, config })
-    }
-
-    /// A connection, within the connect timeout.
-    ///
-    /// # Errors
-    /// [`Error::Authentication`] or [`Error::Timeout`] (pool exhausted, or connecting failed —
-    /// the last failure is in the message).
-    pub(crate) fn get(&self) -> Result<PooledPg> {
-        self.pool.get().map_err(|error| {
-            let timeout = self.settings.connect_timeout;
-            match self.last_failure.lock().clone() {
-                Some(LastFailure { authentication: true, message }) => {
-                    Error::Authentication { backend: error::BACKEND, source: message.into() }
-                }
-                Some(LastFailure { message, .. }) => {
-                    Error::from(PgFailure::Pool { timeout, detail: message })
-                }
-                None => Error::from(PgFailure::Pool {
-                    timeout,
-                    detail: format!("{error}; all {} connections are in use", self.settings.max_connections),
-                }),
-            }
-        })
-    }
-
-    /// Opens a connection outside the pool (the wait listener's, and the check `build()` makes).
-    pub(crate) fn open_unpooled(&self, notifications: Option<NotificationSink>) -> Result<PgConnection> {
-        Ok(PgConnection::open(&self.config, &self.settings, notifications)?)
-    }
-
-    pub(crate) fn settings(&self) -> PgSettings {
-        self.settings
+        let current = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        current.block_on(async {
+            let locks = PostgresTarget::new(PostgresLockKind::Row).backend().unwrap();
+            let lease =
+                locks.try_acquire(&unique_name("in-runtime"), &OwnerToken::random(), Duration::from_secs(10));
+            // Dropped with its connection inside the runtime, without a release.
+            drop(lease.unwrap().expect("free"));
+            drop(locks);
+        });
     }
 }

@@ -22,8 +22,7 @@ pub(crate) enum PgFailure {
     /// reply may still come.
     #[error("{operation}: no reply within {timeout:?}")]
     Timeout { operation: &'static str, timeout: Duration },
-    /// No pooled connection within the pool timeout: every connection is in use (held locks own
-    /// theirs), or connecting did not succeed in time.
+    /// No pooled connection within the pool timeout: connecting did not succeed in time.
     #[error("no connection to postgres within {timeout:?}: {detail}")]
     Pool { timeout: Duration, detail: String },
     /// The server closed the connection under a call (it ended the session).
@@ -70,18 +69,26 @@ enum Meaning {
 }
 
 fn meaning(error: &tokio_postgres::Error) -> Meaning {
-    match error.code() {
+    meaning_of(error.code())
+}
+
+/// What a SQLSTATE means (`None`: the connection itself failed — refused, reset, closed, TLS).
+fn meaning_of(code: Option<&SqlState>) -> Meaning {
+    match code {
         Some(code)
             if *code == SqlState::INVALID_PASSWORD
                 || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
         {
             Meaning::Authentication
         }
-        // The server ended the session (an administrator, a shutdown), or it is starting up.
-        Some(code) if code.code().starts_with("57") || code.code().starts_with("08") => Meaning::Connection,
+        // Before the `57` class below, which it belongs to: a statement timeout or a cancel
+        // request, on a session that is still there.
         Some(code) if *code == SqlState::QUERY_CANCELED => Meaning::Timeout,
+        // The server ended the session (an administrator, a shutdown, an idle limit), or it is
+        // starting up.
+        Some(code) if code.code().starts_with("57") || code.code().starts_with("08") => Meaning::Connection,
+        Some(code) if *code == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT => Meaning::Connection,
         Some(_) => Meaning::Other,
-        // No SQLSTATE: the connection itself failed (refused, reset, closed, TLS, timeout).
         None => Meaning::Connection,
     }
 }
@@ -94,10 +101,39 @@ pub(crate) fn is_authentication(error: &tokio_postgres::Error) -> bool {
 /// Whether `error` proves the session is gone — the server ended it or the connection closed —
 /// so that every session lock it held is released. A timeout proves nothing.
 pub(crate) fn session_ended(error: &tokio_postgres::Error) -> bool {
-    error.is_closed() || error.code().is_some_and(|code| code.code().starts_with("57P"))
+    error.is_closed() || error.code().is_some_and(code_ends_session)
+}
+
+/// `57P01`–`57P05` (terminated by an administrator, a shutdown, `idle_session_timeout`) and
+/// `25P03` (`idle_in_transaction_session_timeout`): the server ended the session.
+fn code_ends_session(code: &SqlState) -> bool {
+    code.code().starts_with("57P") || *code == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT
 }
 
 /// Maps a driver error met while doing `operation`.
 pub(crate) fn map(operation: &'static str, source: tokio_postgres::Error) -> Error {
     PgFailure::Statement { operation, source }.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancelled_statement_is_a_timeout_not_a_connection_failure() {
+        assert!(matches!(meaning_of(Some(&SqlState::QUERY_CANCELED)), Meaning::Timeout));
+        assert!(matches!(meaning_of(Some(&SqlState::ADMIN_SHUTDOWN)), Meaning::Connection));
+        assert!(matches!(meaning_of(None), Meaning::Connection));
+        assert!(!code_ends_session(&SqlState::QUERY_CANCELED));
+    }
+
+    #[test]
+    fn the_idle_limits_end_the_session() {
+        assert!(code_ends_session(&SqlState::IDLE_SESSION_TIMEOUT));
+        assert!(code_ends_session(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT));
+        assert!(matches!(
+            meaning_of(Some(&SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT)),
+            Meaning::Connection
+        ));
+    }
 }

@@ -1,6 +1,6 @@
 //! [`PostgresLease`]: what one acquisition keeps.
 
-use super::connection::PooledPg;
+use super::pool::PooledPg;
 use crate::lease::sql_lease;
 use crate::session_connection::EndSession;
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::connection::PgPool;
+use super::pool::PgPool;
 
 /// The longest a waiter sleeps without a notification before it re-checks on its own.
 pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
@@ -45,11 +45,12 @@ struct Shared {
 }
 
 impl Listener {
-    pub(crate) fn new(pool: PgPool, table: &str) -> Self {
+    /// A listener of `channel` (the lock table's, a validated identifier).
+    pub(crate) fn new(pool: PgPool, channel: &str) -> Self {
         Self {
             shared: Arc::new(Shared {
                 pool,
-                listen: format!("LISTEN \"distlock_{table}\""),
+                listen: format!("LISTEN \"{channel}\""),
                 waiters: Mutex::default(),
                 listening: Mutex::new(false),
                 changed: Condvar::new(),

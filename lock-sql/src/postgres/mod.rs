@@ -3,13 +3,14 @@
 //! `schema.rs` holds the tables and statements, `table.rs` the lock-table kind, `session.rs` the
 //! row and advisory kinds (holds that own a connection), `wait.rs` the waits, `listener.rs` the
 //! `LISTEN` connection that wakes lock-table waiters, `connection.rs` and `runtime.rs` the bounded
-//! blocking calls over tokio-postgres.
+//! blocking calls over tokio-postgres, `pool.rs` the pool.
 
 mod builder;
 mod connection;
 pub(crate) mod error;
 mod lease;
 mod listener;
+mod pool;
 pub(crate) mod runtime;
 mod schema;
 mod session;
@@ -17,10 +18,10 @@ mod table;
 mod wait;
 
 pub use builder::PostgresLockBuilder;
-pub use connection::CONNECTOR_THREAD_NAME;
 pub use lease::PostgresLease;
 pub use listener::LISTENER_THREAD_NAME;
-pub use runtime::PG_THREAD_NAME;
+pub use pool::CONNECTOR_THREAD_NAME;
+pub use runtime::{HELPER_THREAD_NAME, PG_THREAD_NAME};
 
 use std::fmt;
 use std::sync::Arc;
@@ -31,10 +32,11 @@ use lock_core::{
     OwnerToken, Result,
 };
 
-use connection::PgPool;
+use crate::queue_wait::Wait;
 use error::BACKEND;
 use lease::Hold;
 use listener::Listener;
+use pool::PgPool;
 use schema::Tables;
 
 /// Which kind of lock a [`PostgresBackend`] takes.
@@ -195,8 +197,10 @@ impl DistributedLock for PostgresBackend {
         check_lease(ttl)?;
         match self.inner.kind {
             PostgresLockKind::Table => self.table_try(name, owner, ttl),
-            PostgresLockKind::Row => self.row_acquire(name, ttl, None),
-            PostgresLockKind::Advisory => self.advisory_acquire(name, ttl, None),
+            PostgresLockKind::Row => Ok(self.row_acquire(name, ttl, Wait::No)?.map(|(lease, _)| lease)),
+            PostgresLockKind::Advisory => {
+                Ok(self.advisory_acquire(name, ttl, Wait::No)?.map(|(lease, _)| lease))
+            }
         }
     }
 
@@ -211,11 +215,18 @@ impl DistributedLock for PostgresBackend {
     fn extend_many(&self, batch: &mut [Extension<'_, PostgresLease>]) -> Vec<Result<bool>> {
         match self.inner.kind {
             PostgresLockKind::Table => self.table_extend_many(batch),
-            // Each session hold is checked on its own connection.
+            // Batches of one only: larger ones are checked concurrently by the core
+            // (`extends_independently`).
             PostgresLockKind::Row | PostgresLockKind::Advisory => {
                 batch.iter_mut().map(|item| self.extend(item.lease, item.ttl)).collect()
             }
         }
+    }
+
+    /// Row and advisory holds each own a connection: their checks run concurrently, so a batch
+    /// against a silent server costs one I/O timeout however many holds it has.
+    fn extends_independently(&self) -> bool {
+        self.inner.kind != PostgresLockKind::Table
     }
 
     fn release(&self, lease: PostgresLease) -> Result<bool> {

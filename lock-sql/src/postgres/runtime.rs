@@ -12,6 +12,10 @@ use tokio::runtime::{Builder, Runtime};
 /// most one per connection being opened, gone when idle).
 pub const PG_THREAD_NAME: &str = "distlock-pgdns";
 
+/// The name of the helper threads that run a call made from inside a tokio runtime (one per such
+/// call, for its length).
+pub const HELPER_THREAD_NAME: &str = "distlock-pgcall";
+
 /// A runtime for one connection.
 pub(crate) fn new() -> std::io::Result<Runtime> {
     Builder::new_current_thread().max_blocking_threads(1).thread_name(PG_THREAD_NAME).enable_all().build()

@@ -17,7 +17,12 @@
 //! CREATE SEQUENCE IF NOT EXISTS distlock_locks_fence;
 //! ```
 
+use lock_core::Result;
+
 use crate::identifier::TableName;
+
+/// PostgreSQL's identifier limit (`NAMEDATALEN - 1`): a longer name is silently truncated.
+const MAX_IDENTIFIER: usize = 63;
 
 /// The statements of one backend.
 #[derive(Debug)]
@@ -33,8 +38,10 @@ pub(crate) struct Tables {
     pub(crate) mark_free: String,
     /// Deletes the lock-table and row-table rows of names with a prefix (`distlock compare`'s
     /// clean-up on a user's server); returns how many.
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub(crate) delete_prefixed: String,
-    // Row locks.
+    // Row locks. Each locking statement returns (fence, µs waited in the server's queue) and
+    // sets the session's idle limit in the same statement (see `session.rs`).
     pub(crate) insert_row: String,
     pub(crate) lock_row_nowait: String,
     pub(crate) lock_row_wait: String,
@@ -42,18 +49,23 @@ pub(crate) struct Tables {
     // Advisory locks.
     pub(crate) try_advisory: String,
     pub(crate) wait_advisory: String,
+    /// The setting that limits an advisory holder's idle session: `idle_session_timeout`, or on
+    /// servers before PostgreSQL 14, which lack it, a placeholder of no effect.
+    pub(crate) idle_session_setting: &'static str,
 }
 
 impl Tables {
-    pub(crate) fn new(table: &TableName) -> Self {
+    /// # Errors
+    /// [`Error::InvalidConfig`](lock_core::Error::InvalidConfig) when a derived name (`_rows`,
+    /// `_fence`) would be over PostgreSQL's 63-byte identifier limit.
+    pub(crate) fn new(table: &TableName) -> Result<Self> {
         let t = table.double_quoted();
-        let rows = TableName::new(&format!("{}_rows", table.as_str()))
-            .map_or_else(|_| format!("\"{}_r\"", table.as_str()), |rows| rows.double_quoted());
-        let fence = format!("\"{}_fence\"", table.as_str());
-        let channel = format!("distlock_{}", table.as_str());
+        let rows = table.derived("_rows", MAX_IDENTIFIER)?.double_quoted();
+        let fence = table.derived("_fence", MAX_IDENTIFIER)?.double_quoted();
+        let channel = channel(table);
         // $1 name, $2 owner, $3 lease in ms. One clock reading per statement.
         let same_owner_valid = "l.owner = EXCLUDED.owner AND l.expires_at >= EXCLUDED.acquired_at";
-        Self {
+        Ok(Self {
             ddl: format!(
                 "CREATE TABLE IF NOT EXISTS {t} (name text COLLATE \"C\" PRIMARY KEY, owner text NOT NULL, \
                  hold_count integer NOT NULL, fence bigint NOT NULL, expires_at timestamptz NOT NULL, \
@@ -105,15 +117,20 @@ impl Tables {
             ),
             // Cannot wait on a held row: a conflicting committed row means "exists".
             insert_row: format!("INSERT INTO {rows} (name) VALUES ($1) ON CONFLICT DO NOTHING"),
+            // $1 name, $2 the idle limit in ms (local to the holding transaction: COMMIT undoes
+            // it). The select list runs only for a locked row.
             lock_row_nowait: format!(
                 "WITH l AS (SELECT name FROM {rows} WHERE name = $1 FOR UPDATE NOWAIT) \
-                 SELECT nextval('{fence}') FROM l"
+                 SELECT nextval('{fence}'), 0::bigint, \
+                   set_config('idle_in_transaction_session_timeout', $2, true) FROM l"
             ),
-            // $2 = lock_timeout in ms, local to the transaction.
+            // $3 = lock_timeout in ms, local to the transaction. `c.t0` is read before the wait,
+            // the select list after the grant: their difference is the time spent queued.
             lock_row_wait: format!(
-                "WITH c AS (SELECT set_config('lock_timeout', $2, true)), \
-                 l AS (SELECT name FROM {rows}, c WHERE name = $1 FOR UPDATE OF {rows}) \
-                 SELECT nextval('{fence}') FROM l"
+                "WITH c AS (SELECT set_config('lock_timeout', $3, true) AS t, clock_timestamp() AS t0), \
+                 l AS (SELECT r.name, c.t0 FROM {rows} r, c WHERE r.name = $1 FOR UPDATE OF r) \
+                 SELECT nextval('{fence}'), {WAITED}, \
+                   set_config('idle_in_transaction_session_timeout', $2, true) FROM l"
             ),
             // The transaction that holds a row lock is the one in the row's xmax.
             row_holder_pid: format!(
@@ -121,16 +138,74 @@ impl Tables {
                  ON l.locktype = 'transactionid' AND l.transactionid = r.xmax AND l.granted \
                  WHERE r.name = $1"
             ),
-            // $1 key. NULL when busy, else the fence.
+            // $1 key, $2 the idle limit in ms (for the session: the release resets it). No row
+            // when busy; the limit is set only when granted.
             try_advisory: format!(
-                "SELECT CASE WHEN pg_try_advisory_lock($1) THEN nextval('{fence}') END"
+                "WITH g AS (SELECT pg_try_advisory_lock($1) AS granted) \
+                 SELECT nextval('{fence}'), 0::bigint, set_config('{IDLE_SESSION}', $2, false) \
+                 FROM g WHERE g.granted"
             ),
-            // $2 = lock_timeout in ms, for this statement only.
+            // $3 = lock_timeout in ms, for this statement only.
             wait_advisory: format!(
-                "WITH c AS (SELECT set_config('lock_timeout', $2, true) AS t) \
-                 SELECT nextval('{fence}') FROM c, LATERAL (SELECT pg_advisory_lock($1) WHERE c.t IS NOT NULL) AS g"
+                "WITH c AS (SELECT set_config('lock_timeout', $3, true) AS t, clock_timestamp() AS t0) \
+                 SELECT nextval('{fence}'), {WAITED}, set_config('{IDLE_SESSION}', $2, false) \
+                 FROM c, LATERAL (SELECT pg_advisory_lock($1) WHERE c.t IS NOT NULL) AS g"
             ),
             channel,
+            idle_session_setting: IDLE_SESSION,
+        })
+    }
+
+    /// For a server before PostgreSQL 14 (no `idle_session_timeout`): advisory holds get no
+    /// server-side idle limit — a holder cut off keeps its lock until TCP notices — and the
+    /// statements set a custom placeholder instead, so that they work unchanged.
+    pub(crate) fn without_idle_session_timeout(&mut self) {
+        const PLACEHOLDER: &str = "distlock.idle_session_timeout";
+        self.try_advisory = self.try_advisory.replace(IDLE_SESSION, PLACEHOLDER);
+        self.wait_advisory = self.wait_advisory.replace(IDLE_SESSION, PLACEHOLDER);
+        self.idle_session_setting = PLACEHOLDER;
+    }
+}
+
+/// The advisory kind's server-side limit (PostgreSQL 14+).
+const IDLE_SESSION: &str = "idle_session_timeout";
+
+/// Microseconds since `t0` (read before the wait), rounded down.
+const WAITED: &str = "floor(extract(epoch FROM clock_timestamp() - t0) * 1000000)::bigint";
+
+/// The `NOTIFY` channel of the lock table: `distlock_<table>`, or for a table name too long for
+/// that to stay within the identifier limit, its first 37 bytes and a stable hash of the whole
+/// (a truncated channel would be shared by tables whose names differ only at the end).
+fn channel(table: &TableName) -> String {
+    let name = table.as_str();
+    let full = format!("distlock_{name}");
+    if full.len() <= MAX_IDENTIFIER {
+        return full;
+    }
+    format!("distlock_{}_{:016x}", &name[..37], crate::key_hash::key("channel", name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_names_fit_or_the_table_name_is_refused() {
+        let longest = TableName::new(&"t".repeat(57)).unwrap();
+        let tables = Tables::new(&longest).unwrap();
+        assert!(tables.channel.len() <= MAX_IDENTIFIER, "{}", tables.channel);
+        // 58 to 63 bytes: accepted as a name, but `<name>_fence` would be truncated.
+        for length in 58..=63 {
+            let table = TableName::new(&"t".repeat(length)).unwrap();
+            assert!(matches!(Tables::new(&table), Err(lock_core::Error::InvalidConfig { .. })), "{length}");
         }
+    }
+
+    #[test]
+    fn long_channels_stay_distinct() {
+        let a = TableName::new(&format!("{}a", "t".repeat(56))).unwrap();
+        let b = TableName::new(&format!("{}b", "t".repeat(56))).unwrap();
+        assert_ne!(channel(&a), channel(&b));
+        assert!(channel(&a).len() <= MAX_IDENTIFIER);
     }
 }

@@ -1,63 +1,91 @@
 //! The row-lock and advisory-lock kinds: holds that live as long as a session, on a connection
 //! the lease owns.
 //!
-//! - **Row**: `BEGIN` and `SELECT … FOR UPDATE NOWAIT` on the name's row, pipelined (one round
-//!   trip); the transaction stays open while the lock is held; release is `COMMIT`. The row is
-//!   inserted first if absent — a `FOR UPDATE` on an absent key locks nothing.
-//! - **Advisory**: `pg_try_advisory_lock(key)` on a stable hash of `namespace:name`; release is
-//!   `pg_advisory_unlock`. Advisory locks are re-entrant per session, so a connection that may
-//!   still hold one is never returned to the pool (`SessionConnection`).
+//! - **Row**: `BEGIN` and `SELECT … FOR UPDATE` on the name's row, pipelined (one round trip);
+//!   the transaction stays open while the lock is held; release is `COMMIT`. The row is inserted
+//!   first if absent — a `FOR UPDATE` on an absent key locks nothing.
+//! - **Advisory**: `pg_try_advisory_lock(key)` (or `pg_advisory_lock` for a wait) on a stable
+//!   hash of `namespace:name`; release is `pg_advisory_unlock`. Advisory locks are re-entrant per
+//!   session, so a connection that may still hold one is never returned to the pool
+//!   (`SessionConnection`).
 //!
 //! Both take their fencing token from a sequence in the same statement as the grant. Renewal is a
 //! liveness check on the lease's connection: a session the server ended (killed connection,
-//! restart) means the lock is gone — `Ok(false)`; no answer in time means in doubt — an error.
+//! restart, idle limit) means the lock is gone — `Ok(false)`; no answer in time means in doubt —
+//! an error.
+//!
+//! # The server-side limit
+//! A holder cut off from the server is told it lost the lock once no check succeeded for a whole
+//! lease (less a clock-drift margin); the server must then end the session by itself. The
+//! statement that grants the lock also sets the session's idle limit to the lease, and each check
+//! sets it again (one statement, no extra round trip):
+//! - row: `idle_in_transaction_session_timeout`, local to the holding transaction (`COMMIT` or
+//!   `ROLLBACK` undoes it);
+//! - advisory: `idle_session_timeout`, set only when granted and `RESET` by the releasing round
+//!   trip, so a connection back in the pool is never timed out.
+//!
+//! The server counts idleness from its reply to the last request, which it sent after the holder
+//! sent that request: the session ends at least a lease after the holder's last confirmed check —
+//! never before the holder counts the lock lost — and about one margin and one one-way latency
+//! after. A check keeps the session busy, so a healthy holder is never timed out.
 
 use std::time::{Duration, Instant};
 
 use lock_core::{Error, LockName, Result};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
+use tokio_postgres::Row;
 
-use super::connection::{CallFailure, PooledPg};
-use super::error::PgFailure;
+use super::connection::CallFailure;
+use super::error::{PgFailure, BACKEND};
 use super::lease::{Hold, PostgresLease};
+use super::pool::PooledPg;
 use super::table::millis;
 use super::PostgresBackend;
+use crate::queue_wait::{granted_after, micros, Wait};
 use crate::session_connection::SessionConnection;
 
-/// A wait in the server's lock queue without a deadline is made of slices this long, so that a
-/// server that stops answering is noticed (each slice is bounded on the client too).
-pub(crate) const WAIT_SLICE: Duration = Duration::from_secs(5);
+/// The server-side `lock_timeout` in ms (as text, for `set_config`) and the client-side limit of
+/// the call (the wait plus one I/O timeout); `None` = do not wait.
+fn limits(wait: Wait, io_timeout: Duration) -> (Option<String>, Duration) {
+    match wait.length() {
+        None => (None, io_timeout),
+        Some(length) => (Some(millis(length).to_string()), length + io_timeout),
+    }
+}
+
+/// A granted attempt: the lease, and the earliest the server can have granted it
+/// ([`granted_after`]).
+pub(crate) type Granted = (PostgresLease, Instant);
 
 /// What one attempt on the server's lock queue gave.
 enum Grant {
-    Fence(i64),
+    /// The fence, and how long the statement waited in the queue (µs, by the server's clock).
+    Fence(i64, i64),
     Busy,
     /// The row does not exist yet (row kind).
     NoRow,
 }
 
 impl PostgresBackend {
-    /// Row kind: one attempt, waiting in the server's queue until `deadline` if one is given.
-    pub(crate) fn row_acquire(
-        &self,
-        name: &LockName,
-        ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Option<PostgresLease>> {
-        let connection = self.inner.pool.get()?;
-        let mut grant = self.row_lock(&connection, name, deadline)?;
-        if matches!(grant, Grant::NoRow) {
+    /// Row kind: one attempt, waiting in the server's queue as `wait` says.
+    pub(crate) fn row_acquire(&self, name: &LockName, ttl: Duration, wait: Wait) -> Result<Option<Granted>> {
+        let connection = self.inner.pool.get_for(wait.checkout())?;
+        let mut attempt = self.row_lock(&connection, name, ttl, wait)?;
+        if matches!(attempt.0, Grant::NoRow) {
             self.insert_row(&connection, name)?;
-            grant = self.row_lock(&connection, name, deadline)?;
+            attempt = self.row_lock(&connection, name, ttl, wait)?;
         }
-        match grant {
-            Grant::Fence(fence) => {
+        match attempt {
+            (Grant::Fence(fence, waited), sent) => {
                 let hold = Hold::Row { connection: SessionConnection::new(connection) };
-                Ok(Some(PostgresLease::new(name, unsigned(fence), ttl, hold)))
+                Ok(Some((
+                    PostgresLease::new(name, unsigned(fence), ttl, hold),
+                    granted_after(sent, micros(waited)),
+                )))
             }
-            Grant::Busy => Ok(None),
-            Grant::NoRow => {
+            (Grant::Busy, _) => Ok(None),
+            (Grant::NoRow, _) => {
                 Err(PgFailure::Reply { operation: "acquire", detail: "the lock row vanished".into() }.into())
             }
         }
@@ -74,25 +102,38 @@ impl PostgresBackend {
     }
 
     /// `BEGIN` + the locking statement in one round trip; on anything but a grant, `ROLLBACK`.
-    fn row_lock(&self, connection: &PooledPg, name: &LockName, deadline: Option<Instant>) -> Result<Grant> {
+    /// Also returns when the statement was sent (at the latest).
+    fn row_lock(
+        &self,
+        connection: &PooledPg,
+        name: &LockName,
+        ttl: Duration,
+        wait: Wait,
+    ) -> Result<(Grant, Instant)> {
         let tables = &self.inner.tables;
         let name_text = name.as_str();
-        let (wait, limit) = wait_limits(deadline, connection.io_timeout());
-        let outcome = match &wait {
-            None => {
-                connection.query("acquire", limit, true, &tables.lock_row_nowait, &[(&name_text, Type::TEXT)])
-            }
+        let idle = idle_limit(ttl);
+        let (lock_timeout, limit) = limits(wait, connection.io_timeout());
+        let sent = Instant::now();
+        let outcome = match &lock_timeout {
+            None => connection.query(
+                "acquire",
+                limit,
+                true,
+                &tables.lock_row_nowait,
+                &[(&name_text, Type::TEXT), (&idle, Type::TEXT)],
+            ),
             Some(ms) => connection.query(
                 "acquire",
                 limit,
                 true,
                 &tables.lock_row_wait,
-                &[(&name_text, Type::TEXT), (ms, Type::TEXT)],
+                &[(&name_text, Type::TEXT), (&idle, Type::TEXT), (ms, Type::TEXT)],
             ),
         };
         let grant = match outcome {
             Ok(rows) => match rows.first() {
-                Some(row) => return Ok(Grant::Fence(row.get(0))),
+                Some(row) => return Ok((fence_and_wait(row), sent)),
                 None => Grant::NoRow,
             },
             Err(CallFailure::Driver(error)) if is_busy(&error) => Grant::Busy,
@@ -103,55 +144,79 @@ impl PostgresBackend {
             }
         };
         connection.run("roll back", |client| async move { client.batch_execute("ROLLBACK").await })?;
-        Ok(grant)
+        Ok((grant, sent))
     }
 
-    /// Advisory kind: one attempt, waiting in the server's queue until `deadline` if one is given.
+    /// Advisory kind: one attempt, waiting in the server's queue as `wait` says.
     pub(crate) fn advisory_acquire(
         &self,
         name: &LockName,
         ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Option<PostgresLease>> {
-        let connection = self.inner.pool.get()?;
+        wait: Wait,
+    ) -> Result<Option<Granted>> {
+        let connection = self.inner.pool.get_for(wait.checkout())?;
         let key = self.advisory_key(name);
         let tables = &self.inner.tables;
-        let (wait, limit) = wait_limits(deadline, connection.io_timeout());
-        let outcome = match &wait {
-            None => connection.query("acquire", limit, false, &tables.try_advisory, &[(&key, Type::INT8)]),
+        let idle = idle_limit(ttl);
+        let (lock_timeout, limit) = limits(wait, connection.io_timeout());
+        let sent = Instant::now();
+        let outcome = match &lock_timeout {
+            None => connection.query(
+                "acquire",
+                limit,
+                false,
+                &tables.try_advisory,
+                &[(&key, Type::INT8), (&idle, Type::TEXT)],
+            ),
             Some(ms) => connection.query(
                 "acquire",
                 limit,
                 false,
                 &tables.wait_advisory,
-                &[(&key, Type::INT8), (ms, Type::TEXT)],
+                &[(&key, Type::INT8), (&idle, Type::TEXT), (ms, Type::TEXT)],
             ),
         };
-        let fence: Option<i64> = match outcome {
-            Ok(rows) => rows.first().and_then(|row| row.get(0)),
+        let grant = match outcome {
+            Ok(rows) => rows.first().map(fence_and_wait),
             Err(CallFailure::Driver(error)) if is_busy(&error) => None,
             Err(failure) => {
-                // The lock may have been granted as the reply was lost: the connection is broken
-                // and dropped, and its session's locks go with it.
+                // The lock may have been granted before the failure (or as the reply was lost):
+                // the connection is dropped, and its session's locks go with it.
                 connection.discard();
                 return Err(call_error("acquire", failure));
             }
         };
-        Ok(fence.map(|fence| {
-            let hold = Hold::Advisory { key, connection: SessionConnection::new(connection) };
-            PostgresLease::new(name, unsigned(fence), ttl, hold)
-        }))
+        Ok(match grant {
+            Some(Grant::Fence(fence, waited)) => {
+                let hold = Hold::Advisory { key, connection: SessionConnection::new(connection) };
+                Some((
+                    PostgresLease::new(name, unsigned(fence), ttl, hold),
+                    granted_after(sent, micros(waited)),
+                ))
+            }
+            _ => None,
+        })
     }
 
-    /// Renewal of a session hold: is the session still there?
+    /// Renewal of a session hold: is the session still there? The check sets the session's idle
+    /// limit to `ttl` again (so it always matches the lease the holder counts on).
     pub(crate) fn session_alive(&self, lease: &mut PostgresLease, ttl: Duration) -> Result<bool> {
-        let connection = match &mut lease.hold {
-            Hold::Row { connection } | Hold::Advisory { connection, .. } => connection.get(),
+        let (connection, setting, local) = match &mut lease.hold {
+            Hold::Row { connection } => (connection.get(), "idle_in_transaction_session_timeout", true),
+            Hold::Advisory { connection, .. } => {
+                (connection.get(), self.inner.tables.idle_session_setting, false)
+            }
             Hold::Table { .. } => unreachable!("a session lease"),
         };
-        match connection.run_for("check the session", connection.io_timeout(), |client| async move {
-            client.simple_query("").await
-        }) {
+        let sql = format!("SELECT set_config('{setting}', $1, {local})");
+        let sql = sql.as_str();
+        let idle = idle_limit(ttl);
+        let idle = idle.as_str();
+        // Parsed with its parameters in the same round trip (unnamed statement).
+        let checked = connection.run_for("check the session", connection.io_timeout(), |client| async move {
+            client.query_typed(sql, &[(&idle, Type::TEXT)]).await
+        });
+        match checked {
             Ok(_) => {
                 lease.ttl = ttl;
                 Ok(true)
@@ -162,48 +227,53 @@ impl PostgresBackend {
     }
 
     pub(crate) fn session_release(&self, lease: PostgresLease) -> Result<bool> {
-        match lease.hold {
-            Hold::Row { mut connection } => {
-                let pg = connection.get();
-                let timeout = pg.io_timeout();
-                let committed =
-                    pg.run_for(
-                        "release",
-                        timeout,
-                        |client| async move { client.batch_execute("COMMIT").await },
-                    );
-                match committed {
-                    Ok(()) => {
-                        connection.give_back();
-                        Ok(true)
-                    }
-                    // The session is gone, and with it the lock: it was not held any more.
-                    Err(failure) if failure.session_ended() => Ok(false),
-                    // Dropping the connection ends the session, which releases the lock.
-                    Err(failure) => Err(call_error("release", failure)),
-                }
+        let (mut connection, key) = match lease.hold {
+            Hold::Row { connection } => (connection, None),
+            Hold::Advisory { key, connection } => (connection, Some(key)),
+            Hold::Table { .. } => unreachable!("a session lease"),
+        };
+        let pg = connection.get();
+        if pg.is_stalled() {
+            // The last check got no answer: asking again would most likely cost another I/O
+            // timeout. Dropping `connection` ends the session, which releases the lock.
+            return Err(Error::Timeout {
+                backend: BACKEND,
+                operation: "release",
+                source: Some(
+                    "the last call on the lock's connection got no answer; the connection is closed \
+                     instead, which ends the session"
+                        .into(),
+                ),
+            });
+        }
+        let released = match key {
+            None => {
+                pg.run_for("release", pg.io_timeout(), |client| async move {
+                    client.batch_execute("COMMIT").await
+                })
+                .map(|()| true)
             }
-            Hold::Advisory { key, mut connection } => {
-                let pg = connection.get();
-                let timeout = pg.io_timeout();
-                let unlocked = pg.query(
+            // The unlock and the reset of the idle limit, pipelined.
+            Some(key) => pg
+                .query_then(
                     "release",
-                    timeout,
-                    false,
                     "SELECT pg_advisory_unlock($1)",
                     &[(&key, Type::INT8)],
-                );
-                match unlocked {
-                    Ok(rows) if rows.first().is_some_and(|row| row.get::<_, bool>(0)) => {
-                        connection.give_back();
-                        Ok(true)
-                    }
-                    Ok(_) => Ok(false),
-                    Err(failure) if failure.session_ended() => Ok(false),
-                    Err(failure) => Err(call_error("release", failure)),
-                }
+                    &format!("RESET {}", self.inner.tables.idle_session_setting),
+                )
+                .map(|rows| rows.first().is_some_and(|row| row.get::<_, bool>(0))),
+        };
+        match released {
+            Ok(true) => {
+                connection.give_back();
+                Ok(true)
             }
-            Hold::Table { .. } => unreachable!("a session lease"),
+            // Not this session's lock any more; the session is ended (dropped), to be sure.
+            Ok(false) => Ok(false),
+            // The session is gone, and with it the lock: it was not held any more.
+            Err(failure) if failure.session_ended() => Ok(false),
+            // Dropping `connection` ends the session, which releases the lock.
+            Err(failure) => Err(call_error("release", failure)),
         }
     }
 
@@ -233,16 +303,15 @@ impl PostgresBackend {
     }
 }
 
-/// For a wait until `deadline`: the server-side `lock_timeout` in ms (as text, for `set_config`),
-/// and the client-side limit of the call (the wait plus one I/O timeout). `None` = do not wait.
-fn wait_limits(deadline: Option<Instant>, io_timeout: Duration) -> (Option<String>, Duration) {
-    match deadline {
-        None => (None, io_timeout),
-        Some(deadline) => {
-            let wait = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
-            (Some(millis(wait).to_string()), wait + io_timeout)
-        }
-    }
+/// The session's idle limit for a lease of `ttl`, in ms as `set_config` takes it: exactly the
+/// lease (leases are whole milliseconds of at most a day, well within the setting's range).
+fn idle_limit(ttl: Duration) -> String {
+    millis(ttl).max(1).to_string()
+}
+
+/// The fence and the µs waited, from a granting row.
+fn fence_and_wait(row: &Row) -> Grant {
+    Grant::Fence(row.get(0), row.get(1))
 }
 
 /// `NOWAIT` refused, or `lock_timeout` ran out: the lock is held by someone else.
@@ -257,4 +326,49 @@ fn call_error(operation: &'static str, failure: CallFailure) -> Error {
 /// A `bigint` fence (sequences and counters start at 1) as the token's `u64`.
 pub(crate) fn unsigned(fence: i64) -> u64 {
     u64::try_from(fence).unwrap_or(0)
+}
+
+/// Against the shared harness server.
+#[cfg(all(test, feature = "testkit"))]
+mod server_tests {
+    use std::sync::Arc;
+
+    use lock_core::{DistributedLock, NativeWait, OwnerToken};
+    use lock_testkit::suite::{unique_name, SuiteTarget as _};
+
+    use super::*;
+    use crate::identifier::TableName;
+    use crate::postgres::listener::Listener;
+    use crate::postgres::schema::Tables;
+    use crate::postgres::{Inner, PostgresLockKind};
+    use crate::testkit::PostgresTarget;
+
+    /// Before PostgreSQL 14 there is no `idle_session_timeout`: the advisory statements set a
+    /// placeholder instead and work unchanged (acquire, wait, check, release).
+    #[test]
+    fn advisory_holds_work_without_idle_session_timeout() {
+        let base = PostgresTarget::new(PostgresLockKind::Advisory).backend().unwrap();
+        let mut tables = Tables::new(&TableName::new("distlock_locks").unwrap()).unwrap();
+        tables.without_idle_session_timeout();
+        let pool = base.inner.pool.clone();
+        let locks = PostgresBackend {
+            inner: Arc::new(Inner {
+                listener: Listener::new(pool.clone(), &tables.channel),
+                pool,
+                tables,
+                kind: PostgresLockKind::Advisory,
+                namespace: "distlock".into(),
+                address: String::new(),
+            }),
+        };
+        let ttl = Duration::from_secs(10);
+        let name = unique_name("pre14");
+        let mut lease = locks.try_acquire(&name, &OwnerToken::random(), ttl).unwrap().expect("free");
+        assert!(locks.extend(&mut lease, ttl).unwrap());
+        assert!(locks.release(lease).unwrap());
+        let deadline = Some(Instant::now() + Duration::from_secs(1));
+        let acquired =
+            locks.acquire_until(&name, &OwnerToken::random(), ttl, deadline).unwrap().expect("free");
+        assert!(locks.release(acquired.lease).unwrap());
+    }
 }

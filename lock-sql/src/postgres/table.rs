@@ -139,6 +139,7 @@ impl PostgresBackend {
     }
 
     /// Deletes the rows of names that start with `prefix` (lock table and row table).
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub(crate) fn delete_prefixed(&self, prefix: &str) -> Result<u64> {
         let connection = self.inner.pool.get()?;
         let sql = self.inner.tables.delete_prefixed.as_str();

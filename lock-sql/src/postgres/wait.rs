@@ -1,14 +1,17 @@
 //! [`NativeWait`] for the three kinds: lock-table waiters sleep until the release's `NOTIFY`, the
 //! holder's expiry or a one-second re-check; row and advisory waiters queue in the database's own
-//! lock manager (`lock_timeout` bounds each wait).
+//! lock manager (`lock_timeout` bounds each wait). A timed wait is one statement, which keeps its
+//! place in the queue until the deadline; a wait without one re-queues every [`WAIT_SLICE`].
 
 use std::time::{Duration, Instant};
 
 use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result};
 
 use super::listener::FALLBACK_RECHECK;
-use super::session::WAIT_SLICE;
 use super::{PostgresBackend, PostgresLease, PostgresLockKind};
+use crate::queue_wait::Wait;
+#[cfg(doc)]
+use crate::queue_wait::WAIT_SLICE;
 
 impl NativeWait for PostgresBackend {
     fn acquire_until(
@@ -64,8 +67,8 @@ impl PostgresBackend {
         }
     }
 
-    /// Waits in the server's lock queue, in slices of at most [`WAIT_SLICE`] so that a silent
-    /// server is noticed.
+    /// Waits in the server's lock queue: until the deadline in one statement, or without one in
+    /// slices of at most [`WAIT_SLICE`] so that a silent server is noticed.
     fn queue_wait(
         &self,
         name: &LockName,
@@ -73,15 +76,13 @@ impl PostgresBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired<PostgresLease>>> {
         loop {
-            let sent_at = Instant::now();
-            let slice_end =
-                deadline.map_or(sent_at + WAIT_SLICE, |deadline| deadline.min(sent_at + WAIT_SLICE));
-            let lease = match self.inner.kind {
-                PostgresLockKind::Row => self.row_acquire(name, ttl, Some(slice_end))?,
-                _ => self.advisory_acquire(name, ttl, Some(slice_end))?,
+            let wait = Wait::next(deadline);
+            let granted = match self.inner.kind {
+                PostgresLockKind::Row => self.row_acquire(name, ttl, wait)?,
+                _ => self.advisory_acquire(name, ttl, wait)?,
             };
-            if let Some(lease) = lease {
-                return Ok(Some(Acquired::new(lease, sent_at)));
+            if let Some((lease, granted_after)) = granted {
+                return Ok(Some(Acquired::new(lease, granted_after)));
             }
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Ok(None);

@@ -35,11 +35,18 @@ pub const N05_TEST: &str = "n05_primary_key_lock_without_expiry_fails_s04";
 /// primary-key lock without expiry) must fail S04. Its check must run from the test named
 /// [`N05_TEST`].
 pub fn broken_recipes() -> Vec<BrokenRecipe> {
+    // Empty without MySQL (the only recipe needs it).
+    #[cfg_attr(not(feature = "mysql"), allow(unused_mut))]
     let mut recipes = Vec::new();
     #[cfg(feature = "mysql")]
     recipes.push(BrokenRecipe::new("N05", "primary-key lock without expiry", "S04", || {
         let target = primary_key_lock::PrimaryKeyLockTarget::new();
-        lock_testkit::negative::caught_by_scenario_in(&target, "S04", N05_TEST)
+        lock_testkit::negative::caught_by_scenario_in(
+            &target,
+            "S04",
+            lock_testkit::suite::breach::HELD_AFTER_CRASH,
+            N05_TEST,
+        )
     }));
     recipes
 }

@@ -15,6 +15,10 @@ impl SqlKind for MySqlLockKind {
 
     const URL_VARIABLE: &'static str = MYSQL_URL_VARIABLE;
     const SCHEME: &'static str = "mysql";
+    const DEFAULT_PORT: u16 = 3306;
+    // The driver otherwise moves a connection to 127.0.0.1 onto the server's Unix socket,
+    // around the proxy.
+    const ROUTED_PARAMETERS: &'static str = "prefer_socket=false";
     const USER: &'static str = MariaDbServer::USER;
 
     fn label(self) -> &'static str {
@@ -23,6 +27,10 @@ impl SqlKind for MySqlLockKind {
 
     fn is_table(self) -> bool {
         self == MySqlLockKind::Table
+    }
+
+    fn wakes_waiters(self) -> bool {
+        self != MySqlLockKind::Table
     }
 
     fn shared_url() -> Result<String, String> {

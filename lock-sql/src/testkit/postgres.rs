@@ -15,6 +15,8 @@ impl SqlKind for PostgresLockKind {
 
     const URL_VARIABLE: &'static str = POSTGRES_URL_VARIABLE;
     const SCHEME: &'static str = "postgres";
+    const DEFAULT_PORT: u16 = 5432;
+    const ROUTED_PARAMETERS: &'static str = "";
     const USER: &'static str = PostgresServer::USER;
 
     fn label(self) -> &'static str {
@@ -23,6 +25,10 @@ impl SqlKind for PostgresLockKind {
 
     fn is_table(self) -> bool {
         self == PostgresLockKind::Table
+    }
+
+    fn wakes_waiters(self) -> bool {
+        true
     }
 
     fn shared_url() -> Result<String, String> {

@@ -122,6 +122,10 @@ impl SuiteTarget for PrimaryKeyLockTarget {
         "N05 primary-key lock without expiry".into()
     }
 
+    fn abilities(&self) -> lock_testkit::suite::Abilities {
+        lock_testkit::suite::Abilities::NONE
+    }
+
     fn backend(&self) -> Result<PrimaryKeyLock> {
         PrimaryKeyLock::connect(&self.url)
     }

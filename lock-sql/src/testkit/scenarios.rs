@@ -191,22 +191,50 @@ where
     }
 }
 
-/// Q02: held row locks own their connections; with the pool exhausted the next acquisition is a
-/// typed error within the pool timeout, never a hang.
+/// Q02: held row locks own their connections; with the pool exhausted a `try_` acquisition is
+/// [`Error::PoolExhausted`] at once, a timed wait waits for a connection until its deadline (and
+/// gets one that comes back in time), and a pool with room still opens a connection.
 fn q02_an_exhausted_pool_is_a_typed_error<K: SqlKind>(kind: K)
 where
     <K::Backend as DistributedLock>::Lease: Debug,
 {
     let locks = pool_of(kind, 2);
-    let leases: Vec<_> =
-        (0..2).map(|_| try_acquire(&locks, &unique_name("q02pool"), 10 * SECOND).expect("free")).collect();
+    let first = try_acquire(&locks, &unique_name("q02pool"), 10 * SECOND).expect("free");
+    // Room for one more: a connection is opened.
+    let second = try_acquire(&locks, &unique_name("q02pool"), 10 * SECOND).expect("free");
     let started = Instant::now();
     let third = locks.try_acquire(&unique_name("q02pool"), &OwnerToken::random(), 10 * SECOND);
-    assert!(matches!(third, Err(Error::Timeout { .. })), "{third:?}");
-    assert!(started.elapsed() < 3 * SECOND, "took {:?}", started.elapsed());
-    for lease in leases {
-        assert!(locks.release(lease).unwrap());
-    }
+    assert!(matches!(third, Err(Error::PoolExhausted { size: 2, .. })), "{third:?}");
+    assert!(started.elapsed() < Duration::from_millis(100), "took {:?}", started.elapsed());
+
+    let native = locks.native_wait().expect("row and advisory locks wait in the server");
+    let started = Instant::now();
+    let waited = native.acquire_until(
+        &unique_name("q02pool"),
+        &OwnerToken::random(),
+        10 * SECOND,
+        Some(started + SECOND / 2),
+    );
+    let took = started.elapsed();
+    assert!(matches!(waited, Err(Error::PoolExhausted { .. })), "{waited:?}");
+    assert!(took >= SECOND / 2 && took < SECOND, "the timed wait took {took:?}");
+
+    // A connection that comes back before the deadline serves the waiting acquisition.
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            native.acquire_until(
+                &unique_name("q02pool"),
+                &OwnerToken::random(),
+                10 * SECOND,
+                Some(Instant::now() + 5 * SECOND),
+            )
+        });
+        thread::sleep(Duration::from_millis(300));
+        assert!(locks.release(second).unwrap());
+        let acquired = waiter.join().unwrap().unwrap().expect("a free name");
+        assert!(locks.release(acquired.lease).unwrap());
+    });
+    assert!(locks.release(first).unwrap());
 }
 
 /// Q02/Q03: a killed connection releases the lock at once; the holder's next check says lost,

@@ -27,6 +27,11 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
     const URL_VARIABLE: &'static str;
     /// The URL scheme (`postgres`, `mysql`).
     const SCHEME: &'static str;
+    /// The server's port when a URL names none.
+    const DEFAULT_PORT: u16;
+    /// URL parameters that keep a client on the TCP address it is given (S16 routes it through a
+    /// proxy): empty, or `name=value&…`.
+    const ROUTED_PARAMETERS: &'static str;
     /// The harness servers' user.
     const USER: &'static str;
 
@@ -35,6 +40,9 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
 
     /// Whether holds are lock-table leases (else sessions).
     fn is_table(self) -> bool;
+
+    /// Whether the server wakes this kind's waiters ([`NativeWait`](lock_core::NativeWait)).
+    fn wakes_waiters(self) -> bool;
 
     /// The URL of the shared harness server (or the one [`URL_VARIABLE`](Self::URL_VARIABLE)
     /// names).
@@ -145,8 +153,38 @@ impl<K: SqlKind> SqlTarget<K> {
 /// The pool size of the targets' clients (the backends' default).
 const POOL: u32 = 16;
 
+/// `url` with its `host:port` replaced by where `route` sends the server's address.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] when the URL names no host that resolves.
+pub(crate) fn routed_url(
+    url: &str,
+    default_port: u16,
+    route: &mut dyn FnMut(SocketAddr) -> SocketAddr,
+) -> lock_core::Result<String> {
+    let bad = |why: &str| Error::invalid_config(format!("{why}: {}", lock_core::redact_url(url)));
+    let start = url.find("://").ok_or_else(|| bad("no scheme"))? + 3;
+    let start = url[start..].rfind('@').map_or(start, |at| start + at + 1);
+    let end = url[start..].find(['/', '?']).map_or(url.len(), |end| start + end);
+    let authority = &url[start..end];
+    let with_port = if authority.rsplit_once(':').is_some_and(|(_, port)| port.parse::<u16>().is_ok()) {
+        authority.to_owned()
+    } else {
+        format!("{authority}:{default_port}")
+    };
+    let server = std::net::ToSocketAddrs::to_socket_addrs(&with_port)
+        .map_err(|error| bad(&format!("cannot resolve {with_port}: {error}")))?
+        .next()
+        .ok_or_else(|| bad("the host resolves to no address"))?;
+    Ok(format!("{}{}{}", &url[..start], route(server), &url[end..]))
+}
+
 impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
     type Backend = K::Backend;
+
+    fn abilities(&self) -> lock_testkit::suite::Abilities {
+        lock_testkit::suite::Abilities::fencing_and(self.kind.wakes_waiters())
+    }
 
     fn label(&self) -> String {
         self.kind.label().into()
@@ -194,6 +232,25 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
         2 * TIMEOUT + Duration::from_secs(3)
     }
 
+    fn backend_routed(
+        &self,
+        route: &mut dyn FnMut(SocketAddr) -> SocketAddr,
+        timeout: Duration,
+        holds: u32,
+    ) -> Result<lock_core::Result<K::Backend>, NotApplicable> {
+        // The default bound (one connect and one I/O timeout) holds: a call opens at most one
+        // connection, and a release behind a check that got no answer does not ask again.
+        let mut url = match routed_url(&self.url, K::DEFAULT_PORT, route) {
+            Ok(url) => url,
+            Err(error) => return Ok(Err(error)),
+        };
+        if !K::ROUTED_PARAMETERS.is_empty() {
+            url.push(if url.contains('?') { '&' } else { '?' });
+            url.push_str(K::ROUTED_PARAMETERS);
+        }
+        Ok(self.build(&url, timeout, holds + 2))
+    }
+
     fn own_servers(&self) -> Result<lock_core::Result<OwnServers<K::Backend>>, NotApplicable> {
         let (url, servers) = match K::start_server() {
             Ok(started) => started,
@@ -226,5 +283,26 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
                 K::round_trip(&backend, ROUND_TRIPS)
             },
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_address_is_replaced_by_the_route() {
+        let mut route = |_: SocketAddr| SocketAddr::from(([127, 0, 0, 1], 9));
+        assert_eq!(
+            routed_url("postgres://u:p@127.0.0.1:5433/db?x=1", 5432, &mut route).unwrap(),
+            "postgres://u:p@127.0.0.1:9/db?x=1"
+        );
+        let mut seen = None;
+        let mut note = |server: SocketAddr| {
+            seen = Some(server);
+            server
+        };
+        assert_eq!(routed_url("mysql://127.0.0.1/db", 3306, &mut note).unwrap(), "mysql://127.0.0.1:3306/db");
+        assert_eq!(seen, Some(SocketAddr::from(([127, 0, 0, 1], 3306))));
     }
 }

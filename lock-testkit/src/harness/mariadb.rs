@@ -48,6 +48,9 @@ pub struct MariaDbServer {
 }
 
 impl MariaDbServer {
+    /// The server's `max_connections`: room for one client holding 1,000 session locks (a
+    /// connection each) beside the rest of a test binary.
+    pub const MAX_CONNECTIONS: u32 = 1_200;
     /// The user that [`url`](Self::url) logs in as.
     pub const USER: &'static str = "distlock";
     /// [`USER`](Self::USER)'s password.
@@ -94,7 +97,8 @@ impl MariaDbServer {
             .arg(format!("--pid-file={}", dir.path().join("mariadbd.pid").display()))
             .arg(format!("--tmpdir={}", dir.path().display()))
             .arg(format!("--port={port}"))
-            .args(["--bind-address=127.0.0.1", "--skip-name-resolve", "--max-connections=200"])
+            .args(["--bind-address=127.0.0.1", "--skip-name-resolve"])
+            .arg(format!("--max-connections={}", Self::MAX_CONNECTIONS))
             .args(as_root)
             .args(INNODB_OPTIONS)
             .current_dir(dir.path());

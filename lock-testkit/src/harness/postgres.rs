@@ -31,7 +31,7 @@ const UNPRIVILEGED_ACCOUNTS: [&str; 2] = ["postgres", "nobody"];
 ///
 /// TCP logins need the password (`scram-sha-256`), so tests can check that a wrong one is
 /// rejected. Durability is off (`fsync`, `synchronous_commit`, `full_page_writes`) since the
-/// data is thrown away; `max_connections` is 200.
+/// data is thrown away; `max_connections` is [`MAX_CONNECTIONS`](Self::MAX_CONNECTIONS).
 #[derive(Debug)]
 #[must_use = "the server stops when this is dropped"]
 pub struct PostgresServer {
@@ -39,6 +39,9 @@ pub struct PostgresServer {
 }
 
 impl PostgresServer {
+    /// The server's `max_connections`: room for one client holding 1,000 session locks (a
+    /// connection each) beside the rest of a test binary.
+    pub const MAX_CONNECTIONS: u32 = 1_200;
     /// The superuser that [`url`](Self::url) logs in as.
     pub const USER: &'static str = "distlock";
     /// [`USER`](Self::USER)'s password.
@@ -98,7 +101,7 @@ impl PostgresServer {
             .args(["-p".to_owned(), port.to_string()])
             .args(setting("listen_addresses", &"127.0.0.1"))
             .args(setting("unix_socket_directories", &dir.path().display()))
-            .args(setting("max_connections", &200))
+            .args(setting("max_connections", &Self::MAX_CONNECTIONS))
             .args(setting("shared_buffers", &"32MB"))
             .args(setting("fsync", &"off"))
             .args(setting("synchronous_commit", &"off"))

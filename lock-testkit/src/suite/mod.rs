@@ -6,6 +6,7 @@
 //! which expands to one `#[test]` per scenario. A scenario the backend cannot support by design
 //! reports `n/a` with the reason, printed in the test output; it never passes silently.
 
+pub mod breach;
 mod fenced;
 mod outcome;
 mod runner;
@@ -21,9 +22,9 @@ pub use runner::{run, run_scenario, Scenario, SCENARIOS};
 /// run S04 on the same target again, which then holds the lock until killed.
 pub use scenarios::holder_crash::HOLD_VAR as S04_HOLD_VARIABLE;
 pub use support::{set_name_namespace, unique_name};
-pub use target::{MemoryTarget, NotApplicable, OwnServers, PausableServers, SuiteTarget};
+pub use target::{Abilities, MemoryTarget, NotApplicable, OwnServers, PausableServers, SuiteTarget};
 
-/// Expands to one `#[test]` per scenario S01–S15 in a module named `$module`, each running the
+/// Expands to one `#[test]` per scenario S01–S16 in a module named `$module`, each running the
 /// scenario against the [`SuiteTarget`] that `$target` evaluates to (once per test: make it cheap,
 /// e.g. a handle to servers shared across the run).
 ///
@@ -53,6 +54,7 @@ macro_rules! conformance_tests {
                 s13_bad_configuration "S13",
                 s14_guard_life_cycle "S14",
                 s15_loss_on_time "S15",
+                s16_connection_cut "S16",
             );
         }
     };

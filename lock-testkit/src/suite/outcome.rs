@@ -26,13 +26,8 @@ impl fmt::Display for Failure {
 
 impl From<lock_core::Error> for Failure {
     fn from(error: lock_core::Error) -> Self {
-        let mut message = format!("unexpected error: {error}");
-        let mut source = std::error::Error::source(&error);
-        while let Some(cause) = source {
-            message.push_str(&format!(": {cause}"));
-            source = cause.source();
-        }
-        Failure(message)
+        // The error's `Display` shows its causes.
+        Failure(format!("unexpected error: {error}"))
     }
 }
 

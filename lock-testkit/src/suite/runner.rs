@@ -15,7 +15,7 @@ pub struct Scenario {
 }
 
 /// Every core scenario, in order.
-pub const SCENARIOS: [Scenario; 15] = [
+pub const SCENARIOS: [Scenario; 16] = [
     Scenario { id: "S01", title: "mutual exclusion under contention" },
     Scenario { id: "S02", title: "try-lock on a held lock" },
     Scenario { id: "S03", title: "timed wait" },
@@ -31,6 +31,7 @@ pub const SCENARIOS: [Scenario; 15] = [
     Scenario { id: "S13", title: "bad configuration" },
     Scenario { id: "S14", title: "guard life cycle" },
     Scenario { id: "S15", title: "loss on time (a server stops answering)" },
+    Scenario { id: "S16", title: "connection cut (the server frees the lock)" },
 ];
 
 /// Runs scenario `id` against `target` without judging the result (negative controls need the
@@ -52,6 +53,7 @@ pub fn run<T: SuiteTarget>(target: &T, id: &str, test_name: &str) -> ScenarioRes
         "S13" => scenarios::bad_configuration::run(target),
         "S14" => scenarios::guard_life_cycle::run(target),
         "S15" => scenarios::loss_on_time::run(target),
+        "S16" => scenarios::connection_cut::run(target),
         other => Err(crate::suite::Failure(format!("no scenario {other}"))),
     }
 }

@@ -49,3 +49,18 @@ pub(crate) fn acquire<B: DistributedLock>(lock: &Lock<B>) -> Result<LockGuard<B>
 
 pub(crate) const MS: Duration = Duration::from_millis(1);
 pub(crate) const SECOND: Duration = Duration::from_secs(1);
+
+/// Whether a scenario that needs an optional ability applies: the kind declares it
+/// ([`SuiteTarget::abilities`]) and its backend returns it. A mismatch either way is a failure —
+/// a backend that forgets to return an ability must not turn its scenario n/a.
+pub(crate) fn has_ability(declared: bool, present: bool, ability: &str) -> Result<bool, Failure> {
+    match (declared, present) {
+        (true, false) => Err(Failure(format!(
+            "the kind declares {ability}, but its backend's {ability}() returns None (forgotten?)"
+        ))),
+        (false, true) => Err(Failure(format!(
+            "the backend returns {ability}(), but the kind does not declare it in SuiteTarget::abilities"
+        ))),
+        (declared, _) => Ok(declared),
+    }
+}

@@ -8,6 +8,30 @@ use lock_core::{DistributedLock, LockName, MemoryBackend};
 use crate::harness::TestServer;
 use crate::workload::RoundTripProbe;
 
+/// The optional abilities of [`DistributedLock`] a registered kind must have. The suite checks
+/// them against what the backend returns: a backend that forgets `native_wait()` or
+/// `fencing()` fails S11 or S09 instead of turning it n/a.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Abilities {
+    /// [`Fencing`](lock_core::Fencing): S09 applies.
+    pub fencing: bool,
+    /// [`NativeWait`](lock_core::NativeWait): S11 applies.
+    pub native_wait: bool,
+}
+
+impl Abilities {
+    /// Fencing tokens and server wake-ups.
+    pub const ALL: Self = Self { fencing: true, native_wait: true };
+    /// Neither (the docs' broken recipes).
+    pub const NONE: Self = Self { fencing: false, native_wait: false };
+
+    /// Fencing tokens, and server wake-ups if `native_wait`.
+    pub const fn fencing_and(native_wait: bool) -> Self {
+        Self { fencing: true, native_wait }
+    }
+}
+
 /// Why a backend cannot support a scenario by design.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NotApplicable(pub &'static str);
@@ -21,6 +45,10 @@ pub trait SuiteTarget: Send + Sync + 'static {
 
     /// The name shown in reports (`"memory"`, `"redis set-nx"`, `"N02 del without owner check"`).
     fn label(&self) -> String;
+
+    /// The abilities this kind must have (declared here, by the registration, and checked
+    /// against the backend by S09 and S11).
+    fn abilities(&self) -> Abilities;
 
     /// A new client with connections of its own, to the same servers as every other.
     ///
@@ -104,6 +132,31 @@ pub trait SuiteTarget: Send + Sync + 'static {
     /// [`NotApplicable`] for in-process backends.
     fn own_servers(&self) -> Result<lock_core::Result<OwnServers<Self::Backend>>, NotApplicable> {
         Err(NotApplicable("in-process backend: there is no server to stop answering"))
+    }
+
+    /// S16: a client whose every connection to the servers goes through `route`. The target calls
+    /// `route` once per server address it would connect to and connects to the address it
+    /// returns instead (the scenario's [`FaultProxy`](crate::FaultProxy), which it cuts). The
+    /// client connects and waits for each reply with `timeout`, and has room for `holds` session
+    /// holds at once (a pool of more than `holds` connections).
+    ///
+    /// # Errors
+    /// [`NotApplicable`] for in-process backends.
+    fn backend_routed(
+        &self,
+        route: &mut dyn FnMut(SocketAddr) -> SocketAddr,
+        timeout: Duration,
+        holds: u32,
+    ) -> Result<lock_core::Result<Self::Backend>, NotApplicable> {
+        let _ = (route, timeout, holds);
+        Err(NotApplicable("in-process backend: there is no connection to cut"))
+    }
+
+    /// S16: the longest one call of a [`backend_routed`](Self::backend_routed) client with
+    /// `timeout` may take while its connections are cut: one connect and one I/O timeout (a
+    /// connect through a cut proxy succeeds and its handshake times out), plus slack.
+    fn routed_call_bound(&self, timeout: Duration) -> Duration {
+        2 * timeout + Duration::from_millis(500)
     }
 
     /// W4: why holding 10,000 locks at once does not apply to this backend, if it does not.
@@ -198,6 +251,10 @@ impl SuiteTarget for MemoryTarget {
 
     fn label(&self) -> String {
         "memory".into()
+    }
+
+    fn abilities(&self) -> Abilities {
+        Abilities::ALL
     }
 
     fn backend(&self) -> lock_core::Result<MemoryBackend> {

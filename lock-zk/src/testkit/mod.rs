@@ -49,6 +49,11 @@ const PASSWORD: &str = "distlock-suite";
 /// S15: the timeouts of the client of the server the scenario stops.
 const OWN_SERVER_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// S16: the session timeout of the client whose connections the scenario cuts — the scenario's
+/// lease (3 s), which for a session hold is how long its liveness checks may fail: the servers
+/// then end the cut session by themselves that long after they last heard from it.
+pub const ROUTED_SESSION_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// How many create + delete pairs measure the write round trip (after as many to warm up).
 const WRITE_PAIRS: usize = 2_000;
 
@@ -105,6 +110,10 @@ impl SuiteTarget for ZooKeeperTarget {
         "zookeeper".into()
     }
 
+    fn abilities(&self) -> lock_testkit::suite::Abilities {
+        lock_testkit::suite::Abilities::ALL
+    }
+
     fn backend(&self) -> lock_core::Result<ZooKeeperBackend> {
         self.builder().build()
     }
@@ -159,6 +168,25 @@ impl SuiteTarget for ZooKeeperTarget {
         Ok(backend.map(|backend| OwnServers { backend, servers: Box::new(vec![server]), call_bound }))
     }
 
+    fn backend_routed(
+        &self,
+        route: &mut dyn FnMut(SocketAddr) -> SocketAddr,
+        timeout: Duration,
+        _holds: u32,
+    ) -> Result<lock_core::Result<ZooKeeperBackend>, NotApplicable> {
+        // Every hold of a client is a node of its one session: `holds` needs no room. The default
+        // call bound (one connect and one request timeout) holds: see `ZooKeeperBackend`.
+        let connect_string = match routed_connect_string(&self.connect_string, route) {
+            Ok(connect_string) => connect_string,
+            Err(error) => return Ok(Err(error)),
+        };
+        Ok(builder(&connect_string, timeout)
+            .session_timeout(ROUTED_SESSION_TIMEOUT)
+            .root(&self.root)
+            .digest(USER, PASSWORD)
+            .build())
+    }
+
     fn many_holds_not_applicable(&self) -> lock_core::Result<Option<&'static str>> {
         // Every hold of a client is a node of its one session.
         Ok(None)
@@ -178,6 +206,28 @@ impl SuiteTarget for ZooKeeperTarget {
             },
         ))
     }
+}
+
+/// `connect_string` (`host:port[,host:port…][/chroot]`) with every server replaced by the
+/// address `route` gives for it.
+fn routed_connect_string(
+    connect_string: &str,
+    route: &mut dyn FnMut(SocketAddr) -> SocketAddr,
+) -> lock_core::Result<String> {
+    let (servers, chroot) =
+        connect_string.find('/').map_or((connect_string, ""), |at| connect_string.split_at(at));
+    let routed = servers
+        .split(',')
+        .map(|server| {
+            let bad = |why: String| Error::invalid_config(format!("server {server:?}: {why}"));
+            let address = std::net::ToSocketAddrs::to_socket_addrs(server.trim())
+                .map_err(|error| bad(error.to_string()))?
+                .next()
+                .ok_or_else(|| bad("resolves to no address".into()))?;
+            Ok(route(address).to_string())
+        })
+        .collect::<lock_core::Result<Vec<_>>>()?;
+    Ok(format!("{}{chroot}", routed.join(",")))
 }
 
 impl ZooKeeperBackend {

@@ -24,7 +24,7 @@
 //!
 //! let target = NegativeTarget::new(Recipe::N02DelWithoutOwnerCheck);
 //! // Works as a lock (passes S02), but releases someone else's lock (fails S06).
-//! assert!(caught_by_scenario(&target, "S06").is_ok());
+//! assert!(caught_by_scenario(&target, "S06", lock_testkit::suite::breach::RELEASED_ANOTHERS_LOCK).is_ok());
 //! ```
 
 mod broken_lock;
@@ -83,6 +83,15 @@ impl Recipe {
             Recipe::N02DelWithoutOwnerCheck => "del without owner check",
             Recipe::N03SameValueForEveryHolder => "every holder writes 1",
             Recipe::N04GetCompareDel => "get, compare, then del",
+        }
+    }
+
+    /// The assertion of [`must_fail`](Self::must_fail) the recipe breaks (a phrase of
+    /// [`lock_testkit::suite::breach`]).
+    pub const fn breaks(self) -> &'static str {
+        match self {
+            Recipe::N01SetnxThenExpire => lock_testkit::suite::breach::IMMORTAL_LOCK,
+            _ => lock_testkit::suite::breach::RELEASED_ANOTHERS_LOCK,
         }
     }
 

@@ -43,6 +43,10 @@ impl SuiteTarget for NegativeTarget {
         format!("{} {}", self.recipe.id(), self.recipe.title())
     }
 
+    fn abilities(&self) -> lock_testkit::suite::Abilities {
+        lock_testkit::suite::Abilities::NONE
+    }
+
     fn backend(&self) -> lock_core::Result<BrokenRedisLock> {
         BrokenRedisLock::connect(&self.url, self.recipe, Arc::clone(&self.crash))
     }

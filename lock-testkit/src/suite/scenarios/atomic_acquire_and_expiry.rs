@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::{DistributedLock, Lock, OwnerToken};
 
+use crate::suite::breach::IMMORTAL_LOCK;
 use crate::suite::outcome::{applicable, ensure};
 use crate::suite::support::{acquire, client, options, unique_name, SECOND};
 use crate::suite::{ScenarioResult, SuiteTarget, Verdict};
@@ -46,7 +47,7 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
     let acquired = Lock::new(&other, name).try_lock_for(LEASE + 2 * SECOND)?;
     ensure!(
         acquired.is_some(),
-        "after {label}, the lock was still held {:?} later: an immortal lock",
+        "after {label}, the lock was still held {:?} later: {IMMORTAL_LOCK}",
         started.elapsed()
     );
     Ok(Verdict::Pass)

@@ -13,13 +13,13 @@ use std::time::Duration;
 use lock_core::{DistributedLock, HoldKind, Lock, LockName};
 
 use crate::suite::outcome::ensure;
-use crate::suite::support::{acquire, client, options, unique_name, MS, SECOND};
+use crate::suite::support::{acquire, client, has_ability, options, unique_name, MS, SECOND};
 use crate::suite::{Failure, FencedResource, NotApplicable, ScenarioResult, SuiteTarget, Verdict};
 
 const LEASE: Duration = Duration::from_millis(500);
 
 pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
-    if target.backend()?.fencing().is_none() {
+    if !has_ability(target.abilities().fencing, target.backend()?.fencing().is_some(), "fencing")? {
         return Ok(Verdict::NotApplicable("the backend issues no fencing tokens".into()));
     }
     let name = unique_name("s09");

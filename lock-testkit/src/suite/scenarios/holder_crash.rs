@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::{Lock, LockName};
 
+use crate::suite::breach::HELD_AFTER_CRASH;
 use crate::suite::outcome::{applicable, ensure};
 use crate::suite::support::{acquire, client, options, unique_name, SECOND};
 use crate::suite::{Failure, ScenarioResult, SuiteTarget, Verdict};
@@ -83,8 +84,8 @@ fn check_crash<T: SuiteTarget>(
     let bound = target.free_after_crash_within(LEASE);
     let acquired = lock.try_lock_for(bound + 5 * SECOND)?;
     let after = killed.elapsed();
-    ensure!(acquired.is_some(), "the lock stayed held {after:?} after its holder was killed");
-    ensure!(after <= bound, "the lock became free {after:?} after its holder died; the bound is {bound:?}");
+    ensure!(acquired.is_some(), "the lock {HELD_AFTER_CRASH} ({after:?} later)");
+    ensure!(after <= bound, "the lock {HELD_AFTER_CRASH} for {after:?}, past the bound of {bound:?}");
     Ok(Verdict::Pass)
 }
 

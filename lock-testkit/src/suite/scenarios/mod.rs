@@ -2,6 +2,7 @@
 
 pub(crate) mod atomic_acquire_and_expiry;
 pub(crate) mod bad_configuration;
+pub(crate) mod connection_cut;
 pub(crate) mod fencing_tokens;
 pub(crate) mod guard_life_cycle;
 pub(crate) mod handoff_latency;

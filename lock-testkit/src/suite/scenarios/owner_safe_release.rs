@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use lock_core::{DistributedLock, Error, HoldKind, Lock};
 
+use crate::suite::breach::RELEASED_ANOTHERS_LOCK;
 use crate::suite::outcome::ensure;
 use crate::suite::support::{acquire, client, options, unique_name, MS, SECOND};
 use crate::suite::{Failure, ScenarioResult, SuiteTarget, Verdict};
@@ -43,13 +44,14 @@ fn release_after_takeover<T: SuiteTarget>(target: &T) -> ScenarioResult {
     let held_b = lock_b.try_lock_for(2 * SECOND)?;
     ensure!(held_b.is_some(), "B could not acquire after A's lease ran out");
     let released = stale.unlock();
+    // Safety first: the breach the broken recipes are written to commit.
+    ensure!(
+        Lock::new(&c, name).try_lock()?.is_none(),
+        "after A's late release, C acquired the lock B holds: A {RELEASED_ANOTHERS_LOCK}"
+    );
     ensure!(
         matches!(released, Err(Error::NotHeld { .. })),
         "A's late release returned {released:?} instead of telling A it no longer held the lock"
-    );
-    ensure!(
-        Lock::new(&c, name).try_lock()?.is_none(),
-        "after A's late release, C acquired the lock B holds: A released B's lock"
     );
     Ok(Verdict::Pass)
 }
@@ -93,7 +95,7 @@ fn lease_runs_out_during_release<T: SuiteTarget>(target: &T) -> ScenarioResult {
             Ok(Err(failure)) => Err(Failure(format!("B's attempts failed: {failure}"))),
             Ok(Ok(())) => match Lock::new(&c, name.clone()).try_lock() {
                 Ok(Some(_)) => {
-                    Err(Failure("C acquired the lock while B held it: A's release removed B's lock".into()))
+                    Err(Failure(format!("C acquired the lock while B held it: A {RELEASED_ANOTHERS_LOCK}")))
                 }
                 Ok(None) => Ok(Verdict::Pass),
                 Err(error) => Err(error.into()),

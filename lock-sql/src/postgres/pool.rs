@@ -1,0 +1,172 @@
+//! [`PgPool`]: the connections of one client, pooled with r2d2 under a connection manager of our
+//! own, which opens [`PgConnection`]s on two background threads shared by every backend.
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use lock_core::{Error, Result};
+use parking_lot::Mutex;
+use scheduled_thread_pool::ScheduledThreadPool;
+
+use super::connection::{NotificationSink, PgConnection};
+use super::error::{self, PgFailure};
+use crate::queue_wait::Checkout;
+
+/// The name of the threads that open pooled connections in the background (two per process,
+/// shared by every PostgreSQL backend).
+pub const CONNECTOR_THREAD_NAME: &str = "distlock-pgconn";
+
+/// The connection pools' background threads.
+fn connector_threads() -> Arc<ScheduledThreadPool> {
+    static THREADS: LazyLock<Arc<ScheduledThreadPool>> = LazyLock::new(|| {
+        Arc::new(
+            ScheduledThreadPool::builder().num_threads(2).thread_name_pattern(CONNECTOR_THREAD_NAME).build(),
+        )
+    });
+    Arc::clone(&THREADS)
+}
+
+/// Timeouts and limits of a pool.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PgSettings {
+    pub(crate) max_connections: u32,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) io_timeout: Duration,
+}
+
+/// The r2d2 manager: opens [`PgConnection`]s and remembers the last failure to open one, so that
+/// a caller who times out waiting for a connection learns why (a wrong password, a refused
+/// connection) instead of only "timed out".
+pub(crate) struct PgManager {
+    pub(crate) config: tokio_postgres::Config,
+    pub(crate) settings: PgSettings,
+    pub(crate) last_failure: Arc<Mutex<Option<LastFailure>>>,
+}
+
+impl r2d2::ManageConnection for PgManager {
+    type Connection = PgConnection;
+    type Error = PgFailure;
+
+    fn connect(&self) -> std::result::Result<PgConnection, PgFailure> {
+        let opened = PgConnection::open(&self.config, &self.settings, None);
+        match &opened {
+            Ok(_) => *self.last_failure.lock() = None,
+            Err(failure) => *self.last_failure.lock() = Some(LastFailure::of(failure)),
+        }
+        opened
+    }
+
+    fn is_valid(&self, connection: &mut PgConnection) -> std::result::Result<(), PgFailure> {
+        connection
+            .run("ping", |client| async move { client.simple_query("").await })
+            .map(drop)
+            .map_err(|error| PgFailure::Reply { operation: "ping", detail: error.to_string() })
+    }
+
+    fn has_broken(&self, connection: &mut PgConnection) -> bool {
+        connection.is_broken()
+    }
+}
+
+/// Why the last connection attempt failed.
+#[derive(Debug, Clone)]
+pub(crate) struct LastFailure {
+    authentication: bool,
+    message: String,
+}
+
+impl LastFailure {
+    fn of(failure: &PgFailure) -> Self {
+        let authentication =
+            matches!(failure, PgFailure::Statement { source, .. } if error::is_authentication(source));
+        let mut message = failure.to_string();
+        let mut source = std::error::Error::source(failure);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        Self { authentication, message }
+    }
+}
+
+/// A pool of connections to one server.
+#[derive(Clone)]
+pub(crate) struct PgPool {
+    pool: r2d2::Pool<PgManager>,
+    last_failure: Arc<Mutex<Option<LastFailure>>>,
+    settings: PgSettings,
+    config: tokio_postgres::Config,
+}
+
+/// A connection out of the pool.
+pub(crate) type PooledPg = r2d2::PooledConnection<PgManager>;
+
+impl PgPool {
+    pub(crate) fn new(config: tokio_postgres::Config, settings: PgSettings) -> Result<Self> {
+        let last_failure = Arc::new(Mutex::new(None));
+        let manager = PgManager { config: config.clone(), settings, last_failure: Arc::clone(&last_failure) };
+        let pool = r2d2::Pool::builder()
+            .max_size(settings.max_connections)
+            .min_idle(Some(0))
+            .connection_timeout(settings.connect_timeout)
+            .test_on_check_out(false)
+            .thread_pool(connector_threads())
+            .error_handler(Box::new(r2d2::NopErrorHandler))
+            .build_unchecked(manager);
+        Ok(Self { pool, last_failure, settings, config })
+    }
+
+    /// A connection, waiting up to the connect timeout for one to come back when all are in use.
+    ///
+    /// # Errors
+    /// As [`get_for`](Self::get_for) with [`Checkout::Wait`]`(None)`.
+    pub(crate) fn get(&self) -> Result<PooledPg> {
+        self.get_for(Checkout::Wait(None))
+    }
+
+    /// A connection: an idle one, else a new one while the pool has room (connecting within the
+    /// connect timeout), else — every connection in use, as when this client's session holds own
+    /// them all — as `checkout` says.
+    ///
+    /// # Errors
+    /// [`Error::PoolExhausted`] when every connection stayed in use; [`Error::Authentication`] or
+    /// [`Error::Timeout`] when connecting failed (the last failure is in the message).
+    pub(crate) fn get_for(&self, checkout: Checkout) -> Result<PooledPg> {
+        if let Some(connection) = self.pool.try_get() {
+            return Ok(connection);
+        }
+        let size = self.settings.max_connections;
+        let full = self.pool.state().connections >= size;
+        let wait = match (checkout, full) {
+            (_, false) | (Checkout::Wait(None), true) => self.settings.connect_timeout,
+            (Checkout::Now, true) => return Err(Error::PoolExhausted { backend: error::BACKEND, size }),
+            (Checkout::Wait(Some(deadline)), true) => deadline.saturating_duration_since(Instant::now()),
+        };
+        self.pool.get_timeout(wait).map_err(|error| {
+            let state = self.pool.state();
+            if state.connections >= size && state.idle_connections == 0 {
+                return Error::PoolExhausted { backend: error::BACKEND, size };
+            }
+            let timeout = self.settings.connect_timeout;
+            match self.last_failure.lock().clone() {
+                Some(LastFailure { authentication: true, message }) => {
+                    Error::Authentication { backend: error::BACKEND, source: message.into() }
+                }
+                Some(LastFailure { message, .. }) => {
+                    Error::from(PgFailure::Pool { timeout, detail: message })
+                }
+                None => Error::from(PgFailure::Pool { timeout, detail: error.to_string() }),
+            }
+        })
+    }
+
+    /// Opens a connection outside the pool (the wait listener's, and the check `build()` makes).
+    pub(crate) fn open_unpooled(&self, notifications: Option<NotificationSink>) -> Result<PgConnection> {
+        Ok(PgConnection::open(&self.config, &self.settings, notifications)?)
+    }
+
+    pub(crate) fn settings(&self) -> PgSettings {
+        self.settings
+    }
+}

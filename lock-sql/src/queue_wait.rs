@@ -1,0 +1,89 @@
+//! What the row and advisory kinds of both databases share about one attempt on the server's
+//! lock queue: how long it may wait ([`Wait`]), what to do when the pool is exhausted
+//! ([`Checkout`]), and from when the hold it wins is counted ([`granted_after`]).
+
+use std::time::{Duration, Instant};
+
+/// A wait in the server's lock queue without a deadline (`lock()`) is made of slices this long,
+/// so that a server that stops answering is noticed (each slice is bounded on the client too). A
+/// wait with a deadline is one statement: it keeps its place in the queue until the deadline.
+pub(crate) const WAIT_SLICE: Duration = Duration::from_secs(5);
+
+/// How long one attempt may wait in the server's lock queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Wait {
+    /// Not at all (`try_lock`): a busy lock is `None`, and an exhausted pool is
+    /// [`Error::PoolExhausted`](lock_core::Error::PoolExhausted) at once.
+    No,
+    /// Until the deadline of a timed wait, which also bounds the wait for a pooled connection.
+    Until(Instant),
+    /// Until the end of a slice of a wait without a deadline.
+    Slice(Instant),
+}
+
+impl Wait {
+    /// The attempts of a wait until `deadline` (forever if `None`), one at a time.
+    pub(crate) fn next(deadline: Option<Instant>) -> Self {
+        deadline.map_or_else(|| Wait::Slice(Instant::now() + WAIT_SLICE), Wait::Until)
+    }
+
+    /// What the attempt does when every pooled connection is in use.
+    pub(crate) fn checkout(self) -> Checkout {
+        match self {
+            Wait::No => Checkout::Now,
+            Wait::Until(deadline) => Checkout::Wait(Some(deadline)),
+            Wait::Slice(_) => Checkout::Wait(None),
+        }
+    }
+
+    /// How long the statement waits in the queue, from now (at least 1 ms); `None`: not at all.
+    pub(crate) fn length(self) -> Option<Duration> {
+        match self {
+            Wait::No => None,
+            Wait::Until(end) | Wait::Slice(end) => {
+                Some(end.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)))
+            }
+        }
+    }
+}
+
+/// What to do when every connection of the pool is in use.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Checkout {
+    /// Fail at once with [`Error::PoolExhausted`](lock_core::Error::PoolExhausted) (a `try_`
+    /// call).
+    Now,
+    /// Wait for one to come back until the deadline (a timed wait), or for the connect timeout.
+    Wait(Option<std::time::Instant>),
+}
+
+/// The earliest moment, by this process's clock, at which the server can have granted a lock
+/// whose statement was sent by `sent` and waited `waited` in the queue by the server's clock: the
+/// server read the statement after `sent`, so the grant came at least the wait after it.
+///
+/// A hold won by a wait is counted from there, not from `sent`: a long wait in the queue must not
+/// eat into the lease (with renewal off, a wait longer than the lease would otherwise hand back a
+/// hold already lost), and the server's idle limit starts later still. A server clock stepped
+/// forward during the wait cannot push the moment past now.
+pub(crate) fn granted_after(sent: Instant, waited: Duration) -> Instant {
+    sent + waited.min(sent.elapsed())
+}
+
+/// µs as the databases return them (negative: a clock stepped back) as a [`Duration`].
+pub(crate) fn micros(us: i64) -> Duration {
+    Duration::from_micros(u64::try_from(us).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grant_is_counted_from_the_wait_never_past_now() {
+        let sent = Instant::now() - Duration::from_secs(2);
+        let granted = granted_after(sent, Duration::from_secs(1));
+        assert_eq!(granted, sent + Duration::from_secs(1));
+        assert!(granted_after(sent, Duration::from_secs(60)) <= Instant::now());
+        assert_eq!(micros(-5), Duration::ZERO);
+    }
+}
