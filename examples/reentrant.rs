@@ -1,4 +1,4 @@
-//! Seed 000's reentrant lock, made real: the same thread locks "codehole" twice and unlocks it
+//! Source 000's reentrant lock, made real: the same thread locks "codehole" twice and unlocks it
 //! twice; the server is touched only by the first lock and the last unlock. Another client (think:
 //! another process) is kept out until the last unlock.
 //!

@@ -1,4 +1,4 @@
-//! Seed 001's flash sale ("秒杀"): 1,000 buyers on 8 threads race for 100 items of stock.
+//! Source 001's flash sale ("秒杀"): 1,000 buyers on 8 threads race for 100 items of stock.
 //!
 //! Each buyer reads the stock, thinks for a moment, and writes it back decremented — the classic
 //! lost-update race. Without a lock the shop oversells; with a distlock lock around each purchase

@@ -1,4 +1,4 @@
-//! The docs' conformance suite (`SCENARIOS.md`) against every backend kind enabled by feature.
+//! The docs' conformance suite (`docs/scenarios.md`) against every backend kind enabled by feature.
 //!
 //! One registration per backend kind: `conformance_tests!(module, target)` expands to one test per
 //! scenario S01–S16, so `cargo test memory::` runs one backend and `cargo test s06` one scenario

@@ -52,6 +52,10 @@ pub fn run(args: &InspectArgs) -> ExitCode {
     }
 }
 
+/// How long `inspect` waits for a Redis connection and for each reply.
+#[cfg(feature = "redis")]
+const TIMEOUT: Duration = Duration::from_secs(5);
+
 fn read(url: &str, name: &LockName) -> Result<Seen, String> {
     let scheme = url.split("://").next().unwrap_or_default();
     match scheme {
@@ -110,12 +114,13 @@ fn read(url: &str, name: &LockName) -> Result<Seen, String> {
 #[cfg(feature = "redis")]
 fn redis(url: &str, name: &LockName) -> Result<Seen, String> {
     use distlock::redis::redis::{self as r, Commands as _};
-    use distlock::redis::testkit::RedisTarget;
-    use distlock::redis::{RedisKeys, RedisLockKind};
+    use distlock::redis::RedisKeys;
 
     let keys = RedisKeys::new("distlock", name);
-    let mut connection = RedisTarget::at(RedisLockKind::SetNx, url).probe().map_err(|e| e.to_string())?;
     let error = |e: r::RedisError| e.to_string();
+    let mut connection =
+        r::Client::open(url).and_then(|client| client.get_connection_with_timeout(TIMEOUT)).map_err(error)?;
+    connection.set_read_timeout(Some(TIMEOUT)).map_err(error)?;
     let kind: String = r::cmd("TYPE").arg(keys.lock()).query(&mut connection).map_err(error)?;
     let holder = match kind.as_str() {
         // A free lock reserved for the head of the wait queue (its turn, a few hundred ms).

@@ -54,7 +54,7 @@ type Open = fn(Servers<'_>) -> std::result::Result<Opened, String>;
 /// The docs' broken recipes a kind's column shows (each family's, under one of its kinds).
 type Recipes = fn() -> Vec<BrokenRecipe>;
 
-/// A kind's own scenarios of `SCENARIOS.md` (R01–R04, Q01–Q03, Z01–Z03).
+/// A kind's own scenarios of `docs/scenarios.md` (R01–R04, Q01–Q03, Z01–Z03).
 type OwnScenarios = fn() -> Vec<BackendScenario>;
 
 /// Which of a user's servers a kind runs on (`distlock compare --redis URL`, …).
@@ -308,13 +308,31 @@ impl Properties {
     }
 }
 
-/// S04's holder process: this binary re-run by the suite with [`S04_HOLD_VARIABLE`] set and the
+/// If this process is S04's holder (the suite re-runs this binary as it re-runs a test binary:
+/// [`S04_HOLD_VARIABLE`] set, the holder's test name and libtest's `--exact` as arguments), holds
+/// the lock until killed and returns the exit code for when it could not (unknown kind, or its
+/// servers cannot be reached); otherwise `None`.
+///
+/// [`S04_HOLD_VARIABLE`]: lock_testkit::suite::S04_HOLD_VARIABLE
+pub fn run_s04_holder() -> Option<std::process::ExitCode> {
+    let args: Vec<String> = std::env::args().take(3).collect();
+    if std::env::var_os(lock_testkit::suite::S04_HOLD_VARIABLE).is_none()
+        || args.get(2).is_none_or(|arg| arg != "--exact")
+    {
+        return None;
+    }
+    hold_for_s04(&args[1]);
+    eprintln!("distlock: could not hold {:?} for S04 (unknown kind, or its servers cannot be reached)", args[1]);
+    Some(std::process::ExitCode::from(2))
+}
+
+/// S04's holder: this binary re-run by the suite with [`S04_HOLD_VARIABLE`] set and the
 /// holder's test name as its first argument. Runs S04 on the same target, which holds the lock
 /// until the parent kills it; returns if `test_name` names no target of this binary or the
 /// target's servers cannot be reached.
 ///
 /// [`S04_HOLD_VARIABLE`]: lock_testkit::suite::S04_HOLD_VARIABLE
-pub fn hold_for_s04(test_name: &str) {
+fn hold_for_s04(test_name: &str) {
     if let Some(kind) = test_name.strip_prefix(S04_TEST_PREFIX).and_then(|name| Kind::find(name).ok()) {
         if let Ok(opened) = kind.open(Servers::Harness) {
             let _ = opened.target.scenario("S04", test_name);

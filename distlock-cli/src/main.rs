@@ -10,12 +10,18 @@
 //!   trip). `cargo xtask bench <kind>` builds this in release mode and runs it.
 //! - `distlock kinds`: the backend kinds, and which of them this binary was built with.
 //!
+//! `compare`, `bench` and `kinds` come with the default feature `compare`; without it the binary
+//! has `exec` and `inspect` only, and none of the test support or report dependencies.
+//!
 //! Backend kinds come from one table ([`kinds::KINDS`]): adding a backend adds a row there.
 
+#[cfg(feature = "compare")]
 mod bench;
+#[cfg(feature = "compare")]
 mod compare;
 mod exec;
 mod inspect;
+#[cfg(feature = "compare")]
 mod kinds;
 
 use std::process::ExitCode;
@@ -34,6 +40,7 @@ struct Cli {
 enum Command {
     /// Run the docs' scenarios, the broken recipes and the workloads across every backend kind
     /// (or those named), and print the comparison matrix.
+    #[cfg(feature = "compare")]
     Compare(compare::CompareArgs),
     /// Hold a distributed lock while a command runs, like flock(1): the command's exit status
     /// is distlock's; 75 if the lock is busy; 70 if it was lost while the command ran; 71 if it
@@ -44,45 +51,43 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Run the benchmark workloads W1–W4 against one backend kind, beside the server round trip
     /// measured in the same run.
+    #[cfg(feature = "compare")]
     Bench(bench::BenchArgs),
     /// List the backend kinds: name, Cargo feature, whether this binary has it, what it is.
+    #[cfg(feature = "compare")]
     Kinds,
 }
 
 fn main() -> ExitCode {
     // S04's holder process: the suite re-runs this binary as it re-runs a test binary, with the
     // holder's test name and libtest's `--exact`.
-    let args: Vec<String> = std::env::args().take(3).collect();
-    if std::env::var_os(lock_testkit::suite::S04_HOLD_VARIABLE).is_some()
-        && args.get(2).is_some_and(|a| a == "--exact")
-    {
-        kinds::hold_for_s04(&args[1]);
-        eprintln!(
-            "distlock: could not hold {:?} for S04 (unknown kind, or its servers cannot be reached)",
-            args[1]
-        );
-        return ExitCode::from(2);
+    #[cfg(feature = "compare")]
+    if let Some(code) = kinds::run_s04_holder() {
+        return code;
     }
     let cli = Cli::parse();
-    let outcome = match &cli.command {
+    match &cli.command {
+        #[cfg(feature = "compare")]
         Command::Compare(args) => match compare::run(args) {
-            Ok(true) => return ExitCode::SUCCESS,
-            Ok(false) => return ExitCode::FAILURE,
-            Err(error) => Err(error),
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(error) => failed(&error),
         },
-        Command::Exec(args) => return exec::run(args),
-        Command::Inspect(args) => return inspect::run(args),
-        Command::Bench(args) => bench::run(args),
+        Command::Exec(args) => exec::run(args),
+        Command::Inspect(args) => inspect::run(args),
+        #[cfg(feature = "compare")]
+        Command::Bench(args) => bench::run(args).map_or_else(|error| failed(&error), |()| ExitCode::SUCCESS),
+        #[cfg(feature = "compare")]
         Command::Kinds => {
             kinds::print_table();
-            Ok(())
-        }
-    };
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error}");
-            ExitCode::FAILURE
+            ExitCode::SUCCESS
         }
     }
+}
+
+/// Reports a command's failure.
+#[cfg(feature = "compare")]
+fn failed(error: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("error: {error}");
+    ExitCode::FAILURE
 }

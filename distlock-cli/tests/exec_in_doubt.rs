@@ -37,12 +37,19 @@ fn through_proxy(address: &str) -> (FaultProxy, String) {
 }
 
 /// Runs `distlock exec` on `url` with `on_doubt`, cuts its connection once the command runs, and
-/// returns its exit code and how long after the cut it ended.
+/// returns its exit code and how long after the cut the command was sent SIGTERM.
 fn cut_under_exec(url: &str, kind: Option<&str>, on_doubt: &str) -> (i32, Duration) {
     let (proxy, url) = through_proxy(url);
     let dir = tempfile::tempdir().unwrap();
     let started = dir.path().join("started");
-    let script = format!("touch {}; sleep 60", started.display());
+    let stopped = dir.path().join("stopped");
+    // The command notes when it is told to stop; distlock exits later, after its release of the
+    // lock (bounded by its timeouts) — that is not what the bounds below are about.
+    let script = format!(
+        "trap 'touch {}; exit 143' TERM; touch {}; sleep 60 & wait",
+        stopped.display(),
+        started.display()
+    );
     let name = unique_name("exec-doubt");
     let mut command = Command::new(env!("CARGO_BIN_EXE_distlock"));
     command.args(["exec", "--url", &url, "--name", name.as_str(), "--lease", LEASE, "--timeout", TIMEOUT]);
@@ -60,7 +67,11 @@ fn cut_under_exec(url: &str, kind: Option<&str>, on_doubt: &str) -> (i32, Durati
     proxy.cut();
     let cut_at = Instant::now();
     let deadline = cut_at + LEASE_TIME * 3;
+    let mut stopped_after = None;
     let status = loop {
+        if stopped_after.is_none() && stopped.exists() {
+            stopped_after = Some(cut_at.elapsed());
+        }
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
@@ -70,7 +81,8 @@ fn cut_under_exec(url: &str, kind: Option<&str>, on_doubt: &str) -> (i32, Durati
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    (status.code().unwrap_or(-1), cut_at.elapsed())
+    let stopped_after = stopped_after.or_else(|| stopped.exists().then(|| cut_at.elapsed()));
+    (status.code().unwrap_or(-1), stopped_after.expect("the command was told to stop (SIGTERM)"))
 }
 
 fn stops_in_doubt_and_continues_until_lost(url: &str, kind: Option<&str>) {

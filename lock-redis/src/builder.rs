@@ -113,7 +113,7 @@ impl RedisLockBuilder {
     /// [`Error::NotReplicated`].
     ///
     /// This narrows (it does not close) the window in which a failover to a replica that never
-    /// saw the lock hands it to a second holder (seed 003). Defaults to no `WAIT`.
+    /// saw the lock hands it to a second holder (source 003). Defaults to no `WAIT`.
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.wait_for_replicas = Some((replicas, timeout));
         self

@@ -60,7 +60,7 @@
 //!
 //! # Limits
 //! A single Redis server (or primary) is a single point of truth: with asynchronous replication
-//! a failover can lose a lock (seed 001), which `WAIT` narrows but does not close. The fencing
+//! a failover can lose a lock (source 001), which `WAIT` narrows but does not close. The fencing
 //! counter is replicated just as asynchronously, so after such a failover the next holder may
 //! get the same token again. Fencing tokens keep a resource safe from a holder that lost its
 //! lock without knowing only as long as the counter itself survives. Further:
@@ -126,8 +126,8 @@
 //! ```
 //!
 //! # What Redlock cannot guarantee
-//! Redlock is no consensus protocol, and this crate does not pretend otherwise (seed 002 quotes
-//! Martin Kleppmann's critique; seed 003 lists the node-restart failure):
+//! Redlock is no consensus protocol, and this crate does not pretend otherwise (source 002 quotes
+//! Martin Kleppmann's critique; source 003 lists the node-restart failure):
 //! - **Timing assumptions.** Safety rests on bounded network delay, bounded process pauses and
 //!   clocks that drift by less than the allowance. A GC pause, a stopped VM or a clock jump
 //!   longer than that lets a holder act after its lease ran out on the nodes — while it still

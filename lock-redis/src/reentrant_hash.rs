@@ -1,4 +1,4 @@
-//! The reentrant hash lock (`RedisLockKind::ReentrantHash`): Redisson's layout from seeds 001
+//! The reentrant hash lock (`RedisLockKind::ReentrantHash`): Redisson's layout from sources 001
 //! and 004.
 //!
 //! The lock is a hash `{ <owner token>: <hold count> }` with the lease as its TTL:

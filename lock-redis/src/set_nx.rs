@@ -2,7 +2,7 @@
 //!
 //! - **Acquire**: `SET lock <token> NX PX <lease>` and `INCR fence`, with `EXISTS queue`, in one
 //!   `MULTI`/`EXEC` transaction, so the expiry and the fencing token come with the acquisition in
-//!   one atomic step and one round trip (a crash can never leave an immortal lock, seeds
+//!   one atomic step and one round trip (a crash can never leave an immortal lock, sources
 //!   000/001). Plain commands cost the server a fraction of a script (`distlock bench` measures
 //!   both). When the lock is contended, the acquire script and the fair wait queue take over:
 //!   a release with waiters queued leaves the lock *reserved* for the head's turn
@@ -10,7 +10,7 @@
 //!   and a transaction that finds waiters queued behind a free lock hands it straight back.
 //! - **Extend / release**: compare the stored token with the caller's, then `PEXPIRE` / `DEL`, in
 //!   one script: a holder whose lease ran out can never extend or delete the next holder's lock
-//!   (seeds 002/004).
+//!   (sources 002/004).
 //! - The value is the caller's [`OwnerToken`](lock_core::OwnerToken) (128 random bits, in hex),
 //!   fresh for every acquisition.
 //!

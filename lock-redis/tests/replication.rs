@@ -1,4 +1,4 @@
-//! R03 of `SCENARIOS.md` (its body ships in the crate's testkit, which `distlock compare` runs
+//! R03 of `docs/scenarios.md` (its body ships in the crate's testkit, which `distlock compare` runs
 //! too): a failover before the lock replicated loses it; with `WAIT` it does not.
 
 use lock_redis::testkit::scenarios;

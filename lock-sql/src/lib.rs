@@ -1,5 +1,5 @@
 //! SQL backends for [distlock](https://docs.rs/distlock): locks on PostgreSQL and on MySQL or
-//! MariaDB, in three kinds each that answer seed 003's critique of database locks (no expiry, no
+//! MariaDB, in three kinds each that answer source 003's critique of database locks (no expiry, no
 //! wake-up, pool exhaustion, row locks that become table locks):
 //!
 //! | kind | hold | acquire | fencing | wake-up |
@@ -12,7 +12,8 @@
 //! (plus the wait itself for a statement that waits in the server's lock queue: a timed wait is
 //! one statement until its deadline, so it keeps its place in the queue; `lock()` without a
 //! deadline re-queues every 5 s). The blocking `postgres` crate offers no per-request timeout, so
-//! the PostgreSQL backend drives `tokio-postgres` itself ([`postgres::PG_THREAD_NAME`]).
+//! the PostgreSQL backend drives `tokio-postgres` itself, on the calling thread (no I/O thread;
+//! [`postgres::PG_THREAD_NAME`] only resolves host names).
 //!
 //! # Session holds: what ends them on the server
 //! A row or advisory hold lives as long as its connection's session. The holder checks the

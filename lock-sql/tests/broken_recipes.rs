@@ -1,4 +1,4 @@
-//! The negative control N05: seed 003's primary-key lock without expiry works as a lock (S02)
+//! The negative control N05: source 003's primary-key lock without expiry works as a lock (S02)
 //! and must FAIL S04 — a crashed holder's row keeps the lock held forever. A suite that passed
 //! it would have no teeth.
 

@@ -1,4 +1,4 @@
-//! Q01–Q03 of `SCENARIOS.md` on both databases (their bodies ship in the crate's testkit, which
+//! Q01–Q03 of `docs/scenarios.md` on both databases (their bodies ship in the crate's testkit, which
 //! `distlock compare` runs too).
 
 use lock_sql::testkit::scenarios::{q01, q02, q03};

@@ -1,4 +1,4 @@
-//! [`BackendScenario`]: a scenario of one backend (`SCENARIOS.md`'s R01–R04, Q01–Q03,
+//! [`BackendScenario`]: a scenario of one backend (`docs/scenarios.md`'s R01–R04, Q01–Q03,
 //! Z01–Z03), shipped by the backend's crate behind its `testkit` feature and run the same way by
 //! its own tests and by `distlock compare`.
 

@@ -216,7 +216,8 @@ fn connect(client: TcpStream, shared: &Arc<Shared>) -> io::Result<()> {
     Ok(())
 }
 
-/// Copies `from` to `to`, holding each chunk while the proxy is cut.
+/// Copies `from` to `to`, holding each chunk — and the end of the stream — while the proxy is
+/// cut: a client that closes its socket during a partition is not heard by the server either.
 fn forward(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
     let mut buffer = vec![0; 64 * 1024];
     loop {
@@ -224,17 +225,21 @@ fn forward(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
             Ok(0) | Err(_) => break,
             Ok(read) => read,
         };
-        {
-            let mut cut = shared.cut.lock();
-            while *cut && !shared.stopped.load(Ordering::Acquire) {
-                shared.restored.wait(&mut cut);
-            }
-        }
-        if shared.stopped.load(Ordering::Acquire) || to.write_all(&buffer[..read]).is_err() {
+        if !wait_while_cut(shared) || to.write_all(&buffer[..read]).is_err() {
             break;
         }
     }
+    wait_while_cut(shared);
     let _ = to.shutdown(Shutdown::Write);
+}
+
+/// Blocks while the proxy is cut; `false` once it is stopped.
+fn wait_while_cut(shared: &Shared) -> bool {
+    let mut cut = shared.cut.lock();
+    while *cut && !shared.stopped.load(Ordering::Acquire) {
+        shared.restored.wait(&mut cut);
+    }
+    !shared.stopped.load(Ordering::Acquire)
 }
 
 #[cfg(test)]
@@ -293,6 +298,24 @@ mod tests {
         assert_eq!(&held, b"lost?");
         assert_eq!(round_trip(&mut stream, b"again").unwrap(), b"again");
         assert_eq!(proxy.connections(), 2);
+    }
+
+    #[test]
+    fn a_close_while_cut_reaches_the_server_only_after_restore() {
+        let proxy = FaultProxy::start(echo_server()).unwrap();
+        let mut stream = TcpStream::connect(proxy.address()).unwrap();
+        assert_eq!(round_trip(&mut stream, b"ping").unwrap(), b"ping");
+        proxy.cut();
+        stream.shutdown(Shutdown::Write).unwrap();
+        // Had the end of the stream reached the echo server, it would have closed its side and
+        // the client would read the end of the stream now.
+        stream.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+        let mut buffer = [0; 1];
+        let error = stream.read(&mut buffer).unwrap_err();
+        assert!(matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut), "{error}");
+        proxy.restore();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(stream.read(&mut buffer).unwrap(), 0, "the close is delivered once restored");
     }
 
     #[test]

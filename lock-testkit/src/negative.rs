@@ -1,4 +1,4 @@
-//! A backend-neutral frame for the docs' broken recipes (negative controls, `SCENARIOS.md`'s
+//! A backend-neutral frame for the docs' broken recipes (negative controls, `docs/scenarios.md`'s
 //! N01–N06): each backend crate ships its recipes, behind its `testkit` feature, as a list of
 //! [`BrokenRecipe`]s; tests and `distlock compare` run them all the same way.
 //!

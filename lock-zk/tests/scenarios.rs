@@ -1,4 +1,4 @@
-//! The ZooKeeper scenarios of `SCENARIOS.md` (Z01, Z02; their bodies ship in the crate's
+//! The ZooKeeper scenarios of `docs/scenarios.md` (Z01, Z02; their bodies ship in the crate's
 //! testkit, which `distlock compare` runs too) and the backend's own checks on real harness
 //! servers: names, bad input, leases, fencing tokens.
 

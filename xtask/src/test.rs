@@ -10,6 +10,19 @@ use crate::cmd::{self, Failure};
 use crate::install;
 use crate::TestArgs;
 
+/// The feature sets clippy checks one by one (besides `--all-features`): each backend of the
+/// facade alone, the test support of all of them, the CLI without `compare` (`exec` and
+/// `inspect` only) and the CLI's `compare` with one backend.
+const FEATURE_SETS: [(&str, &str); 7] = [
+    ("distlock", "redis"),
+    ("distlock", "postgres"),
+    ("distlock", "mysql"),
+    ("distlock", "zookeeper"),
+    ("distlock", "testkit,redis,postgres,mysql,zookeeper"),
+    ("distlock-cli", "redis,postgres,mysql,zookeeper"),
+    ("distlock-cli", "compare,redis"),
+];
+
 /// One step of the pipeline.
 struct Step {
     /// Its short name in the log, e.g. `clippy`.
@@ -63,7 +76,7 @@ fn plan(args: &TestArgs) -> Vec<Step> {
         steps.push(Step { name: "install servers", action: Action::InstallServers });
     }
     if args.skip_lint {
-        println!("Not checking formatting or running clippy (--skip-lint).");
+        println!("Not checking formatting, lints, docs or packaging (--skip-lint).");
     } else {
         let mut fmt = cmd::cargo();
         fmt.args(["fmt", "--all", "--", "--check"]);
@@ -72,11 +85,24 @@ fn plan(args: &TestArgs) -> Vec<Step> {
         clippy.args(["clippy", "--workspace", "--all-targets", "--all-features"]);
         clippy.args(["--", "-D", "warnings"]);
         steps.push(Step { name: "clippy", action: Action::Run(clippy) });
+        // Each feature on its own: code used only under another feature must not warn.
+        for (package, features) in FEATURE_SETS {
+            let mut clippy = cmd::cargo();
+            clippy.args(["clippy", "--package", package, "--no-default-features", "--features", features]);
+            clippy.args(["--", "-D", "warnings"]);
+            steps.push(Step { name: "clippy (one feature)", action: Action::Run(clippy) });
+        }
         // Broken intra-doc links and malformed docs fail like lints do.
         let mut doc = cmd::cargo();
         doc.args(["doc", "--workspace", "--all-features", "--no-deps", "--quiet"])
             .env("RUSTDOCFLAGS", "-D warnings");
         steps.push(Step { name: "doc", action: Action::Run(doc) });
+        // Every library crate and the CLI must package for the registry: no path-only dependency,
+        // no missing file. `--no-verify`: verification builds each crate once more from its packaged
+        // sources (minutes on two cores), and what it would catch is built by the steps above.
+        let mut package = cmd::cargo();
+        package.args(["package", "--workspace", "--exclude", "xtask", "--no-verify", "--quiet", "--allow-dirty"]);
+        steps.push(Step { name: "package", action: Action::Run(package) });
     }
     // Not `--all-targets`: that would leave out the doctests. A test that cannot get its server
     // fails (the harness never skips), so a missing install shows here.
@@ -114,6 +140,10 @@ mod tests {
             .collect()
     }
 
+    fn one_feature(package: &str, features: &str) -> String {
+        format!("cargo clippy --package {package} --no-default-features --features {features} -- -D warnings")
+    }
+
     #[test]
     fn full_pipeline() {
         let args = TestArgs { no_install: false, skip_lint: false, test_args: Vec::new() };
@@ -123,10 +153,21 @@ mod tests {
                 ("install servers", String::new()),
                 ("fmt", "cargo fmt --all -- --check".to_owned()),
                 ("clippy", "cargo clippy --workspace --all-targets --all-features -- -D warnings".to_owned()),
+                ("clippy (one feature)", one_feature("distlock", "redis")),
+                ("clippy (one feature)", one_feature("distlock", "postgres")),
+                ("clippy (one feature)", one_feature("distlock", "mysql")),
+                ("clippy (one feature)", one_feature("distlock", "zookeeper")),
+                ("clippy (one feature)", one_feature("distlock", "testkit,redis,postgres,mysql,zookeeper")),
+                ("clippy (one feature)", one_feature("distlock-cli", "redis,postgres,mysql,zookeeper")),
+                ("clippy (one feature)", one_feature("distlock-cli", "compare,redis")),
                 (
                     "doc",
                     "RUSTDOCFLAGS=-D warnings cargo doc --workspace --all-features --no-deps --quiet"
                         .to_owned()
+                ),
+                (
+                    "package",
+                    "cargo package --workspace --exclude xtask --no-verify --quiet --allow-dirty".to_owned()
                 ),
                 ("test", "cargo test --workspace --all-features".to_owned()),
                 ("seckill", "cargo run --quiet --all-features --example seckill".to_owned()),

@@ -23,7 +23,7 @@ pub struct Report {
     pub ok: bool,
 }
 
-/// A scenario of `SCENARIOS.md`.
+/// A scenario of `docs/scenarios.md`.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScenarioInfo {
     /// The stable id (`S01`).

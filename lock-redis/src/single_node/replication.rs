@@ -21,7 +21,7 @@ pub(crate) struct ReplicaWait {
 impl RedisBackend {
     /// `WAIT`s for the acquisition to reach `wait.replicas` replicas; releases it and reports
     /// [`Error::NotReplicated`] if fewer acknowledged in time, since a failover could otherwise
-    /// hand the lock to a second holder (seed 003's WAIT recipe).
+    /// hand the lock to a second holder (source 003's WAIT recipe).
     pub(super) fn confirm_replicated(
         &self,
         connection: &mut PooledConnection,

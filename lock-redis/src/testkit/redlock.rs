@@ -251,7 +251,7 @@ impl R02Report {
     }
 }
 
-/// R02 (seed 003): a Redlock node restarts without persistence while the lock is held.
+/// R02 (source 003): a Redlock node restarts without persistence while the lock is held.
 ///
 /// On `nodes` (exactly [`NODES`] private servers, started without persistence, which this
 /// function kills and restarts), with clients made by `connect` from the nodes' URLs (using the
@@ -262,7 +262,7 @@ impl R02Report {
 /// 3. B acquires: nodes 3, 4 and 5 grant, 1 and 2 refuse — two holders at once;
 /// 4. B writes to a [`FencedResource`] with its token, then A (stale) with its own.
 ///
-/// The seed suggests pausing nodes 4 and 5 while A acquires; a paused node still receives A's
+/// The source suggests pausing nodes 4 and 5 while A acquires; a paused node still receives A's
 /// request and grants it when it resumes, so A would hold all five. Down nodes lose the request,
 /// as a partition would.
 ///

@@ -1,4 +1,4 @@
-//! The Redis scenarios of `SCENARIOS.md` that `distlock compare` runs beside the suite: R02
+//! The Redis scenarios of `docs/scenarios.md` that `distlock compare` runs beside the suite: R02
 //! (Redlock and a restarted node), R03 (failover before replication, and `WAIT`), R04 (the
 //! reentrant hash). Each on servers of its own or the shared harness server. (R01, whose bounds
 //! are a few node timeouts, runs in this crate's tests only: a loaded comparison would miss them.)
@@ -84,7 +84,7 @@ fn lock_key(name: &LockName) -> String {
 /// A paused (SIGSTOP) replica does not stop the kernel from receiving the primary's stream into
 /// its socket buffer: it would apply the lock on resuming, even with the primary dead. A backlog
 /// larger than those buffers keeps the lock's write in the primary's own output buffer, which
-/// `kill -9` loses — the replication lag of seed 001's story.
+/// `kill -9` loses — the replication lag of source 001's story.
 fn fill_replication_backlog(primary: &mut redis::Connection) {
     let filler = vec![b'x'; 1 << 20];
     for index in 0..256 {

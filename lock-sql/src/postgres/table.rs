@@ -1,4 +1,4 @@
-//! The lock-table kind (seed 003's primary-key insert, made safe): acquire, fencing and expiry
+//! The lock-table kind (source 003's primary-key insert, made safe): acquire, fencing and expiry
 //! in one statement on the database clock; extend and release compare the owner in the same
 //! statement; a release marks the row free and `NOTIFY`s waiters.
 

@@ -31,7 +31,7 @@ use lock_testkit::negative::BrokenRecipe;
 /// that test binary, by this name, as the crashing holder.
 pub const N05_TEST: &str = "n05_primary_key_lock_without_expiry_fails_s04";
 
-/// The docs' broken SQL recipes, each with the scenario that must catch it: N05 (seed 003's
+/// The docs' broken SQL recipes, each with the scenario that must catch it: N05 (source 003's
 /// primary-key lock without expiry) must fail S04. Its check must run from the test named
 /// [`N05_TEST`].
 pub fn broken_recipes() -> Vec<BrokenRecipe> {

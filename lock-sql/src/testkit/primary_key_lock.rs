@@ -1,4 +1,4 @@
-//! N05 — seed 003's `MysqlprimaryLock`: a lock is a row inserted under the name's primary key,
+//! N05 — source 003's `MysqlprimaryLock`: a lock is a row inserted under the name's primary key,
 //! released by deleting it. No expiry, no owner: a holder that crashes leaves its row behind,
 //! and the lock is held forever. It works as a lock on the happy path (S02) and must fail S04
 //! (holder crash).

@@ -1,4 +1,4 @@
-//! Q01–Q03 of `SCENARIOS.md` for both databases, generic over their kind enums ([`SqlKind`]):
+//! Q01–Q03 of `docs/scenarios.md` for both databases, generic over their kind enums ([`SqlKind`]):
 //! run by `lock-sql`'s own tests and by `distlock compare`, on the shared harness servers.
 
 use std::fmt::Debug;

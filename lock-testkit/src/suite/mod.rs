@@ -1,4 +1,4 @@
-//! The docs' conformance suite (`SCENARIOS.md`): every scenario written once, generic over
+//! The docs' conformance suite (`docs/scenarios.md`): every scenario written once, generic over
 //! [`DistributedLock`](lock_core::DistributedLock), and run unchanged against every backend.
 //!
 //! A backend registers by implementing [`SuiteTarget`] (how to make independent clients, plus the

@@ -5,7 +5,7 @@ use std::time::Instant;
 use crate::suite::scenarios;
 use crate::suite::{ScenarioResult, SuiteTarget, Verdict};
 
-/// One scenario of `SCENARIOS.md`.
+/// One scenario of `docs/scenarios.md`.
 #[derive(Debug, Clone, Copy)]
 pub struct Scenario {
     /// The stable id (`"S01"`).

@@ -17,7 +17,7 @@ use crate::{ZooKeeperBackend, ZooKeeperLockBuilder};
 mod curator;
 mod scenarios;
 
-/// The ZooKeeper scenarios of `SCENARIOS.md`: Z01 (no herd, FIFO), Z02 (session expiry, ensemble
+/// The ZooKeeper scenarios of `docs/scenarios.md`: Z01 (no herd, FIFO), Z02 (session expiry, ensemble
 /// member loss), Z03 (interop with Apache Curator).
 pub fn scenarios() -> Vec<lock_testkit::BackendScenario> {
     use lock_testkit::BackendScenario;

@@ -1,4 +1,4 @@
-//! Z01 and Z02 of `SCENARIOS.md` on real harness servers: the shared standalone server, private
+//! Z01 and Z02 of `docs/scenarios.md` on real harness servers: the shared standalone server, private
 //! ones to pause, and a 3-node ensemble whose members are killed.
 
 use std::sync::atomic::{AtomicBool, Ordering};

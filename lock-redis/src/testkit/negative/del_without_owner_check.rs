@@ -1,4 +1,4 @@
-//! N02 — `DEL` without checking the owner (seeds 000, 001): the acquisition is the correct
+//! N02 — `DEL` without checking the owner (sources 000, 001): the acquisition is the correct
 //! `SET key token NX PX`, but release is a plain `DEL`. A holder whose lease ran out (a long GC
 //! pause) deletes the lock the next holder has taken meanwhile, and believes it released its own.
 

@@ -1,4 +1,4 @@
-//! N04 — `GET`, compare in the client, then `DEL`, as separate commands (seed 003, "解锁操作的
+//! N04 — `GET`, compare in the client, then `DEL`, as separate commands (source 003, "解锁操作的
 //! 原子性"): the value is a unique token, but between the compare and the delete the lease can
 //! run out and the next holder acquire; the `DEL` then removes the next holder's lock.
 //!

@@ -1,17 +1,17 @@
 //! The docs' broken Redis lock recipes, as deliberately broken
 //! [`DistributedLock`](lock_core::DistributedLock)s: negative controls for the conformance suite.
 //!
-//! Each does exactly what its recipe in the seeds does, and works as a lock on the happy path
+//! Each does exactly what its recipe in the source articles does, and works as a lock on the happy path
 //! (it passes S02), so when it fails its scenario the failure is the recipe's flaw, not a broken
 //! harness. A suite that passed them would have no teeth.
 //!
 //! | id | recipe | must fail |
 //! |---|---|---|
-//! | N01 | `SETNX` then `EXPIRE`, two commands (seeds 000, 001) | S05, with a crash injected between them |
-//! | N02 | `DEL` without checking the owner (seeds 000, 001) | S06 |
-//! | N03 | every holder writes `1`, compare-and-delete release (seed 004) | S06 |
-//! | N04 | `GET`, compare, then `DEL`, three commands (seed 003) | S06, with a pause between `GET` and `DEL` |
-//! | N06 | Redlock without fencing while a node restarts (seeds 002, 003) | R02 ([`crate::testkit::redlock::r02`]) |
+//! | N01 | `SETNX` then `EXPIRE`, two commands (sources 000, 001) | S05, with a crash injected between them |
+//! | N02 | `DEL` without checking the owner (sources 000, 001) | S06 |
+//! | N03 | every holder writes `1`, compare-and-delete release (source 004) | S06 |
+//! | N04 | `GET`, compare, then `DEL`, three commands (source 003) | S06, with a pause between `GET` and `DEL` |
+//! | N06 | Redlock without fencing while a node restarts (sources 002, 003) | R02 ([`crate::testkit::redlock::r02`]) |
 //!
 //! N01–N04 are [`Recipe`]s run as suite targets ([`NegativeTarget`]); N06 is a Redlock variant
 //! ([`UnfencedRedlock`]) run through the R02 function, which needs five nodes it can restart.

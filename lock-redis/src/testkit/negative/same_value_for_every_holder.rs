@@ -1,5 +1,5 @@
 //! N03 — every holder writes the same value `1`, and release is a proper compare-and-delete
-//! script (seed 004's orders a/b/c story). The compare is atomic but useless: every holder's
+//! script (source 004's orders a/b/c story). The compare is atomic but useless: every holder's
 //! value is `1`, so a holder whose lease ran out deletes the next holder's lock.
 
 use std::time::Duration;

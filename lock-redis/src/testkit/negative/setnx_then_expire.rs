@@ -1,4 +1,4 @@
-//! N01 — `SETNX` then `EXPIRE`, two commands (seeds 000, 001):
+//! N01 — `SETNX` then `EXPIRE`, two commands (sources 000, 001):
 //!
 //! ```text
 //! > setnx lock:codehole true

@@ -1,8 +1,8 @@
-//! N06 — Redlock without fencing (seed 002: Redlock "has no facility for generating fencing
-//! tokens"; seed 003: a node restarting without persistence hands the lock to a second holder).
+//! N06 — Redlock without fencing (source 002: Redlock "has no facility for generating fencing
+//! tokens"; source 003: a node restarting without persistence hands the lock to a second holder).
 //!
 //! [`UnfencedRedlock`] is the real [`RedlockBackend`] with its fencing tokens taken away, as every
-//! Redlock library the seeds mention ships it. It acquires, extends and releases exactly like
+//! Redlock library the sources mention ships it. It acquires, extends and releases exactly like
 //! Redlock; but when a node restart (scenario R02) lets B acquire while A still believes it holds
 //! the lock, A's stale write carries nothing a resource could reject. It must fail R02
 //! ([`crate::testkit::redlock::r02`]).

@@ -1,4 +1,4 @@
-//! S05 — acquire and expiry are one atomic step (seeds 000, 001, 003): right after acquiring,
+//! S05 — acquire and expiry are one atomic step (sources 000, 001, 003): right after acquiring,
 //! the server already holds the lock with an expiry within (0, lease]; and a crash injected
 //! between the steps of an acquisition cannot leave an immortal lock.
 

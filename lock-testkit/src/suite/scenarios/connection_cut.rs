@@ -1,4 +1,4 @@
-//! S16 — the holder's connection is cut (seeds 002, 003): every connection of a client holding
+//! S16 — the holder's connection is cut (sources 002, 003): every connection of a client holding
 //! [`HOLDS`] locks goes through a [`FaultProxy`](crate::FaultProxy) that stops forwarding (TCP stays open, nothing
 //! arrives either way), while rivals with connections of their own try to take the locks.
 //!

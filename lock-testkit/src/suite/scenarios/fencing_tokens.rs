@@ -1,4 +1,4 @@
-//! S09 — fencing tokens (seeds 002, 003): holder 1 pauses past its lease, holder 2 acquires,
+//! S09 — fencing tokens (sources 002, 003): holder 1 pauses past its lease, holder 2 acquires,
 //! holder 1 writes. Tokens strictly increase per name across holders, expiries and client
 //! restarts, and a fenced resource rejects holder 1's stale write.
 //!

@@ -1,4 +1,4 @@
-//! S14 — the guard's life cycle (seed 004): dropping the guard releases; an explicit unlock
+//! S14 — the guard's life cycle (source 004): dropping the guard releases; an explicit unlock
 //! returns the result; releasing twice is harmless; releasing after expiry reports "not held"; a
 //! leaked guard's lock expires.
 

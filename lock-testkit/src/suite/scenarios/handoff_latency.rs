@@ -1,4 +1,4 @@
-//! S11 — hand-off latency (seed 003: "no wake-up mechanism"): a thread blocked in `lock()` while
+//! S11 — hand-off latency (source 003: "no wake-up mechanism"): a thread blocked in `lock()` while
 //! another releases acquires within a few round trips, woken by the server, not by a sleep.
 //!
 //! A backend offers waiting through [`NativeWait`](lock_core::NativeWait), whose contract bounds

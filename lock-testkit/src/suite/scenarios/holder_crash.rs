@@ -1,4 +1,4 @@
-//! S04 — the holder crashes (seeds 000, 003): a child process that holds the lock is killed with
+//! S04 — the holder crashes (sources 000, 003): a child process that holds the lock is killed with
 //! SIGKILL; another client gets the lock within the lease plus a second (TTL backends), or as soon
 //! as the server notices the dead session or connection.
 //!

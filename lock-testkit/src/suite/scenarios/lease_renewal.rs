@@ -1,4 +1,4 @@
-//! S08 — lease renewal, the watchdog (seeds 001, 004): lease 1 s, critical section 3 s. With
+//! S08 — lease renewal, the watchdog (sources 001, 004): lease 1 s, critical section 3 s. With
 //! renewal on, no one else acquires during the 3 s; with renewal off, another client acquires after
 //! about a second and the first holder is told its lock was lost.
 

@@ -1,4 +1,4 @@
-//! S10 — the lock is lost underneath its holder (seed 003): the key or row is deleted, or the
+//! S10 — the lock is lost underneath its holder (source 003): the key or row is deleted, or the
 //! session or connection killed. The holder learns it (lost signal, guard state, unlock error)
 //! within one renewal interval.
 

@@ -1,4 +1,4 @@
-//! S15 — loss on time (seeds 002, 003): the holder's server stops answering (SIGSTOP, on servers
+//! S15 — loss on time (sources 002, 003): the holder's server stops answering (SIGSTOP, on servers
 //! of the scenario's own) while a lease is held, beside a second client whose server is healthy.
 //! Passes when the stuck holder's `is_held()` is false and its lost signal has fired by the end of
 //! its lease + 50 ms, no call blocks past the client's configured timeouts, and the healthy

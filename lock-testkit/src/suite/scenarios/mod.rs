@@ -1,4 +1,4 @@
-//! One file per scenario of `SCENARIOS.md`; each exports `run`.
+//! One file per scenario of `docs/scenarios.md`; each exports `run`.
 
 pub(crate) mod atomic_acquire_and_expiry;
 pub(crate) mod bad_configuration;

@@ -1,4 +1,4 @@
-//! S01 — mutual exclusion under contention (seeds 003, 001).
+//! S01 — mutual exclusion under contention (sources 003, 001).
 //!
 //! 8 threads, each with its own client, loop {lock; non-atomic read-modify-write of a shared
 //! counter with a short sleep between read and write; unlock}. Passes when no update is lost and

@@ -1,4 +1,4 @@
-//! S06 — owner-safe release (seeds 002, 003, 004): A's lease expires, B acquires, A (resumed)
+//! S06 — owner-safe release (sources 002, 003, 004): A's lease expires, B acquires, A (resumed)
 //! releases. B must still hold the lock (C cannot acquire) and A must be told it no longer held it.
 //!
 //! Two orderings, because the docs' broken recipes fail in different ones:

@@ -1,4 +1,4 @@
-//! S07 — reentrancy, Java `ReentrantLock` style (seeds 000, 001, 004): the same thread locks
+//! S07 — reentrancy, Java `ReentrantLock` style (sources 000, 001, 004): the same thread locks
 //! twice (hold count 2); other threads stay blocked until the second unlock; another thread cannot
 //! unlock it (guards are `!Send`, enforced at compile time; at run time it holds nothing).
 

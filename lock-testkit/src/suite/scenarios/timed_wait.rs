@@ -1,4 +1,4 @@
-//! S03 — timed wait (seed 003): `try_lock_for(200ms)` on a held lock gives up after at least
+//! S03 — timed wait (source 003): `try_lock_for(200ms)` on a held lock gives up after at least
 //! 200 ms and not much later; a waiter gets the lock soon after the release.
 
 use std::thread;

@@ -1,4 +1,4 @@
-//! S02 — try-lock on a held lock (seed 000): "not acquired" (not an error) at once; succeeds
+//! S02 — try-lock on a held lock (source 000): "not acquired" (not an error) at once; succeeds
 //! after release.
 
 use std::thread;
