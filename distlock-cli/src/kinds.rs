@@ -322,7 +322,10 @@ pub fn run_s04_holder() -> Option<std::process::ExitCode> {
         return None;
     }
     hold_for_s04(&args[1]);
-    eprintln!("distlock: could not hold {:?} for S04 (unknown kind, or its servers cannot be reached)", args[1]);
+    eprintln!(
+        "distlock: could not hold {:?} for S04 (unknown kind, or its servers cannot be reached)",
+        args[1]
+    );
     Some(std::process::ExitCode::from(2))
 }
 
