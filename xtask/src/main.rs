@@ -38,7 +38,7 @@ enum Task {
     /// apt-get on Debian/Ubuntu, only what is missing); `cargo fmt --all -- --check`;
     /// `cargo clippy --workspace --all-targets --all-features -- -D warnings`, then clippy with
     /// each backend feature on its own and the CLI without `compare`; `cargo doc` with warnings
-    /// denied; `cargo package` of every published crate;
+    /// denied; `cargo package` of every published crate; `cargo install --path distlock-cli`;
     /// `cargo test --workspace --all-features` (a test that cannot get its server fails; none
     /// skips); then the seckill and reentrant examples. The first failing step stops the run.
     Test(TestArgs),
@@ -57,8 +57,8 @@ pub struct TestArgs {
     /// Do not check for (or install) the server programs the tests start.
     #[arg(long)]
     pub no_install: bool,
-    /// Skip `cargo fmt --check`, `cargo clippy`, `cargo doc` and `cargo package`, for quick local
-    /// runs.
+    /// Skip `cargo fmt --check`, `cargo clippy`, `cargo doc`, `cargo package` and `cargo install`,
+    /// for quick local runs.
     #[arg(long)]
     pub skip_lint: bool,
     /// Arguments passed on to `cargo test`, e.g. `-- redis` (a test-name filter) or

@@ -101,8 +101,22 @@ fn plan(args: &TestArgs) -> Vec<Step> {
         // no missing file. `--no-verify`: verification builds each crate once more from its packaged
         // sources (minutes on two cores), and what it would catch is built by the steps above.
         let mut package = cmd::cargo();
-        package.args(["package", "--workspace", "--exclude", "xtask", "--no-verify", "--quiet", "--allow-dirty"]);
+        package.args([
+            "package",
+            "--workspace",
+            "--exclude",
+            "xtask",
+            "--no-verify",
+            "--quiet",
+            "--allow-dirty",
+        ]);
         steps.push(Step { name: "package", action: Action::Run(package) });
+        // The command installs as users install it (a debug build in the workspace's target
+        // directory, so the step reuses what clippy and the tests compile).
+        let mut install = cmd::cargo();
+        install.args(["install", "--path", "distlock-cli", "--debug", "--locked", "--force", "--quiet"]);
+        install.args(["--root", "target/install-check"]).env("CARGO_TARGET_DIR", "target");
+        steps.push(Step { name: "install", action: Action::Run(install) });
     }
     // Not `--all-targets`: that would leave out the doctests. A test that cannot get its server
     // fails (the harness never skips), so a missing install shows here.
@@ -168,6 +182,12 @@ mod tests {
                 (
                     "package",
                     "cargo package --workspace --exclude xtask --no-verify --quiet --allow-dirty".to_owned()
+                ),
+                (
+                    "install",
+                    "CARGO_TARGET_DIR=target cargo install --path distlock-cli --debug --locked --force --quiet \
+                     --root target/install-check"
+                        .to_owned()
                 ),
                 ("test", "cargo test --workspace --all-features".to_owned()),
                 ("seckill", "cargo run --quiet --all-features --example seckill".to_owned()),
