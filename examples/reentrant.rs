@@ -4,72 +4,36 @@
 //!
 //! ```text
 //! cargo run --example reentrant                                   # in-memory backend
-//! cargo run --example reentrant --features redis -- redis://127.0.0.1:6379/
-//! cargo run --example reentrant --features postgres -- postgres://user:pw@127.0.0.1/db [table|row|advisory]
-//! cargo run --example reentrant --features mysql -- mysql://user:pw@127.0.0.1/db [table|row|advisory]
-//! cargo run --example reentrant --features zookeeper -- zk://127.0.0.1:2181[,host:port…][/root]
+//! cargo run --example reentrant --features redis -- redis://127.0.0.1:6379/ [redis-hash]
+//! cargo run --example reentrant --features postgres -- postgres://user:pw@127.0.0.1/db [pg-row|pg-advisory]
+//! cargo run --example reentrant --features mysql -- mysql://user:pw@127.0.0.1/db [mysql-row|mysql-advisory]
+//! cargo run --example reentrant --features zookeeper -- zk://127.0.0.1:2181[,host:port…][/namespace]
 //! ```
+//!
+//! Any URL [`distlock::parse_url`] takes works; the optional second argument is the kind, by the
+//! `distlock kinds` names.
 
 use std::error::Error;
 
-use distlock::{DistributedLock, LockClient, MemoryBackend};
+use distlock::{parse_url_opts, AnyBackend, ConnectOptions, DistributedLock, LockClient, MemoryBackend};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let target = std::env::args().nth(1).unwrap_or_else(|| "memory".into());
-    match target.as_str() {
-        "memory" => {
-            let shared = MemoryBackend::new();
-            demo(shared.clone(), shared)
-        }
-        #[cfg(feature = "redis")]
-        url if url.starts_with("redis://") || url.starts_with("rediss://") => {
-            demo(distlock::redis::RedisBackend::new(url)?, distlock::redis::RedisBackend::new(url)?)
-        }
-        #[cfg(feature = "postgres")]
-        url if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            demo(postgres(url)?, postgres(url)?)
-        }
-        #[cfg(feature = "mysql")]
-        url if url.starts_with("mysql://") => demo(mysql(url)?, mysql(url)?),
-        #[cfg(feature = "zookeeper")]
-        url if url.starts_with("zk://") => {
-            let zookeeper = || distlock::zookeeper::ZooKeeperLockBuilder::from_url(url)?.build();
-            demo(zookeeper()?, zookeeper()?)
-        }
-        other => Err(format!(
-            "unknown backend {other:?}: use `memory`, or a URL of a backend whose feature is enabled"
-        )
-        .into()),
+    if target == "memory" {
+        // Both clients must share one in-process store.
+        let shared = MemoryBackend::new();
+        return demo(shared.clone(), shared);
     }
+    demo(backend(&target)?, backend(&target)?)
 }
 
-/// The SQL kind named by the second argument: `table` (the default), `row` or `advisory`.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-fn sql_kind<K>(table: K, row: K, advisory: K) -> Result<K, Box<dyn Error>> {
-    match std::env::args().nth(2).as_deref() {
-        None | Some("table") => Ok(table),
-        Some("row") => Ok(row),
-        Some("advisory") => Ok(advisory),
-        Some(other) => Err(format!("unknown SQL lock kind {other:?}: use table, row or advisory").into()),
+/// The backend `url` names, of the kind the second argument names, with its tables created.
+fn backend(url: &str) -> Result<AnyBackend, Box<dyn Error>> {
+    let mut options = ConnectOptions::new();
+    if let Some(kind) = std::env::args().nth(2) {
+        options = options.kind(kind.parse()?);
     }
-}
-
-/// A PostgreSQL backend of the kind the arguments name, with its tables created.
-#[cfg(feature = "postgres")]
-fn postgres(url: &str) -> Result<distlock::postgres::PostgresBackend, Box<dyn Error>> {
-    use distlock::postgres::{PostgresBackend, PostgresLockKind as Kind};
-    let kind = sql_kind(Kind::Table, Kind::Row, Kind::Advisory)?;
-    let backend = PostgresBackend::builder(url).kind(kind).build()?;
-    backend.ensure_schema()?;
-    Ok(backend)
-}
-
-/// A MySQL backend of the kind the arguments name, with its tables created.
-#[cfg(feature = "mysql")]
-fn mysql(url: &str) -> Result<distlock::mysql::MySqlBackend, Box<dyn Error>> {
-    use distlock::mysql::{MySqlBackend, MySqlLockKind as Kind};
-    let kind = sql_kind(Kind::Table, Kind::Row, Kind::Advisory)?;
-    let backend = MySqlBackend::builder(url).kind(kind).build()?;
+    let backend = parse_url_opts(url, &options)?;
     backend.ensure_schema()?;
     Ok(backend)
 }

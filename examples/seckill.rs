@@ -6,18 +6,21 @@
 //!
 //! ```text
 //! cargo run --example seckill                      # in-memory backend
-//! cargo run --example seckill --features redis -- redis://127.0.0.1:6379/
-//! cargo run --example seckill --features postgres -- postgres://user:pw@127.0.0.1/db [table|row|advisory]
-//! cargo run --example seckill --features mysql -- mysql://user:pw@127.0.0.1/db [table|row|advisory]
-//! cargo run --example seckill --features zookeeper -- zk://127.0.0.1:2181[,host:port…][/root]
+//! cargo run --example seckill --features redis -- redis://127.0.0.1:6379/ [redis-hash]
+//! cargo run --example seckill --features postgres -- postgres://user:pw@127.0.0.1/db [pg-row|pg-advisory]
+//! cargo run --example seckill --features mysql -- mysql://user:pw@127.0.0.1/db [mysql-row|mysql-advisory]
+//! cargo run --example seckill --features zookeeper -- zk://127.0.0.1:2181[,host:port…][/namespace]
 //! ```
+//!
+//! Any URL [`distlock::parse_url`] takes works; the optional second argument is the kind, by the
+//! `distlock kinds` names.
 
 use std::error::Error;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use distlock::{DistributedLock, Lock, LockClient, LockName, MemoryBackend};
+use distlock::{parse_url_opts, ConnectOptions, DistributedLock, Lock, LockClient, LockName, MemoryBackend};
 
 const THREADS: u64 = 8;
 const BUYERS: u64 = 1000;
@@ -25,67 +28,18 @@ const STOCK: i64 = 100;
 
 fn main() -> Result<(), Box<dyn Error>> {
     let target = std::env::args().nth(1).unwrap_or_else(|| "memory".into());
-    match target.as_str() {
-        "memory" => {
-            let shared = MemoryBackend::new();
-            sale(&target, || Ok(shared.clone()))
-        }
-        #[cfg(feature = "redis")]
-        url if url.starts_with("redis://") || url.starts_with("rediss://") => {
-            sale(&target, || distlock::redis::RedisBackend::new(url))
-        }
-        #[cfg(feature = "postgres")]
-        url if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            // Checks the arguments and creates the tables; each buyer thread then builds its own.
-            let kind = postgres(url)?.kind();
-            sale(&target, || distlock::postgres::PostgresBackend::builder(url).kind(kind).build())
-        }
-        #[cfg(feature = "mysql")]
-        url if url.starts_with("mysql://") => {
-            // Checks the arguments and creates the tables; each buyer thread then builds its own.
-            let kind = mysql(url)?.kind();
-            sale(&target, || distlock::mysql::MySqlBackend::builder(url).kind(kind).build())
-        }
-        #[cfg(feature = "zookeeper")]
-        url if url.starts_with("zk://") => {
-            sale(&target, || distlock::zookeeper::ZooKeeperLockBuilder::from_url(url)?.build())
-        }
-        other => Err(format!(
-            "unknown backend {other:?}: use `memory`, or a URL of a backend whose feature is enabled"
-        )
-        .into()),
+    if target == "memory" {
+        // Every buyer thread must share one in-process store.
+        let shared = MemoryBackend::new();
+        return sale(&target, || Ok(shared.clone()));
     }
-}
-
-/// The SQL kind named by the second argument: `table` (the default), `row` or `advisory`.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-fn sql_kind<K>(table: K, row: K, advisory: K) -> Result<K, Box<dyn Error>> {
-    match std::env::args().nth(2).as_deref() {
-        None | Some("table") => Ok(table),
-        Some("row") => Ok(row),
-        Some("advisory") => Ok(advisory),
-        Some(other) => Err(format!("unknown SQL lock kind {other:?}: use table, row or advisory").into()),
+    let mut options = ConnectOptions::new();
+    if let Some(kind) = std::env::args().nth(2) {
+        options = options.kind(kind.parse()?);
     }
-}
-
-/// A PostgreSQL backend of the kind the arguments name, with its tables created.
-#[cfg(feature = "postgres")]
-fn postgres(url: &str) -> Result<distlock::postgres::PostgresBackend, Box<dyn Error>> {
-    use distlock::postgres::{PostgresBackend, PostgresLockKind as Kind};
-    let kind = sql_kind(Kind::Table, Kind::Row, Kind::Advisory)?;
-    let backend = PostgresBackend::builder(url).kind(kind).build()?;
-    backend.ensure_schema()?;
-    Ok(backend)
-}
-
-/// A MySQL backend of the kind the arguments name, with its tables created.
-#[cfg(feature = "mysql")]
-fn mysql(url: &str) -> Result<distlock::mysql::MySqlBackend, Box<dyn Error>> {
-    use distlock::mysql::{MySqlBackend, MySqlLockKind as Kind};
-    let kind = sql_kind(Kind::Table, Kind::Row, Kind::Advisory)?;
-    let backend = MySqlBackend::builder(url).kind(kind).build()?;
-    backend.ensure_schema()?;
-    Ok(backend)
+    // Checks the arguments and creates the tables; each buyer thread then connects its own.
+    parse_url_opts(&target, &options)?.ensure_schema()?;
+    sale(&target, || parse_url_opts(&target, &options))
 }
 
 /// Runs the sale twice, without and with the lock, and checks the locked one sold exactly the stock.

@@ -14,8 +14,30 @@
 //! assert!(guard.is_held());
 //! # Ok::<(), distlock::Error>(())
 //! ```
+//!
+//! A program that takes its lock server from configuration gets a ready backend of any kind from
+//! a URL with [`parse_url`] (or [`parse_url_opts`], with a kind and the settings every backend
+//! shares): `redis://`, `rediss://`, `postgres://`, `postgresql://` (or libpq `key=value`),
+//! `mysql://`, `zk://`; a comma-separated list of `redis://` URLs is Redlock.
+//!
+//! ```no_run
+//! use distlock::{parse_url_opts, BackendKind, ConnectOptions, LockClient};
+//!
+//! let options = ConnectOptions::new().kind(BackendKind::PgRow);
+//! let backend = parse_url_opts("postgres://app:secret@127.0.0.1/app", &options)?;
+//! backend.ensure_schema()?;
+//! let client = LockClient::new(backend);
+//! let guard = client.lock_named("reports:daily")?.lock()?;
+//! guard.unlock()?;
+//! # Ok::<(), distlock::Error>(())
+//! ```
 #![warn(missing_docs)]
 
+mod any;
+mod connect;
+
+pub use any::{AnyBackend, AnyLease};
+pub use connect::{check_url, parse_url, parse_url_opts, BackendKind, ConnectOptions};
 pub use lock_core::*;
 
 /// The Redis backends (feature `redis`): [`RedisBackend`](lock_redis::RedisBackend) with the
@@ -89,7 +111,7 @@ pub use lock_sql::mysql;
 /// use distlock::LockClient;
 ///
 /// let backend = ZooKeeperBackend::builder("10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181")
-///     .root("/locks")
+///     .namespace("/locks")
 ///     .build()?;
 /// let client = LockClient::new(backend);
 /// let guard = client.lock_named("reports:daily")?.lock()?;

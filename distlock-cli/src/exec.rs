@@ -49,15 +49,16 @@ pub enum OnDoubt {
 /// Options of `distlock exec`.
 #[derive(Debug, Args)]
 pub struct ExecArgs {
-    /// The lock server: `redis://`, `rediss://`, `postgres://`, `mysql://` or `zk://` URL.
+    /// The lock server: a `redis://`, `rediss://`, `postgres://`, `postgresql://`, `mysql://` or
+    /// `zk://` URL, a libpq `key=value` string, or comma-separated `redis://` URLs (Redlock).
     #[arg(long)]
     url: String,
     /// The lock's name.
     #[arg(long)]
     name: String,
-    /// The kind of lock where a scheme has several: `redis` or `redis-hash`; `pg-table`,
-    /// `pg-row` or `pg-advisory`; `mysql-table`, `mysql-row` or `mysql-advisory`. Defaults to
-    /// the first of each.
+    /// The kind of lock where a scheme has several: `redis`, `redis-hash` or `redlock`;
+    /// `pg-table`, `pg-row` or `pg-advisory`; `mysql-table`, `mysql-row` or `mysql-advisory`.
+    /// Defaults to the first of each (`redlock` for a list of URLs).
     #[arg(long)]
     kind: Option<String>,
     /// Wait at most this long for the lock (`30s`, `500ms`, `2m`); default: as long as it takes.
@@ -97,63 +98,16 @@ pub fn run(args: &ExecArgs) -> ExitCode {
     }
 }
 
-/// Builds the backend the URL's scheme names and holds the lock with it.
+/// Builds the backend the URL names (through the facade's [`distlock::parse_url_opts`], as every
+/// command does) and holds the lock with it.
 fn dispatch(args: &ExecArgs) -> Result<u8, String> {
-    let url = args.url.as_str();
-    let kind = args.kind.as_deref();
-    let scheme = url.split("://").next().unwrap_or_default();
-    let unknown = || format!("--kind {} does not go with a {scheme}:// URL", kind.unwrap_or_default());
-    match scheme {
-        #[cfg(feature = "redis")]
-        "redis" | "rediss" => {
-            use distlock::redis::{RedisBackend, RedisLockKind};
-            let layout = match kind {
-                None | Some("redis") => RedisLockKind::SetNx,
-                Some("redis-hash") => RedisLockKind::ReentrantHash,
-                Some(_) => return Err(unknown()),
-            };
-            let builder = RedisBackend::builder(url).kind(layout).connect_timeout(args.timeout);
-            hold(builder.read_timeout(args.timeout).write_timeout(args.timeout).build(), args)
-        }
-        #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => {
-            use distlock::postgres::{PostgresBackend, PostgresLockKind as Kind};
-            let sql_kind = match kind {
-                None | Some("pg-table") => Kind::Table,
-                Some("pg-row") => Kind::Row,
-                Some("pg-advisory") => Kind::Advisory,
-                Some(_) => return Err(unknown()),
-            };
-            let builder = PostgresBackend::builder(url).kind(sql_kind).connect_timeout(args.timeout);
-            let backend = builder.io_timeout(args.timeout).build();
-            hold(backend.and_then(|backend| backend.ensure_schema().map(|()| backend)), args)
-        }
-        #[cfg(feature = "mysql")]
-        "mysql" => {
-            use distlock::mysql::{MySqlBackend, MySqlLockKind as Kind};
-            let sql_kind = match kind {
-                None | Some("mysql-table") => Kind::Table,
-                Some("mysql-row") => Kind::Row,
-                Some("mysql-advisory") => Kind::Advisory,
-                Some(_) => return Err(unknown()),
-            };
-            let builder = MySqlBackend::builder(url).kind(sql_kind).connect_timeout(args.timeout);
-            let backend = builder.io_timeout(args.timeout).build();
-            hold(backend.and_then(|backend| backend.ensure_schema().map(|()| backend)), args)
-        }
-        #[cfg(feature = "zookeeper")]
-        "zk" | "zookeeper" => {
-            if kind.is_some_and(|kind| kind != "zookeeper") {
-                return Err(unknown());
-            }
-            let builder = distlock::zookeeper::ZooKeeperLockBuilder::from_url(url);
-            let timeouts = |b: distlock::zookeeper::ZooKeeperLockBuilder| {
-                b.connect_timeout(args.timeout).request_timeout(args.timeout)
-            };
-            hold(builder.and_then(|b| timeouts(b).build()), args)
-        }
-        _ => Err(format!("no backend for {scheme}:// URLs in this binary (`distlock kinds` lists them)")),
+    let mut options = distlock::ConnectOptions::new().connect_timeout(args.timeout).io_timeout(args.timeout);
+    if let Some(kind) = &args.kind {
+        options = options.kind(kind.parse().map_err(|e: distlock::Error| e.to_string())?);
     }
+    let backend = distlock::parse_url_opts(&args.url, &options)
+        .and_then(|backend| backend.ensure_schema().map(|()| backend));
+    hold(backend, args)
 }
 
 /// Takes the lock, runs the command, releases the lock.

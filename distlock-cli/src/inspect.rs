@@ -11,7 +11,8 @@ use distlock::LockName;
 /// Options of `distlock inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The lock server: `redis://`, `postgres://`, `mysql://` or `zk://` URL.
+    /// The lock server: a `redis://`, `rediss://`, `postgres://`, `postgresql://`, `mysql://` or
+    /// `zk://` URL, or a libpq `key=value` string.
     #[arg(long)]
     url: String,
     /// The lock's name.
@@ -52,19 +53,20 @@ pub fn run(args: &InspectArgs) -> ExitCode {
     }
 }
 
-/// How long `inspect` waits for a Redis connection and for each reply.
-#[cfg(feature = "redis")]
+/// How long `inspect` waits for a connection and for each reply.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Reads what the backend the URL names (through the facade's [`distlock::parse_url_opts`], as
+/// every command does) keeps of the lock.
 fn read(url: &str, name: &LockName) -> Result<Seen, String> {
-    let scheme = url.split("://").next().unwrap_or_default();
-    match scheme {
+    let options = distlock::ConnectOptions::new().connect_timeout(TIMEOUT).io_timeout(TIMEOUT);
+    let backend = distlock::parse_url_opts(url, &options)
+        .map_err(|e| format!("connecting to {}: {e}", distlock::redact_url(url)))?;
+    match backend {
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => redis(url, name),
+        distlock::AnyBackend::Redis(_) => redis(url, name),
         #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => {
-            let backend =
-                distlock::postgres::PostgresBackend::builder(url).build().map_err(|e| e.to_string())?;
+        distlock::AnyBackend::Postgres(backend) => {
             let remaining = backend.remaining_lease(name).map_err(|e| e.to_string())?;
             Ok(Seen {
                 holder: Some(
@@ -76,8 +78,7 @@ fn read(url: &str, name: &LockName) -> Result<Seen, String> {
             })
         }
         #[cfg(feature = "mysql")]
-        "mysql" => {
-            let backend = distlock::mysql::MySqlBackend::builder(url).build().map_err(|e| e.to_string())?;
+        distlock::AnyBackend::MySql(backend) => {
             let remaining = backend.remaining_lease(name).map_err(|e| e.to_string())?;
             Ok(Seen {
                 holder: Some(
@@ -91,10 +92,7 @@ fn read(url: &str, name: &LockName) -> Result<Seen, String> {
             })
         }
         #[cfg(feature = "zookeeper")]
-        "zk" | "zookeeper" => {
-            let backend = distlock::zookeeper::ZooKeeperLockBuilder::from_url(url)
-                .and_then(|builder| builder.build())
-                .map_err(|e| e.to_string())?;
+        distlock::AnyBackend::ZooKeeper(backend) => {
             let contenders = backend.contenders(name).map_err(|e| e.to_string())?;
             let holder = backend.holder(name).map_err(|e| e.to_string())?;
             Ok(Seen {
@@ -105,7 +103,10 @@ fn read(url: &str, name: &LockName) -> Result<Seen, String> {
                 ..Seen::default()
             })
         }
-        _ => Err(format!("no backend for {scheme}:// URLs in this binary")),
+        other => Err(format!(
+            "inspect does not read {} locks (it reads one Redis server, PostgreSQL, MySQL and ZooKeeper)",
+            distlock::DistributedLock::backend_name(&other)
+        )),
     }
 }
 
@@ -117,6 +118,7 @@ fn redis(url: &str, name: &LockName) -> Result<Seen, String> {
     use distlock::redis::RedisKeys;
 
     let keys = RedisKeys::new("distlock", name);
+    // The URL parsed and connected through the facade already; a driver error never shows it.
     let error = |e: r::RedisError| e.to_string();
     let mut connection =
         r::Client::open(url).and_then(|client| client.get_connection_with_timeout(TIMEOUT)).map_err(error)?;

@@ -197,6 +197,13 @@ pub fn print_table() {
     }
 }
 
+/// Checks a user's URL for `kind` as the facade's `parse_url` would (same forms, same errors),
+/// before the kind's suite target, which needs the concrete backend type, builds it.
+#[allow(dead_code)] // Unused when no server backend is built in.
+fn check_url(url: &str, kind: distlock::BackendKind) -> std::result::Result<(), String> {
+    distlock::check_url(url, Some(kind)).map(drop).map_err(|e| e.to_string())
+}
+
 fn open_memory(servers: Servers<'_>) -> std::result::Result<Opened, String> {
     if let Servers::Url(url) = servers {
         return Err(format!("the memory backend lives in this process: it takes no URL (got {url})"));

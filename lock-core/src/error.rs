@@ -143,18 +143,32 @@ struct Causes<'a>(Option<&'a (dyn std::error::Error + Send + Sync + 'static)>);
 
 impl fmt::Display for Causes<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut shown = String::new();
-        let mut next: Option<&(dyn std::error::Error + 'static)> = self.0.map(|source| source as _);
-        while let Some(cause) = next {
-            let text = cause.to_string();
-            if !text.is_empty() && !shown.contains(&text) {
-                write!(f, ": {text}")?;
-                shown.push_str(&text);
-            }
-            next = cause.source();
-        }
-        Ok(())
+        f.write_str(&causes(self.0.map(|source| source as _), String::new()))
     }
+}
+
+/// `error`'s text and then each of its causes once, after `": "` — the one formatter [`Error`]'s
+/// `Display` uses too — for a driver's error kept as text (a pool's last connection failure).
+pub fn display_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let top = error.to_string();
+    format!("{top}{}", causes(error.source(), top.clone()))
+}
+
+/// `": cause"` for `first` and each of its sources whose text `shown` (and the causes before it)
+/// do not already contain: drivers often repeat their source in their own message.
+fn causes(first: Option<&(dyn std::error::Error + 'static)>, mut shown: String) -> String {
+    let mut out = String::new();
+    let mut next = first;
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !text.is_empty() && !shown.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+            shown.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
 }
 
 #[cfg(test)]
@@ -176,5 +190,6 @@ mod tests {
         assert_eq!(error.to_string(), "postgres: relation \"distlock_locks\" does not exist");
         let error = Error::Timeout { backend: "mysql", operation: "acquire", source: None };
         assert_eq!(error.to_string(), "mysql: acquire timed out");
+        assert_eq!(display_chain(&Wrapper(refused())), "acquire: Connection refused (os error 111)");
     }
 }

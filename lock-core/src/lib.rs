@@ -56,7 +56,7 @@ mod url;
 pub use backend::{Acquired, DistributedLock, Extension, Fencing, FencingToken, HoldKind, NativeWait};
 pub use callbacks::{CALLBACK_THREAD_NAME, MAX_CALLBACK_THREADS};
 pub use client::LockClient;
-pub use error::{BoxError, Error, Result};
+pub use error::{display_chain, BoxError, Error, Result};
 pub use guard::LockGuard;
 pub use lock::Lock;
 pub use lost::LostSignal;
@@ -69,7 +69,7 @@ pub use owner::OwnerToken;
 pub use profile::BackendProfile;
 pub use renewal::{MAX_RENEWAL_IO_THREADS, MAX_RENEWAL_THREADS, RENEWAL_THREAD_PREFIX};
 pub use state::HoldState;
-pub use url::redact_url;
+pub use url::{redact_url, split_url_list, UrlParts};
 
 #[cfg(test)]
 mod fake;

@@ -1,23 +1,229 @@
-//! [`redact_url`]: a server URL as errors, logs and reports may show it.
+//! Server URLs: [`redact_url`] (as errors, logs and reports may show one) and [`UrlParts`] (the
+//! pieces of a URL whose authority may list several hosts, which `url::Url` cannot parse).
 
-/// `scheme://user:***@host…` for `scheme://user:password@host…`; a URL without credentials as it
-/// is. Every backend shows its server this way, so no password reaches a log or a report.
+use std::borrow::Cow;
+
+use crate::error::{Error, Result};
+
+/// `url` with every password replaced by `***`, in every form a backend accepts:
+///
+/// - URLs: `scheme://user:***@host…`, the userinfo ending at the last `@` of the authority (so a
+///   password with a raw `@` is hidden whole, and an `@` in the path or query is no userinfo);
+///   a `password=` query parameter (`?password=***`) too;
+/// - comma-separated lists of URLs (Redlock's nodes): each one;
+/// - libpq `key=value` strings: `host=h password=***` (quoted values too).
+///
+/// Every backend shows its server this way, so no password reaches an error, a log or a report.
 ///
 /// ```
-/// assert_eq!(lock_core::redact_url("redis://app:s3cret@h:6379/0"), "redis://app:***@h:6379/0");
-/// assert_eq!(lock_core::redact_url("zk://h1:2181,h2:2181/locks"), "zk://h1:2181,h2:2181/locks");
+/// use lock_core::redact_url;
+/// assert_eq!(redact_url("redis://app:s3cret@h:6379/0"), "redis://app:***@h:6379/0");
+/// assert_eq!(redact_url("zk://h1:2181,h2:2181/locks"), "zk://h1:2181,h2:2181/locks");
+/// assert_eq!(redact_url("host=h password='a b' user=u"), "host=h password=*** user=u");
 /// ```
 pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            match credentials.find(':') {
-                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &credentials[..colon], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
+    if !url.contains("://") {
+        return if url.contains('=') { redact_key_values(url) } else { url.to_owned() };
     }
+    split_url_list(url).iter().map(|one| redact_one(one)).collect::<Vec<_>>().join(",")
+}
+
+/// A comma-separated list of URLs as its URLs; a comma not followed by another `scheme://` (a
+/// ZooKeeper host list) stays inside its URL.
+pub fn split_url_list(list: &str) -> Vec<&str> {
+    let mut urls = Vec::new();
+    let mut start = 0;
+    for (comma, _) in list.match_indices(',') {
+        let next = &list[comma + 1..];
+        let scheme_end = next.find("://");
+        let is_scheme = scheme_end.is_some_and(|end| {
+            end > 0 && next[..end].chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        });
+        if is_scheme {
+            urls.push(&list[start..comma]);
+            start = comma + 1;
+        }
+    }
+    urls.push(&list[start..]);
+    urls
+}
+
+fn redact_one(url: &str) -> String {
+    let Ok(parts) = UrlParts::split(url) else {
+        // No scheme: nothing is known to be userinfo; hide everything after the last `@`'s left.
+        return url.rfind('@').map_or_else(|| url.to_owned(), |at| format!("***{}", &url[at..]));
+    };
+    let mut shown = format!("{}://", parts.scheme);
+    if let Some(userinfo) = parts.raw_userinfo {
+        match userinfo.split_once(':') {
+            Some((user, _)) => shown.push_str(&format!("{user}:***@")),
+            None => shown.push_str(&format!("{userinfo}@")),
+        }
+    }
+    shown.push_str(parts.hosts);
+    match parts.rest.split_once('?') {
+        Some((path, query)) => {
+            shown.push_str(path);
+            shown.push('?');
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _)) if is_password_key(key) => format!("{key}=***"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            shown.push_str(&pairs.join("&"));
+        }
+        None => shown.push_str(parts.rest),
+    }
+    shown
+}
+
+fn is_password_key(key: &str) -> bool {
+    let key = key.trim().to_ascii_lowercase();
+    key == "password" || key == "pass" || key == "pwd" || key.ends_with("password")
+}
+
+/// libpq `key=value key='quoted value'`: every password value replaced by `***`.
+fn redact_key_values(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(eq) = rest.find('=') {
+        let key_start = rest[..eq].trim_end().rfind(char::is_whitespace).map_or(0, |space| space + 1);
+        let key = rest[key_start..eq].trim();
+        let value = rest[eq + 1..].trim_start();
+        let skipped = rest.len() - (eq + 1) - value.len();
+        let value_len = if let Some(quoted) = value.strip_prefix('\'') {
+            // A quoted value ends at the first unescaped quote.
+            let mut escaped = false;
+            let end = quoted
+                .char_indices()
+                .find(|&(_, c)| {
+                    let ends = c == '\'' && !escaped;
+                    escaped = c == '\\' && !escaped;
+                    ends
+                })
+                .map_or(quoted.len(), |(at, _)| at + 1);
+            1 + end
+        } else {
+            value.find(char::is_whitespace).unwrap_or(value.len())
+        };
+        shown.push_str(&rest[..eq + 1 + skipped]);
+        if is_password_key(key) {
+            shown.push_str("***");
+        } else {
+            shown.push_str(&value[..value_len]);
+        }
+        rest = &value[value_len..];
+    }
+    shown.push_str(rest);
+    shown
+}
+
+/// The pieces of `scheme://[userinfo@]hosts[/path][?query]`, split as RFC 3986 says: the
+/// authority ends at the first `/`, `?` or `#`, and its userinfo at the authority's *last* `@`
+/// (so `zk://h:2181/a@b` has no userinfo, and an unencoded `@` in a password stays in it).
+///
+/// `url::Url` cannot parse a ZooKeeper ensemble (`h1:2181,h2:2181` is no host), so the authority
+/// is split here; percent-decoding is `percent-encoding`'s.
+#[derive(Clone, Copy)]
+pub struct UrlParts<'a> {
+    /// The scheme, without `://`.
+    pub scheme: &'a str,
+    /// The userinfo as written (percent-encoded), without its `@`.
+    pub raw_userinfo: Option<&'a str>,
+    /// The host list as written: `host[:port][,host[:port]…]`.
+    pub hosts: &'a str,
+    /// Everything after the authority: path, query and fragment (`""`, or starts with `/`, `?`
+    /// or `#`).
+    pub rest: &'a str,
+}
+
+impl<'a> UrlParts<'a> {
+    /// Splits `url`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when `url` has no `scheme://`.
+    pub fn split(url: &'a str) -> Result<Self> {
+        let (scheme, after) = url
+            .split_once("://")
+            .filter(|(scheme, _)| !scheme.is_empty())
+            .ok_or_else(|| Error::invalid_config(format!("not a URL: {}", redact_url(url))))?;
+        let authority_end = after.find(['/', '?', '#']).unwrap_or(after.len());
+        let (authority, rest) = after.split_at(authority_end);
+        let (raw_userinfo, hosts) = match authority.rfind('@') {
+            Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
+            None => (None, authority),
+        };
+        Ok(Self { scheme, raw_userinfo, hosts, rest })
+    }
+
+    /// The user name, percent-decoded; `None` without userinfo.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when it does not decode to UTF-8.
+    pub fn user(&self) -> Result<Option<String>> {
+        self.raw_userinfo
+            .map(|userinfo| decode(userinfo.split_once(':').map_or(userinfo, |(user, _)| user), "user name"))
+            .transpose()
+    }
+
+    /// The password, percent-decoded; `None` when the userinfo has no `:`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when it does not decode to UTF-8 (the error does not show it).
+    pub fn password(&self) -> Result<Option<String>> {
+        self.raw_userinfo
+            .and_then(|userinfo| userinfo.split_once(':'))
+            .map(|(_, password)| decode(password, "password"))
+            .transpose()
+    }
+
+    /// The path (without query or fragment), percent-decoded; `""` when there is none.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when it does not decode to UTF-8.
+    pub fn path(&self) -> Result<String> {
+        let end = self.rest.find(['?', '#']).unwrap_or(self.rest.len());
+        decode(&self.rest[..end], "path")
+    }
+
+    /// The query's `key=value` pairs, percent-decoded (`+` is a space).
+    pub fn query(&self) -> Vec<(String, String)> {
+        let Some((_, query)) = self.rest.split_once('?') else { return Vec::new() };
+        let query = query.split_once('#').map_or(query, |(query, _)| query);
+        query
+            .split('&')
+            .filter(|pair| !pair.is_empty())
+            .map(|pair| {
+                let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+                let decode = |text: &str| {
+                    let spaced = text.replace('+', " ");
+                    percent_encoding::percent_decode_str(&spaced).decode_utf8_lossy().into_owned()
+                };
+                (decode(key), decode(value))
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for UrlParts<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The userinfo may hold a password: show the user only.
+        f.debug_struct("UrlParts")
+            .field("scheme", &self.scheme)
+            .field("user", &self.raw_userinfo.map(|u| u.split_once(':').map_or(u, |(user, _)| user)))
+            .field("hosts", &self.hosts)
+            .field("rest", &self.rest)
+            .finish()
+    }
+}
+
+fn decode(text: &str, what: &str) -> Result<String> {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .map(Cow::into_owned)
+        .map_err(|_| Error::invalid_config(format!("the URL's {what} is not UTF-8 once percent-decoded")))
 }
 
 #[cfg(test)]
@@ -30,5 +236,38 @@ mod tests {
         assert_eq!(redact_url("mysql://u:p@ss@h/db"), "mysql://u:***@h/db");
         assert_eq!(redact_url("redis://:pw@h/"), "redis://:***@h/");
         assert_eq!(redact_url("postgres://h:1/db"), "postgres://h:1/db");
+        assert_eq!(redact_url("redis://u:a%40b%3Ac%2Fd@h/"), "redis://u:***@h/");
+        assert_eq!(
+            redact_url("postgres://h/db?user=u&password=s3&x=1"),
+            "postgres://h/db?user=u&password=***&x=1"
+        );
+        assert_eq!(redact_url("zk://h:2181/a@b"), "zk://h:2181/a@b");
+        assert_eq!(redact_url("zk://u:pw@h1:1,h2:2/root"), "zk://u:***@h1:1,h2:2/root");
+        assert_eq!(redact_url("redis://:a@h1:1/,redis://:b@h2:2/"), "redis://:***@h1:1/,redis://:***@h2:2/");
+        assert_eq!(redact_url("host=h password=s3 user=u"), "host=h password=*** user=u");
+        assert_eq!(redact_url("host=h password = 'x y' dbname=d"), "host=h password = *** dbname=d");
+        assert_eq!(redact_url("host=h password='a\\' b'"), "host=h password=***");
+        assert_eq!(redact_url("plain"), "plain");
+    }
+
+    #[test]
+    fn parts_split_at_the_authority_s_last_at_and_decode() {
+        let parts = UrlParts::split("zk://u%40x:p%3A%2F@h1:1,h2:2/a@b?x=1").unwrap();
+        assert_eq!(parts.hosts, "h1:1,h2:2");
+        assert_eq!(parts.user().unwrap().as_deref(), Some("u@x"));
+        assert_eq!(parts.password().unwrap().as_deref(), Some("p:/"));
+        assert_eq!(parts.path().unwrap(), "/a@b");
+        assert_eq!(parts.query(), [("x".to_owned(), "1".to_owned())]);
+        let bare = UrlParts::split("zk://h:2181/a@b").unwrap();
+        assert!(bare.raw_userinfo.is_none());
+        assert_eq!(bare.hosts, "h:2181");
+        assert!(!format!("{:?}", UrlParts::split("zk://u:hunter2@h").unwrap()).contains("hunter2"));
+        assert!(UrlParts::split("h:2181").is_err());
+    }
+
+    #[test]
+    fn lists_split_only_before_a_scheme() {
+        assert_eq!(split_url_list("zk://h1:1,h2:2/r"), ["zk://h1:1,h2:2/r"]);
+        assert_eq!(split_url_list("redis://h1/,redis://h2/"), ["redis://h1/", "redis://h2/"]);
     }
 }

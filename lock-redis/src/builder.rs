@@ -10,7 +10,7 @@ use crate::connection::{ConnectionPool, PoolSettings};
 use crate::single_node::{Inner, RedisBackend, RedisLockKind, ReplicaWait};
 use crate::waiter::WaitHub;
 
-/// The longest connect, read, write or `WAIT` timeout accepted: longer is a mistake, not a limit.
+/// The longest connect, I/O or `WAIT` timeout accepted: longer is a mistake, not a limit.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
 /// The longest key prefix accepted, in bytes.
@@ -24,7 +24,7 @@ const MAX_PREFIX_LEN: usize = 128;
 ///
 /// let backend = RedisBackend::builder("redis://locks.internal:6379/")
 ///     .kind(RedisLockKind::ReentrantHash)
-///     .key_prefix("billing")
+///     .namespace("billing")
 ///     .max_connections(32)
 ///     .connect_timeout(Duration::from_secs(2))
 ///     .wait_for_replicas(1, Duration::from_millis(200))
@@ -40,8 +40,7 @@ pub struct RedisLockBuilder {
     key_prefix: String,
     max_connections: u32,
     connect_timeout: Duration,
-    read_timeout: Duration,
-    write_timeout: Duration,
+    io_timeout: Duration,
     wait_for_replicas: Option<(u32, Duration)>,
 }
 
@@ -57,8 +56,7 @@ impl RedisLockBuilder {
             key_prefix: "distlock".into(),
             max_connections: 16,
             connect_timeout: Duration::from_secs(5),
-            read_timeout: Duration::from_secs(5),
-            write_timeout: Duration::from_secs(5),
+            io_timeout: Duration::from_secs(5),
             wait_for_replicas: None,
         }
     }
@@ -73,11 +71,11 @@ impl RedisLockBuilder {
         self
     }
 
-    /// The first part of every key: `<prefix>:{<name>}:lock`. Use different prefixes to keep
-    /// applications sharing a server apart. Must not contain `{`, `}` or control characters, and
-    /// be 1 to 128 bytes. Defaults to `"distlock"`.
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
+    /// The namespace: the first part of every key, `<namespace>:{<name>}:lock`. Use different
+    /// namespaces to keep applications sharing a server apart. Must not contain `{`, `}` or
+    /// control characters, and be 1 to 128 bytes. Defaults to `"distlock"`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.key_prefix = namespace.into();
         self
     }
 
@@ -95,16 +93,10 @@ impl RedisLockBuilder {
         self
     }
 
-    /// How long a command's reply may take before the call fails with
-    /// [`Error::Timeout`] (and the connection is discarded). Defaults to 5 s.
-    pub fn read_timeout(mut self, timeout: Duration) -> Self {
-        self.read_timeout = timeout;
-        self
-    }
-
-    /// How long sending a command may block. Defaults to 5 s.
-    pub fn write_timeout(mut self, timeout: Duration) -> Self {
-        self.write_timeout = timeout;
+    /// How long sending a command may block, and its reply may take, before the call fails
+    /// with [`Error::Timeout`] (and the connection is discarded). Defaults to 5 s.
+    pub fn io_timeout(mut self, timeout: Duration) -> Self {
+        self.io_timeout = timeout;
         self
     }
 
@@ -119,14 +111,15 @@ impl RedisLockBuilder {
         self
     }
 
-    /// Validates the configuration and creates the backend. Connects lazily: nothing is sent to
-    /// the server until the first lock operation, which then reports an unreachable server or a
-    /// wrong password.
+    /// Validates the configuration and opens the first connection (TCP, TLS, `AUTH`), within the
+    /// connect timeout, so that an unreachable server or a wrong password is reported here.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a URL that does not parse (or `rediss://` without the `tls`
-    /// feature), a zero pool size, a zero or over-an-hour timeout, a prefix that would break the
-    /// key layout, or a `WAIT` of zero replicas or zero time.
+    /// feature), a zero pool size, a zero or over-an-hour timeout, a namespace that would break
+    /// the key layout, or a `WAIT` of zero replicas or zero time; [`Error::Connection`],
+    /// [`Error::Timeout`] or [`Error::Authentication`] when the server cannot be reached in time
+    /// or refuses the credentials.
     pub fn build(self) -> Result<RedisBackend> {
         let client = Client::open(self.url.as_str())
             .map_err(|e| Error::invalid_config(format!("invalid Redis URL: {e}")))?;
@@ -138,8 +131,7 @@ impl RedisLockBuilder {
             return Err(Error::invalid_config("max_connections must be at least 1"));
         }
         check_timeout("connect_timeout", self.connect_timeout)?;
-        check_timeout("read_timeout", self.read_timeout)?;
-        check_timeout("write_timeout", self.write_timeout)?;
+        check_timeout("io_timeout", self.io_timeout)?;
         check_prefix(&self.key_prefix)?;
         let replicas = match self.wait_for_replicas {
             None => None,
@@ -153,13 +145,17 @@ impl RedisLockBuilder {
         let settings = PoolSettings {
             max_size: self.max_connections,
             connect_timeout: self.connect_timeout,
-            read_timeout: self.read_timeout,
-            write_timeout: self.write_timeout,
+            read_timeout: self.io_timeout,
+            write_timeout: self.io_timeout,
         };
         let control_channel = format!("{}:subscriber:{}", self.key_prefix, OwnerToken::random());
         let hub = WaitHub::new(client.clone(), settings, control_channel);
+        let pool = ConnectionPool::new(client, settings);
+        // Open the first connection now (r2d2's rule): an unreachable server or a wrong password
+        // is reported here, within the connect timeout.
+        drop(pool.get()?);
         Ok(RedisBackend::from_inner(Inner {
-            pool: ConnectionPool::new(client, settings),
+            pool,
             prefix: self.key_prefix,
             kind: self.kind,
             replicas,
@@ -182,11 +178,11 @@ pub(crate) fn check_timeout(what: &str, timeout: Duration) -> Result<()> {
 
 pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
     if prefix.is_empty() || prefix.len() > MAX_PREFIX_LEN {
-        return Err(Error::invalid_config(format!("key_prefix must be 1 to {MAX_PREFIX_LEN} bytes")));
+        return Err(Error::invalid_config(format!("the namespace must be 1 to {MAX_PREFIX_LEN} bytes")));
     }
     if let Some(c) = prefix.chars().find(|c| matches!(c, '{' | '}') || c.is_control()) {
         // A brace would move the Cluster hash tag off the lock name.
-        return Err(Error::invalid_config(format!("key_prefix must not contain {c:?}")));
+        return Err(Error::invalid_config(format!("the namespace must not contain {c:?}")));
     }
     Ok(())
 }
@@ -213,11 +209,10 @@ impl fmt::Debug for RedisLockBuilder {
         f.debug_struct("RedisLockBuilder")
             .field("address", &address)
             .field("kind", &self.kind)
-            .field("key_prefix", &self.key_prefix)
+            .field("namespace", &self.key_prefix)
             .field("max_connections", &self.max_connections)
             .field("connect_timeout", &self.connect_timeout)
-            .field("read_timeout", &self.read_timeout)
-            .field("write_timeout", &self.write_timeout)
+            .field("io_timeout", &self.io_timeout)
             .field("wait_for_replicas", &self.wait_for_replicas)
             .finish()
     }
@@ -237,9 +232,10 @@ mod tests {
     }
 
     #[test]
-    fn defaults_build_without_touching_the_server() {
-        let backend = RedisLockBuilder::new(URL).build().unwrap();
-        assert_eq!(backend.kind(), RedisLockKind::SetNx);
+    fn build_connects_and_reports_a_closed_port() {
+        let built = RedisLockBuilder::new("redis://:hunter2@127.0.0.1:1/").build();
+        assert!(matches!(built, Err(Error::Connection { .. } | Error::Timeout { .. })), "{built:?}");
+        assert!(!format!("{built:?}").contains("hunter2"));
     }
 
     #[test]
@@ -252,15 +248,19 @@ mod tests {
     }
 
     #[test]
-    fn acl_and_password_urls_are_accepted() {
-        RedisLockBuilder::new("redis://user:secret@127.0.0.1:1/2").build().unwrap();
-        RedisLockBuilder::new("redis://:secret@127.0.0.1:1/").build().unwrap();
+    fn acl_and_password_urls_parse() {
+        for url in
+            ["redis://user:secret@127.0.0.1:1/2", "redis://:secret@127.0.0.1:1/", "redis://u:a%40b@h:1/"]
+        {
+            let built = RedisLockBuilder::new(url).connect_timeout(Duration::from_millis(200)).build();
+            assert!(!matches!(built, Err(Error::InvalidConfig { .. })), "{url}: {built:?}");
+        }
     }
 
     #[cfg(feature = "tls")]
     #[test]
     fn tls_urls_install_the_crypto_provider() {
-        RedisLockBuilder::new("rediss://127.0.0.1:1/").build().unwrap();
+        let _ = RedisLockBuilder::new("rediss://127.0.0.1:1/").build();
         assert!(rustls::crypto::CryptoProvider::get_default().is_some());
     }
 
@@ -268,8 +268,8 @@ mod tests {
     fn limits_are_validated() {
         invalid(RedisLockBuilder::new(URL).max_connections(0));
         invalid(RedisLockBuilder::new(URL).connect_timeout(Duration::ZERO));
-        invalid(RedisLockBuilder::new(URL).read_timeout(Duration::from_secs(365 * 24 * 3600)));
-        invalid(RedisLockBuilder::new(URL).write_timeout(Duration::MAX));
+        invalid(RedisLockBuilder::new(URL).io_timeout(Duration::from_secs(365 * 24 * 3600)));
+        invalid(RedisLockBuilder::new(URL).io_timeout(Duration::MAX));
         invalid(RedisLockBuilder::new(URL).wait_for_replicas(0, Duration::from_secs(1)));
         invalid(RedisLockBuilder::new(URL).wait_for_replicas(1, Duration::ZERO));
     }
@@ -277,9 +277,10 @@ mod tests {
     #[test]
     fn prefixes_that_break_the_hash_tag_are_rejected() {
         for prefix in ["", "a{b", "a}b", "a\nb", &"x".repeat(129)] {
-            invalid(RedisLockBuilder::new(URL).key_prefix(prefix));
+            invalid(RedisLockBuilder::new(URL).namespace(prefix));
         }
-        RedisLockBuilder::new(URL).key_prefix("app:locks").build().unwrap();
+        let built = RedisLockBuilder::new(URL).namespace("app:locks").build();
+        assert!(!matches!(built, Err(Error::InvalidConfig { .. })), "{built:?}");
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub struct RedisKeys {
 impl RedisKeys {
     /// The keys of `name` under `prefix`.
     ///
-    /// The prefix is used as given; [`RedisLockBuilder::key_prefix`](crate::RedisLockBuilder::key_prefix)
+    /// The prefix is used as given; [`RedisLockBuilder::namespace`](crate::RedisLockBuilder::namespace)
     /// rejects prefixes that would break the hash tag.
     pub fn new(prefix: &str, name: &LockName) -> Self {
         let base = format!("{prefix}:{{{}}}:", escape(name.as_str()));

@@ -119,8 +119,7 @@ fn single_node(kind: RedisLockKind) -> (RedisBackend, FaultProxies) {
     let backend = RedisBackend::builder(url)
         .kind(kind)
         .connect_timeout(TIMEOUT)
-        .read_timeout(TIMEOUT)
-        .write_timeout(TIMEOUT)
+        .io_timeout(TIMEOUT)
         .build()
         .expect("backend");
     (backend, proxies)
@@ -130,11 +129,8 @@ fn redlock() -> (RedlockBackend, FaultProxies) {
     let mut proxies = FaultProxies::default();
     let urls: Vec<String> =
         RedlockTarget::shared().urls().iter().map(|url| through_proxy(url, &mut proxies)).collect();
-    let backend = RedlockBackend::builder(urls)
-        .connect_timeout(TIMEOUT)
-        .node_timeout(TIMEOUT)
-        .build()
-        .expect("backend");
+    let backend =
+        RedlockBackend::builder(urls).connect_timeout(TIMEOUT).io_timeout(TIMEOUT).build().expect("backend");
     (backend, proxies)
 }
 

@@ -28,7 +28,7 @@ fn options() -> LockOptions {
 fn stoppable_backend(server: &RedisServer) -> RedisBackend {
     RedisBackend::builder(server.url())
         .connect_timeout(TIMEOUT)
-        .read_timeout(TIMEOUT)
+        .io_timeout(TIMEOUT)
         .build()
         .expect("backend of the private server")
 }

@@ -40,7 +40,7 @@ fn backend(urls: &[String]) -> RedlockBackend {
 
 /// A backend with [`RELAXED_NODE_TIMEOUT`], for tests that do not measure timing.
 fn relaxed_backend(urls: &[String]) -> RedlockBackend {
-    RedlockBackend::builder(urls).node_timeout(RELAXED_NODE_TIMEOUT).build().expect("backend")
+    RedlockBackend::builder(urls).io_timeout(RELAXED_NODE_TIMEOUT).build().expect("backend")
 }
 
 fn keys(name: &LockName) -> lock_redis::RedisKeys {
@@ -80,8 +80,8 @@ fn r01_two_nodes_down_still_acquire_with_validity_lease_minus_elapsed_minus_drif
     assert_eq!(lease.validity(), LEASE - lease.elapsed() - drift, "validity = TTL − elapsed − drift");
     assert!(lease.validity() >= LEASE - wall - drift);
     // The paused node cost one node timeout, not more.
-    assert!(wall >= locks.node_timeout(), "the paused node was waited for ({wall:?})");
-    assert!(wall < 6 * locks.node_timeout(), "acquiring with a paused node took {wall:?}");
+    assert!(wall >= locks.io_timeout(), "the paused node was waited for ({wall:?})");
+    assert!(wall < 6 * locks.io_timeout(), "acquiring with a paused node took {wall:?}");
     println!("acquired with 2 of 5 nodes down in {wall:?}: validity {:?}", lease.validity());
 
     // The core counts the same validity: a guard is held for the lease less the drift.
@@ -101,7 +101,7 @@ fn r01_three_nodes_down_fail_fast_and_release_partial_holds() {
     let locks = backend(&urls);
     locks.release(acquire(&locks, &unique_name("r01-warm-up"))).unwrap();
     // A few node timeouts (the round, the undo), far below the lease and the 1 s connect timeout.
-    let bound = 6 * locks.node_timeout();
+    let bound = 6 * locks.io_timeout();
 
     // Killed: the pooled connections to them turn out dead, new ones are refused. The live
     // nodes' grants are given back. Once the nodes are known to be down, a quorum cannot even be

@@ -337,7 +337,7 @@ fn a_paused_server_times_out_and_leaves_no_poisoned_connection() {
     let server = RedisServer::start().expect("private server");
     let locks = RedisBackend::builder(server.url())
         .connect_timeout(SECOND)
-        .read_timeout(Duration::from_millis(300))
+        .io_timeout(Duration::from_millis(300))
         .max_connections(1)
         .build()
         .unwrap();

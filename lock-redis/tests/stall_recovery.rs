@@ -106,8 +106,7 @@ fn single_node(kind: RedisLockKind) {
             RedisBackend::builder(url.as_str())
                 .kind(kind)
                 .connect_timeout(TIMEOUT)
-                .read_timeout(TIMEOUT)
-                .write_timeout(TIMEOUT)
+                .io_timeout(TIMEOUT)
                 .build()
                 .expect("backend")
         },
@@ -138,7 +137,7 @@ fn redlock_is_usable_right_after_a_stall() {
     let unusable = unusable_after_resume(
         || {
             RedlockBackend::builder(&urls)
-                .node_timeout(TIMEOUT)
+                .io_timeout(TIMEOUT)
                 .connect_timeout(TIMEOUT)
                 .build()
                 .expect("backend")

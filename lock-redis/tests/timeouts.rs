@@ -22,7 +22,7 @@ const RECHECK: Duration = Duration::from_secs(1);
 
 fn client(url: &str) -> LockClient<RedisBackend> {
     let backend =
-        RedisBackend::builder(url).connect_timeout(TIMEOUT).read_timeout(TIMEOUT).build().expect("backend");
+        RedisBackend::builder(url).connect_timeout(TIMEOUT).io_timeout(TIMEOUT).build().expect("backend");
     LockClient::with_options(backend, LockOptions::builder().lease(Duration::from_secs(10)).build().unwrap())
 }
 
@@ -59,7 +59,7 @@ fn a_timed_wait_on_a_silent_listener_ends_by_its_deadline_plus_one_timeout() {
     let url = format!("redis://{}/", listener.local_addr().unwrap());
     let started = Instant::now();
     let outcome =
-        RedisBackend::builder(url.as_str()).connect_timeout(TIMEOUT).read_timeout(TIMEOUT).build().and_then(
+        RedisBackend::builder(url.as_str()).connect_timeout(TIMEOUT).io_timeout(TIMEOUT).build().and_then(
             |backend| {
                 let client = LockClient::new(backend);
                 client.lock_named("silent")?.try_lock_for(WAIT).map(|guard| guard.is_some())
@@ -107,7 +107,7 @@ fn a_failed_wait_for_replicas_needs_no_second_connection_and_gives_the_lock_back
 fn a_timed_out_acquisition_gives_back_what_it_may_have_been_granted() {
     let server = RedisServer::start().expect("private redis-server");
     let short = Duration::from_millis(300);
-    let backend = RedisBackend::builder(server.url()).read_timeout(short).build().unwrap();
+    let backend = RedisBackend::builder(server.url()).io_timeout(short).build().unwrap();
     let client = LockClient::with_options(
         backend,
         LockOptions::builder().lease(Duration::from_secs(30)).build().unwrap(),

@@ -10,8 +10,9 @@ use lock_core::redact_url as redact;
 
 /// Builds an SQL backend: [`PostgresLockBuilder`](crate::postgres::PostgresLockBuilder) or
 /// [`MySqlLockBuilder`](crate::mysql::MySqlLockBuilder), `K` being the database's kind enum.
-/// Every setter has a default; `build` validates them and connects once, so a wrong URL or
-/// password is reported there.
+/// Every setter has a default; `build` validates them and opens a first connection (within the
+/// connect timeout), so a wrong URL or password is reported there. The URL is
+/// `postgres://`/`postgresql://` (or a libpq `key=value` string) or `mysql://`.
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct SqlLockBuilder<K> {
@@ -66,7 +67,8 @@ impl<K> SqlLockBuilder<K> {
     }
 
     /// The namespace of advisory locks (`namespace:name`), so that applications sharing a
-    /// server keep their locks apart. Defaults to `"distlock"`.
+    /// server keep their locks apart (the lock table and row kinds are kept apart by
+    /// [`table`](Self::table)). Defaults to `"distlock"`.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.settings.namespace = namespace.into();
         self
@@ -74,7 +76,7 @@ impl<K> SqlLockBuilder<K> {
 }
 
 /// Connection and naming settings of an SQL backend.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Settings {
     pub(crate) url: String,
     pub(crate) table: String,
@@ -82,6 +84,20 @@ pub(crate) struct Settings {
     pub(crate) io_timeout: Duration,
     pub(crate) max_connections: u32,
     pub(crate) namespace: String,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password: show it redacted.
+        f.debug_struct("Settings")
+            .field("url", &self.address())
+            .field("table", &self.table)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("io_timeout", &self.io_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("namespace", &self.namespace)
+            .finish()
+    }
 }
 
 impl Settings {
@@ -104,11 +120,13 @@ impl Settings {
     /// Checks everything but the URL's syntax, which the driver parses.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`]: a URL of another scheme than `schemes`, a table name that is not
-    /// a plain identifier, zero timeouts or pool size, an empty namespace or one with `:`.
-    pub(crate) fn validate(&self, schemes: &[&str]) -> Result<TableName> {
+    /// [`Error::InvalidConfig`]: a URL of another scheme than `schemes` (or, with `key_values`,
+    /// a string that is neither such a URL nor `key=value` pairs), a table name that is not a
+    /// plain identifier, zero timeouts or pool size, an empty namespace or one with `:`.
+    pub(crate) fn validate(&self, schemes: &[&str], key_values: bool) -> Result<TableName> {
         let invalid = |reason: String| Err(Error::InvalidConfig { reason });
-        if !schemes.iter().any(|scheme| self.url.starts_with(&format!("{scheme}://"))) {
+        let is_key_values = key_values && !self.url.contains("://") && self.url.contains('=');
+        if !is_key_values && !schemes.iter().any(|scheme| self.url.starts_with(&format!("{scheme}://"))) {
             return invalid(format!("not a {}:// URL: {}", schemes[0], self.address()));
         }
         if self.connect_timeout.is_zero() || self.io_timeout.is_zero() || self.max_connections == 0 {
@@ -137,10 +155,15 @@ mod tests {
         ];
         for settings in cases {
             assert!(
-                matches!(settings.validate(&["mysql"]), Err(Error::InvalidConfig { .. })),
+                matches!(settings.validate(&["mysql"], false), Err(Error::InvalidConfig { .. })),
                 "{settings:?}"
             );
         }
-        assert!(base().validate(&["mysql"]).is_ok());
+        assert!(base().validate(&["mysql"], false).is_ok());
+        let libpq = Settings::new("host=h password=p".into());
+        assert!(libpq.validate(&["postgres"], true).is_ok());
+        assert!(libpq.validate(&["mysql"], false).is_err());
+        let shown = format!("{:?}", Settings::new("postgres://u:hunter2@h/db".into()));
+        assert!(!shown.contains("hunter2"), "{shown}");
     }
 }

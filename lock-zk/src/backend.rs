@@ -45,7 +45,7 @@ use crate::session::{is_terminal, Session};
 /// use lock_zk::ZooKeeperBackend;
 ///
 /// let backend = ZooKeeperBackend::builder("10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181")
-///     .root("/locks")
+///     .namespace("/locks")
 ///     .build()?;
 /// let client = LockClient::new(backend);
 /// let guard = client.lock_named("orders")?.lock()?; // the node /locks/orders/_c_…-lock-…
@@ -86,12 +86,12 @@ impl ZooKeeperBackend {
         let client = session.client()?;
         let options = zk::CreateMode::Persistent.with_acls(self.inner.acls);
         session
-            .call(session.settings().request_timeout, client.mkdir(self.inner.root.as_str(), &options))
+            .call(session.settings().io_timeout, client.mkdir(self.inner.root.as_str(), &options))
             .map_err(|failure| failure.into_error("create the root"))
     }
 
-    /// The root under which this backend's locks live.
-    pub fn root(&self) -> &str {
+    /// The namespace (root path) under which this backend's locks live.
+    pub fn namespace(&self) -> &str {
         self.inner.root.as_str()
     }
 
@@ -133,7 +133,7 @@ impl ZooKeeperBackend {
             zk::SessionState::Disconnected => Err(Failure::Zk(zk::Error::ConnectionLoss)),
             _ => {
                 let nodes: Vec<&str> = unwatched.iter().map(|&i| leases[i].node.as_str()).collect();
-                session.call(session.settings().request_timeout, async {
+                session.call(session.settings().io_timeout, async {
                     let synced = client.sync(self.inner.root.as_str());
                     let watches: Vec<_> =
                         nodes.iter().map(|node| client.check_and_watch_stat(node)).collect();
@@ -252,7 +252,7 @@ impl DistributedLock for ZooKeeperBackend {
             self.abandon(&client, lease.node);
             return Err(error);
         }
-        match session.call(session.settings().request_timeout, client.delete(&lease.node, None)) {
+        match session.call(session.settings().io_timeout, client.delete(&lease.node, None)) {
             Ok(()) => Ok(true),
             Err(Failure::Zk(zk::Error::NoNode)) => Ok(false),
             Err(failure) if failure.session_ended() => Ok(false),

@@ -8,14 +8,19 @@ use crate::path::Root;
 use crate::ZooKeeperBackend;
 
 /// Builds a [`ZooKeeperBackend`]. Every setter has a default; [`build`](Self::build) validates
-/// them, connects a session and creates the root, so an unreachable ensemble is reported there.
+/// them, connects a session and creates the namespace, so an unreachable ensemble is reported
+/// there.
+///
+/// The settings are those of every distlock builder (`connect_timeout`, `io_timeout`,
+/// `namespace`) but `max_connections`: a backend has one ZooKeeper session, over which every
+/// request is pipelined, so there is no pool to size.
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct ZooKeeperLockBuilder {
-    settings: Settings,
-    root: String,
+    pub(crate) settings: Settings,
+    pub(crate) root: String,
     /// The digest user as given, checked by `build`.
-    digest_user: Option<String>,
+    pub(crate) digest_user: Option<String>,
 }
 
 /// The longest timeout accepted: far beyond any sensible one, and no overflow of `Instant`.
@@ -27,7 +32,7 @@ pub(crate) struct Settings {
     pub(crate) connect_string: String,
     pub(crate) session_timeout: Duration,
     pub(crate) connect_timeout: Duration,
-    pub(crate) request_timeout: Duration,
+    pub(crate) io_timeout: Duration,
     /// `user:password` for the `digest` scheme.
     pub(crate) digest: Option<String>,
 }
@@ -38,7 +43,7 @@ impl std::fmt::Debug for Settings {
             .field("connect_string", &self.connect_string)
             .field("session_timeout", &self.session_timeout)
             .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
+            .field("io_timeout", &self.io_timeout)
             .field("digest_user", &self.digest.as_deref().and_then(|d| d.split(':').next()))
             .finish()
     }
@@ -51,7 +56,7 @@ impl ZooKeeperLockBuilder {
                 connect_string: connect_string.into(),
                 session_timeout: Duration::from_secs(10),
                 connect_timeout: Duration::from_secs(5),
-                request_timeout: Duration::from_secs(5),
+                io_timeout: Duration::from_secs(5),
                 digest: None,
             },
             root: "/distlock".into(),
@@ -59,45 +64,48 @@ impl ZooKeeperLockBuilder {
         }
     }
 
-    /// A builder from a URL: `zk://[user:password@]host:port[,host:port…][/root]`. The
-    /// credentials become [`digest`](Self::digest) authentication, the path the
-    /// [`root`](Self::root).
+    /// A builder from a URL: `zk://[user:password@]host:port[,host:port…][/namespace]` (or
+    /// `zookeeper://…`). The credentials (percent-decoded) become [`digest`](Self::digest)
+    /// authentication, the path the [`namespace`](Self::namespace). The userinfo ends at the last
+    /// `@` before the first `/`, so `zk://h:2181/a@b` is the namespace `/a@b` without credentials.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for another scheme or no host.
+    /// [`Error::InvalidConfig`] for another scheme, no host, a query (no setting is read from
+    /// one), or parts that are not UTF-8 once percent-decoded.
     pub fn from_url(url: &str) -> Result<Self> {
-        let rest =
-            url.strip_prefix("zk://").or_else(|| url.strip_prefix("zookeeper://")).ok_or_else(|| {
-                Error::invalid_config(format!("not a zk:// URL: {}", lock_core::redact_url(url)))
-            })?;
-        let (credentials, rest) = match rest.rsplit_once('@') {
-            Some((credentials, rest)) => (Some(credentials), rest),
-            None => (None, rest),
-        };
-        let (hosts, root) = match rest.find('/') {
-            Some(slash) => (&rest[..slash], Some(&rest[slash..])),
-            None => (rest, None),
-        };
-        if hosts.is_empty() {
-            return Err(Error::invalid_config(format!("no host in {}", lock_core::redact_url(url))));
+        let shown = || lock_core::redact_url(url);
+        let parts = lock_core::UrlParts::split(url)?;
+        if !matches!(parts.scheme, "zk" | "zookeeper") {
+            return Err(Error::invalid_config(format!("not a zk:// URL: {}", shown())));
         }
-        let mut builder = Self::new(hosts);
-        if let Some(root) = root {
-            builder = builder.root(root);
+        if parts.hosts.is_empty() {
+            return Err(Error::invalid_config(format!("no host in {}", shown())));
         }
-        if let Some(credentials) = credentials {
-            let (user, password) = credentials.split_once(':').unwrap_or((credentials, ""));
-            builder = builder.digest(user, password);
+        if parts.rest.contains(['?', '#']) {
+            return Err(Error::invalid_config(format!(
+                "a zk:// URL takes no query or fragment: {}",
+                shown()
+            )));
+        }
+        let mut builder = Self::new(parts.hosts);
+        let path = parts.path()?;
+        // `zk://h:2181/` is the default namespace, as `zk://h:2181`.
+        if !path.is_empty() && path != "/" {
+            builder = builder.namespace(path);
+        }
+        if let Some(user) = parts.user()? {
+            builder = builder.digest(user, parts.password()?.unwrap_or_default());
         }
         Ok(builder)
     }
 
-    /// The node under which every lock lives, created as a persistent node on
+    /// The node under which every lock lives (the root path; Curator's word for it too:
+    /// `CuratorFrameworkFactory.builder().namespace(..)`), created as a persistent node on
     /// [`build`](Self::build) (with its ancestors); a lock named `orders` is the node
-    /// `<root>/orders`, where Curator's `InterProcessMutex` on the same path finds it. Defaults
-    /// to `"/distlock"`.
-    pub fn root(mut self, root: impl Into<String>) -> Self {
-        self.root = root.into();
+    /// `<namespace>/orders`, where Curator's `InterProcessMutex` on the same path finds it.
+    /// Defaults to `"/distlock"`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.root = namespace.into();
         self
     }
 
@@ -118,8 +126,8 @@ impl ZooKeeperLockBuilder {
 
     /// How long one request (or one pipelined batch) may wait for its reply; a wait for the lock
     /// itself is bounded by the caller's deadline instead. Defaults to 5 s.
-    pub fn request_timeout(mut self, timeout: Duration) -> Self {
-        self.settings.request_timeout = timeout;
+    pub fn io_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.io_timeout = timeout;
         self
     }
 
@@ -136,13 +144,14 @@ impl ZooKeeperLockBuilder {
         self
     }
 
-    /// Validates the settings, connects a session and creates the root if absent.
+    /// Validates the settings, connects a session (within the connect timeout) and creates the
+    /// namespace if absent.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for an invalid root, an empty connect string, timeouts that are
+    /// [`Error::InvalidConfig`] for an invalid namespace, an empty connect string, timeouts that are
     /// zero or over an hour, or a digest user that is empty or has `:`; [`Error::Connection`] or
     /// [`Error::Timeout`] when no server answers within the connect timeout;
-    /// [`Error::Authentication`] when the servers refuse the credentials or the root's parent.
+    /// [`Error::Authentication`] when the servers refuse the credentials or the namespace's parent.
     /// (A wrong digest password is only noticed by the first acquisition: see
     /// [`digest`](Self::digest).) [`Error::Unsupported`] when called from a tokio async task:
     /// building connects, and blocks until the servers answer; call it from
@@ -153,7 +162,7 @@ impl ZooKeeperLockBuilder {
         if settings.connect_string.trim().is_empty() {
             return Err(Error::invalid_config("the ZooKeeper connect string is empty"));
         }
-        let timeouts = [settings.session_timeout, settings.connect_timeout, settings.request_timeout];
+        let timeouts = [settings.session_timeout, settings.connect_timeout, settings.io_timeout];
         if timeouts.iter().any(|timeout| timeout.is_zero() || *timeout > MAX_TIMEOUT) {
             return Err(Error::invalid_config(
                 "ZooKeeper timeouts must be greater than zero and at most an hour",
@@ -175,30 +184,38 @@ mod tests {
 
     #[test]
     fn urls_give_hosts_credentials_and_root() {
-        let builder = ZooKeeperLockBuilder::from_url("zk://app:s3cr:et@h1:2181,h2:2182/apps/locks").unwrap();
+        let builder =
+            ZooKeeperLockBuilder::from_url("zk://app:s3cr:et%40x%2F@h1:2181,h2:2182/apps/locks").unwrap();
         assert_eq!(builder.digest_user.as_deref(), Some("app"));
         assert_eq!(builder.settings.connect_string, "h1:2181,h2:2182");
         assert_eq!(builder.root, "/apps/locks");
-        assert_eq!(builder.settings.digest.as_deref(), Some("app:s3cr:et"));
+        assert_eq!(builder.settings.digest.as_deref(), Some("app:s3cr:et@x/"));
+        // An `@` in the path is not the end of a userinfo.
+        let at = ZooKeeperLockBuilder::from_url("zk://h:2181/a@b").unwrap();
+        assert_eq!((at.settings.connect_string.as_str(), at.root.as_str()), ("h:2181", "/a@b"));
+        assert!(at.digest_user.is_none());
+        let encoded = ZooKeeperLockBuilder::from_url("zookeeper://us%20er:p@h/r%20s").unwrap();
+        assert_eq!(encoded.digest_user.as_deref(), Some("us er"));
+        assert_eq!(encoded.root, "/r s");
         let plain = ZooKeeperLockBuilder::from_url("zk://127.0.0.1:2181").unwrap();
         assert_eq!(plain.root, "/distlock");
         assert!(plain.settings.digest.is_none());
-        for bad in ["redis://h", "zk://", "zk:///root"] {
+        for bad in ["redis://h", "zk://", "zk:///root", "h:2181", "zk://h/r?x=1"] {
             assert!(matches!(ZooKeeperLockBuilder::from_url(bad), Err(Error::InvalidConfig { .. })), "{bad}");
         }
-        assert!(!format!("{:?}", builder.settings).contains("s3cr"));
+        assert!(!format!("{builder:?}").contains("s3cr"));
     }
 
     #[test]
     fn bad_settings_fail_before_connecting() {
         let base = || ZooKeeperLockBuilder::new("127.0.0.1:1");
         for builder in [
-            base().root("relative"),
-            base().root("/zookeeper/x"),
+            base().namespace("relative"),
+            base().namespace("/zookeeper/x"),
             base().session_timeout(Duration::ZERO),
             base().digest("", "pw"),
             base().digest("a:b", "pw"),
-            base().request_timeout(Duration::MAX),
+            base().io_timeout(Duration::MAX),
             ZooKeeperLockBuilder::new(" "),
         ] {
             assert!(matches!(builder.build(), Err(Error::InvalidConfig { .. })));

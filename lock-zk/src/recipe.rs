@@ -109,7 +109,7 @@ impl ZooKeeperBackend {
         owner: &OwnerToken,
     ) -> Result<(Created, Vec<String>), Failure> {
         let session = &self.inner.session;
-        let deadline = Instant::now() + session.settings().request_timeout;
+        let deadline = Instant::now() + session.settings().io_timeout;
         let prefix = path::node_prefix(lock_path, protection);
         let data = owner.to_hex();
         let node_options = zk::CreateMode::EphemeralSequential.with_acls(self.inner.acls);
@@ -195,15 +195,14 @@ impl ZooKeeperBackend {
         wait: Wait,
     ) -> Result<Option<Instant>, Failure> {
         let session = &self.inner.session;
-        let request_timeout = session.settings().request_timeout;
+        let io_timeout = session.settings().io_timeout;
         let deadline = match wait {
             Wait::No => None,
             Wait::Until(deadline) => deadline,
         };
         // Past the deadline, one more request timeout at most.
-        let bound = |now: Instant| {
-            deadline.map_or(now + request_timeout, |d| (now + request_timeout).min(d + request_timeout))
-        };
+        let bound =
+            |now: Instant| deadline.map_or(now + io_timeout, |d| (now + io_timeout).min(d + io_timeout));
         loop {
             children.sort_unstable_by(|a, b| lock_order(a, b));
             let Some(position) = children.iter().position(|child| child == ours) else {
@@ -310,7 +309,7 @@ impl ZooKeeperBackend {
         let session = &self.inner.session;
         let client = session.client()?;
         let lock_path = self.inner.root.lock_path(name);
-        match session.call(session.settings().request_timeout, client.list_children(&lock_path)) {
+        match session.call(session.settings().io_timeout, client.list_children(&lock_path)) {
             Ok(mut children) => {
                 children.sort_unstable_by(|a, b| lock_order(a, b));
                 Ok(children)
@@ -331,7 +330,7 @@ impl ZooKeeperBackend {
         loop {
             let Some(holder) = self.contenders(name)?.into_iter().next() else { return Ok(None) };
             let node = format!("{}/{holder}", self.inner.root.lock_path(name));
-            match session.call(session.settings().request_timeout, client.check_stat(&node)) {
+            match session.call(session.settings().io_timeout, client.check_stat(&node)) {
                 Ok(Some(stat)) => return Ok(Some((holder, u64::try_from(stat.czxid).unwrap_or_default()))),
                 Ok(None) => continue,
                 Err(failure) => return Err(failure.into_error("read the holder")),
@@ -349,7 +348,7 @@ impl ZooKeeperBackend {
         let session = &self.inner.session;
         let client = session.client()?;
         let node = format!("{}/{holder}", self.inner.root.lock_path(name));
-        match session.call(session.settings().request_timeout, client.delete(&node, None)) {
+        match session.call(session.settings().io_timeout, client.delete(&node, None)) {
             Ok(()) | Err(Failure::Zk(zk::Error::NoNode)) => Ok(()),
             Err(failure) => Err(failure.into_error("break the lock")),
         }

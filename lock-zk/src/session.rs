@@ -219,7 +219,7 @@ impl Drop for Session {
     fn drop(&mut self) {
         let Some(runtime) = self.runtime.take() else { return };
         let parts = (runtime, self.current.get_mut().take(), std::mem::take(self.background.get_mut()));
-        let wait = self.settings.request_timeout.min(CLOSE_TIMEOUT);
+        let wait = self.settings.io_timeout.min(CLOSE_TIMEOUT);
         if !in_async_context() {
             return close(parts, wait);
         }

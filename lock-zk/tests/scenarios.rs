@@ -76,7 +76,7 @@ fn unreachable_servers_and_bad_settings_are_typed_errors() {
         );
     }
     for root in ["relative", "/", "/zookeeper", "/a/../b"] {
-        let built = ZooKeeperBackend::builder("127.0.0.1:1").root(root).build();
+        let built = ZooKeeperBackend::builder("127.0.0.1:1").namespace(root).build();
         assert!(matches!(built, Err(Error::InvalidConfig { .. })), "root {root:?}");
     }
     let backend = ZooKeeperTarget::new().backend().unwrap();
@@ -137,7 +137,7 @@ fn tokens_are_creation_zxids_in_curator_layout() {
     let owner = OwnerToken::random();
     let first = backend.try_acquire(&name, &owner, Duration::from_secs(10)).unwrap().unwrap();
     let node = first.node().to_owned();
-    let prefix = format!("{}/{}/_c_", backend.root(), name.as_str());
+    let prefix = format!("{}/{}/_c_", backend.namespace(), name.as_str());
     assert!(node.starts_with(&prefix), "{node}");
     let sequence = node.rsplit_once("-lock-").map(|(_, sequence)| sequence).unwrap();
     assert!(sequence.len() == 10 && sequence.bytes().all(|b| b.is_ascii_digit()), "{node}");

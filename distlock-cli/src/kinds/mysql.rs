@@ -28,7 +28,15 @@ fn open(kind: MySqlLockKind, servers: Servers<'_>) -> Result<Opened, String> {
             let server = shared::mariadb().map_err(|e| format!("starting MariaDB: {e}"))?;
             MySqlTarget::at(kind, server.address())
         }
-        Servers::Url(url) => MySqlTarget::at(kind, url),
+        Servers::Url(url) => {
+            let any_kind = match kind {
+                MySqlLockKind::Row => distlock::BackendKind::MySqlRow,
+                MySqlLockKind::Advisory => distlock::BackendKind::MySqlAdvisory,
+                _ => distlock::BackendKind::MySqlTable,
+            };
+            super::check_url(url, any_kind)?;
+            MySqlTarget::at(kind, url)
+        }
     };
     Ok(Opened::new(target))
 }

@@ -28,7 +28,15 @@ fn open(kind: PostgresLockKind, servers: Servers<'_>) -> Result<Opened, String> 
             let server = shared::postgres().map_err(|e| format!("starting PostgreSQL: {e}"))?;
             PostgresTarget::at(kind, server.address())
         }
-        Servers::Url(url) => PostgresTarget::at(kind, url),
+        Servers::Url(url) => {
+            let any_kind = match kind {
+                PostgresLockKind::Row => distlock::BackendKind::PgRow,
+                PostgresLockKind::Advisory => distlock::BackendKind::PgAdvisory,
+                _ => distlock::BackendKind::PgTable,
+            };
+            super::check_url(url, any_kind)?;
+            PostgresTarget::at(kind, url)
+        }
     };
     Ok(Opened::new(target))
 }

@@ -21,7 +21,14 @@ fn single_node(kind: RedisLockKind, servers: Servers<'_>) -> Result<Opened, Stri
         Servers::Harness => {
             shared::redis().map_err(|e| format!("starting redis-server: {e}"))?.address().to_owned()
         }
-        Servers::Url(url) => url.to_owned(),
+        Servers::Url(url) => {
+            let any_kind = match kind {
+                RedisLockKind::ReentrantHash => distlock::BackendKind::RedisHash,
+                _ => distlock::BackendKind::Redis,
+            };
+            super::check_url(url, any_kind)?;
+            url.to_owned()
+        }
     };
     let target = RedisTarget::at(kind, url.clone());
     let mut opened = Opened::new(target.clone());
@@ -46,7 +53,10 @@ pub(super) fn redlock(servers: Servers<'_>) -> Result<Opened, String> {
             .iter()
             .map(|node| node.address().to_owned())
             .collect(),
-        Servers::Url(urls) => urls.split(',').map(str::to_owned).collect(),
+        Servers::Url(urls) => {
+            super::check_url(urls, distlock::BackendKind::Redlock)?;
+            distlock::split_url_list(urls).into_iter().map(str::to_owned).collect()
+        }
     };
     let first = urls.first().cloned().ok_or("no Redlock node URLs")?;
     let target = RedlockTarget::new(urls.clone());

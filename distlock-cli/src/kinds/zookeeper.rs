@@ -12,7 +12,11 @@ pub(super) fn curator_mutex(servers: Servers<'_>) -> Result<Opened, String> {
             let server = shared::zookeeper().map_err(|e| format!("starting ZooKeeper: {e}"))?;
             ZooKeeperTarget::at(server.address())
         }
-        Servers::Url(connect_string) => ZooKeeperTarget::at(connect_string),
+        // `zk://[user:password@]hosts[/namespace]`, parsed as the facade's `parse_url` parses it.
+        Servers::Url(url) => {
+            super::check_url(url, distlock::BackendKind::ZooKeeper)?;
+            ZooKeeperTarget::from_url(url).map_err(|e| e.to_string())?
+        }
     };
     Ok(Opened::new(target))
 }

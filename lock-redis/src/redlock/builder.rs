@@ -26,8 +26,8 @@ use crate::waiter::WaitHub;
 ///     "redis://10.0.0.4:6379/",
 ///     "redis://10.0.0.5:6379/",
 /// ])
-/// .node_timeout(Duration::from_millis(20))
-/// .key_prefix("billing")
+/// .io_timeout(Duration::from_millis(20))
+/// .namespace("billing")
 /// .build()?;
 /// # let _ = backend;
 /// # Ok::<(), lock_core::Error>(())
@@ -67,11 +67,13 @@ impl RedlockBuilder {
         }
     }
 
-    /// How long one round of requests waits for the nodes' replies (and, for a node without an
-    /// idle connection, for a connection): a node that has not answered by then counts as
-    /// failed for this operation. Keep it far below the lease — it bounds how much of the lease
-    /// an acquisition can use up — and above the nodes' round trip. Defaults to 50 ms.
-    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+    /// The I/O timeout — Redlock's *node timeout*: how long one round of requests waits for the
+    /// nodes' replies (and, for a node without an idle connection, for a connection); a node
+    /// that has not answered by then counts as failed for this operation. Keep it far below the
+    /// lease — it bounds how much of the lease an acquisition can use up — and above the nodes'
+    /// round trip. Defaults to 50 ms.
+    #[doc(alias = "node_timeout")]
+    pub fn io_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
     }
@@ -90,16 +92,17 @@ impl RedlockBuilder {
         self
     }
 
-    /// The first part of every key, as for the single-node backend:
-    /// `<prefix>:{<name>}:lock` (see [`RedisKeys`](crate::RedisKeys)). Must not contain `{`, `}`
-    /// or control characters, and be 1 to 128 bytes. Defaults to `"distlock"`.
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.key_prefix = prefix.into();
+    /// The namespace: the first part of every key, as for the single-node backend:
+    /// `<namespace>:{<name>}:lock` (see [`RedisKeys`](crate::RedisKeys)). Must not contain `{`,
+    /// `}` or control characters, and be 1 to 128 bytes. Defaults to `"distlock"`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.key_prefix = namespace.into();
         self
     }
 
-    /// Validates the configuration and creates the backend. Connects lazily: the first lock
-    /// operation opens the connections, and reports nodes that cannot be reached.
+    /// Validates the configuration and opens a first connection to every node at once, within
+    /// the connect timeout: fails unless a quorum of nodes answers (a minority down is what
+    /// Redlock tolerates, and is no error).
     ///
     /// Logs a warning (through `tracing`) for fewer than 3 nodes or an even number of nodes:
     /// allowed, but they tolerate no more failures than one node fewer.
@@ -108,7 +111,9 @@ impl RedlockBuilder {
     /// [`Error::InvalidConfig`] for an empty node list, a URL that does not parse (or
     /// `rediss://` without the `tls` feature), the same `host:port` listed twice, whatever the
     /// database (compared as written, see [`new`](Self::new)), a zero pool size, a
-    /// zero or over-an-hour timeout, or a prefix that would break the key layout.
+    /// zero or over-an-hour timeout, or a namespace that would break the key layout;
+    /// [`Error::Connection`], [`Error::Timeout`] or [`Error::Authentication`] (the first failed
+    /// node's) when fewer than a quorum of nodes can be reached in time.
     pub fn build(self) -> Result<RedlockBackend> {
         if self.urls.is_empty() {
             return Err(Error::invalid_config("Redlock needs at least one node URL"));
@@ -116,7 +121,7 @@ impl RedlockBuilder {
         if self.max_connections == 0 {
             return Err(Error::invalid_config("max_connections must be at least 1"));
         }
-        check_timeout("node_timeout", self.node_timeout)?;
+        check_timeout("io_timeout", self.node_timeout)?;
         check_timeout("connect_timeout", self.connect_timeout)?;
         check_prefix(&self.key_prefix)?;
         let mut clients = Vec::with_capacity(self.urls.len());
@@ -164,13 +169,39 @@ impl RedlockBuilder {
                 }
             })
             .collect();
+        let nodes: Vec<Node> = nodes;
+        let quorum = count / 2 + 1;
+        connect_quorum(&nodes, quorum)?;
         Ok(RedlockBackend::from_inner(Inner {
             nodes,
-            quorum: count / 2 + 1,
+            quorum,
             prefix: self.key_prefix,
             node_timeout: self.node_timeout,
         }))
     }
+}
+
+/// Opens a first connection to every node at once (r2d2's rule, as the single-node builder):
+/// fails, with the first node's error, unless a quorum answers within the connect timeout — a
+/// backend that could never take a lock is reported at `build`, while a minority of nodes down
+/// (which Redlock tolerates) is not an error.
+fn connect_quorum(nodes: &[Node], quorum: usize) -> Result<()> {
+    let outcomes: Vec<Result<()>> = std::thread::scope(|scope| {
+        let attempts: Vec<_> =
+            nodes.iter().map(|node| scope.spawn(|| node.pool.get().map(drop).map_err(Error::from))).collect();
+        attempts
+            .into_iter()
+            .map(|attempt| {
+                attempt.join().unwrap_or_else(|_| Err(Error::backend("redis", "a connect attempt panicked")))
+            })
+            .collect()
+    });
+    let reached = outcomes.iter().filter(|outcome| outcome.is_ok()).count();
+    if reached >= quorum {
+        return Ok(());
+    }
+    tracing::warn!(reached, quorum, "Redlock: fewer nodes than a quorum answered at build");
+    outcomes.into_iter().find_map(Result::err).map_or(Ok(()), Err)
 }
 
 impl fmt::Debug for RedlockBuilder {
@@ -187,8 +218,8 @@ impl fmt::Debug for RedlockBuilder {
             .collect();
         f.debug_struct("RedlockBuilder")
             .field("nodes", &addresses)
-            .field("key_prefix", &self.key_prefix)
-            .field("node_timeout", &self.node_timeout)
+            .field("namespace", &self.key_prefix)
+            .field("io_timeout", &self.node_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("max_connections", &self.max_connections)
             .finish()
@@ -210,22 +241,34 @@ mod tests {
         }
     }
 
+    /// URLs of `count` harness nodes (started on first use).
+    fn live(count: usize) -> Vec<String> {
+        let nodes = lock_testkit::harness::shared::redis_nodes(count).expect("harness redis nodes");
+        nodes.iter().map(|node| node.address().to_owned()).collect()
+    }
+
     #[test]
-    fn defaults_build_without_touching_the_nodes() {
-        let backend = RedlockBuilder::new(urls(&[1, 2, 3, 4, 5])).build().unwrap();
+    fn defaults_and_quorum_of_a_built_backend() {
+        let nodes = live(5);
+        let backend = RedlockBuilder::new(&nodes).build().unwrap();
         assert_eq!(backend.quorum(), 3);
-        assert_eq!(backend.node_timeout(), Duration::from_millis(50));
-        assert_eq!(
-            backend.nodes(),
-            ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:5"]
-        );
+        assert_eq!(backend.io_timeout(), Duration::from_millis(50));
+        assert_eq!(backend.nodes().len(), 5);
+        // A minority down is tolerated at build; a majority down is the first node's error.
+        let mut minority = nodes[..3].to_vec();
+        minority.extend(urls(&[1, 2]));
+        assert_eq!(RedlockBuilder::new(&minority).build().unwrap().quorum(), 3);
+        let mut majority = nodes[..2].to_vec();
+        majority.extend(urls(&[1, 2, 3]));
+        let built = RedlockBuilder::new(&majority).build();
+        assert!(matches!(built, Err(Error::Connection { .. } | Error::Timeout { .. })), "{built:?}");
     }
 
     #[test]
     fn quorum_is_a_strict_majority() {
-        for (count, quorum) in [(1_u16, 1_u16), (2, 2), (3, 2), (4, 3), (5, 3), (7, 4)] {
-            let ports: Vec<u16> = (1..=count).collect();
-            assert_eq!(RedlockBuilder::new(urls(&ports)).build().unwrap().quorum(), usize::from(quorum));
+        let nodes = live(7);
+        for (count, quorum) in [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (7, 4)] {
+            assert_eq!(RedlockBuilder::new(&nodes[..count]).build().unwrap().quorum(), quorum);
         }
     }
 
@@ -247,12 +290,12 @@ mod tests {
     #[test]
     fn limits_are_validated() {
         let nodes = urls(&[1, 2, 3]);
-        invalid(RedlockBuilder::new(&nodes).node_timeout(Duration::ZERO));
-        invalid(RedlockBuilder::new(&nodes).node_timeout(Duration::MAX));
+        invalid(RedlockBuilder::new(&nodes).io_timeout(Duration::ZERO));
+        invalid(RedlockBuilder::new(&nodes).io_timeout(Duration::MAX));
         invalid(RedlockBuilder::new(&nodes).connect_timeout(Duration::ZERO));
         invalid(RedlockBuilder::new(&nodes).max_connections(0));
-        invalid(RedlockBuilder::new(&nodes).key_prefix("a{b"));
-        invalid(RedlockBuilder::new(&nodes).key_prefix(""));
+        invalid(RedlockBuilder::new(&nodes).namespace("a{b"));
+        invalid(RedlockBuilder::new(&nodes).namespace(""));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! 1. Note the time, then send the acquisition (`SET NX PX` plus the node's next fencing
 //!    number, one `MULTI`/`EXEC` transaction per node) to **every node at once**: the request is
 //!    written to one connection per node, then every reply is read, all within one deadline (the
-//!    [node timeout](RedlockBuilder::node_timeout), 50 ms by default) — no thread per call.
+//!    [node timeout](RedlockBuilder::io_timeout), 50 ms by default) — no thread per call.
 //!    That is one round; a whole operation can take several: checking out connections (up to
 //!    one node timeout), the exchange (one), a retry on a fresh connection where an idle one
 //!    turned out dead (one), a `SCRIPT LOAD` round on nodes that answered `NOSCRIPT` to a renewal
@@ -163,7 +163,7 @@ impl RedlockBackend {
     }
 
     /// How long one round of requests waits for the nodes.
-    pub fn node_timeout(&self) -> Duration {
+    pub fn io_timeout(&self) -> Duration {
         self.inner.node_timeout
     }
 

@@ -68,7 +68,7 @@ impl RedlockTarget {
     /// A builder for a client of these nodes, with the target's settings: a node timeout of
     /// [`NODE_TIMEOUT`], so that a loaded test machine does not make healthy nodes miss it.
     pub fn builder(&self) -> RedlockBuilder {
-        RedlockBackend::builder(&self.urls).node_timeout(NODE_TIMEOUT)
+        RedlockBackend::builder(&self.urls).io_timeout(NODE_TIMEOUT)
     }
 
     /// A plain connection to node `node`, for probes that go around the backend.
@@ -173,7 +173,7 @@ impl SuiteTarget for RedlockTarget {
                 Ok(urls) => urls,
                 Err(error) => return Ok(Err(error)),
             };
-        Ok(RedlockBackend::builder(urls).node_timeout(timeout).connect_timeout(timeout).build())
+        Ok(RedlockBackend::builder(urls).io_timeout(timeout).connect_timeout(timeout).build())
     }
 
     fn wrong_password_backend(&self) -> Result<lock_core::Result<RedlockBackend>, NotApplicable> {
@@ -203,7 +203,7 @@ impl SuiteTarget for RedlockTarget {
             Err(error) => return Ok(Err(Error::backend("harness", error.to_string()))),
         };
         let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
-        let backend = RedlockBackend::builder(&urls).node_timeout(NODE_TIMEOUT).build();
+        let backend = RedlockBackend::builder(&urls).io_timeout(NODE_TIMEOUT).build();
         // One operation takes up to about six node timeouts (see the backend's docs).
         let call_bound = 6 * NODE_TIMEOUT + Duration::from_secs(1);
         Ok(backend.map(|backend| OwnServers { backend, servers: Box::new(nodes), call_bound }))

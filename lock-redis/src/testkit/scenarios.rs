@@ -40,7 +40,7 @@ pub fn scenarios() -> Vec<BackendScenario> {
 fn r02_with_fencing() {
     let nodes = RedisServer::start_many(NODES).expect("five redis-server nodes");
     let report =
-        r02(&nodes, |urls| RedlockBackend::builder(urls).node_timeout(Duration::from_millis(400)).build())
+        r02(&nodes, |urls| RedlockBackend::builder(urls).io_timeout(Duration::from_millis(400)).build())
             .expect("R02 runs to the end");
     println!("R02 with Redlock: {report:?}");
     assert!(report.two_holders, "two holders demonstrated");

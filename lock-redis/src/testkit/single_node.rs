@@ -138,7 +138,7 @@ impl SuiteTarget for RedisTarget {
         Ok(RedisBackend::builder(format!("redis://{address}/"))
             .kind(self.kind)
             .connect_timeout(CONNECT_TIMEOUT)
-            .read_timeout(CONNECT_TIMEOUT)
+            .io_timeout(CONNECT_TIMEOUT)
             .build())
     }
 
@@ -152,12 +152,7 @@ impl SuiteTarget for RedisTarget {
         // A call checks out one connection (at most one connect timeout) and exchanges one
         // request (one I/O timeout): the default call bound holds.
         Ok(routed_url(&self.url, route).and_then(|url| {
-            RedisBackend::builder(url)
-                .kind(self.kind)
-                .connect_timeout(timeout)
-                .read_timeout(timeout)
-                .write_timeout(timeout)
-                .build()
+            RedisBackend::builder(url).kind(self.kind).connect_timeout(timeout).io_timeout(timeout).build()
         }))
     }
 
@@ -188,7 +183,7 @@ impl SuiteTarget for RedisTarget {
         let backend = RedisBackend::builder(server.url())
             .kind(self.kind)
             .connect_timeout(OWN_SERVER_TIMEOUT)
-            .read_timeout(OWN_SERVER_TIMEOUT)
+            .io_timeout(OWN_SERVER_TIMEOUT)
             .build();
         // A call may check out a connection (connect) and then wait for a reply (read).
         let call_bound = 2 * OWN_SERVER_TIMEOUT + Duration::from_secs(1);

@@ -23,7 +23,7 @@ impl PostgresLockBuilder {
     /// timeouts or pool size; [`Error::Connection`], [`Error::Timeout`] or
     /// [`Error::Authentication`] when the server cannot be reached or refuses the credentials.
     pub fn build(self) -> Result<PostgresBackend> {
-        let table = self.settings.validate(&["postgres", "postgresql"])?;
+        let table = self.settings.validate(&["postgres", "postgresql"], true)?;
         let settings = &self.settings;
         let address = settings.address();
         let mut config = tokio_postgres::Config::from_str(&settings.url)

@@ -79,14 +79,7 @@ impl LastFailure {
     fn of(failure: &PgFailure) -> Self {
         let authentication =
             matches!(failure, PgFailure::Statement { source, .. } if error::is_authentication(source));
-        let mut message = failure.to_string();
-        let mut source = std::error::Error::source(failure);
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        Self { authentication, message }
+        Self { authentication, message: lock_core::display_chain(failure) }
     }
 }
 

@@ -144,7 +144,7 @@ fn read_lines(stdout: ChildStdout) -> mpsc::Receiver<String> {
 
 fn backend(connect_string: &str) -> ZooKeeperBackend {
     // Curator's default ACL is open to anyone; so is a backend without digest authentication.
-    ZooKeeperBackend::builder(connect_string).root(ROOT).build().unwrap()
+    ZooKeeperBackend::builder(connect_string).namespace(ROOT).build().unwrap()
 }
 
 fn client(backend: ZooKeeperBackend) -> LockClient<ZooKeeperBackend> {

@@ -58,10 +58,13 @@ pub const ROUTED_SESSION_TIMEOUT: Duration = Duration::from_secs(3);
 const WRITE_PAIRS: usize = 2_000;
 
 /// The ZooKeeper backend on an ensemble, with digest authentication.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ZooKeeperTarget {
     connect_string: String,
     root: String,
+    /// The digest identity: the suite's own, or the one a user's URL names.
+    user: String,
+    password: String,
 }
 
 impl ZooKeeperTarget {
@@ -76,7 +79,35 @@ impl ZooKeeperTarget {
 
     /// The ensemble at `connect_string`; locks live under `/distlock-suite`.
     pub fn at(connect_string: impl Into<String>) -> Self {
-        Self { connect_string: connect_string.into(), root: "/distlock-suite".into() }
+        Self {
+            connect_string: connect_string.into(),
+            root: "/distlock-suite".into(),
+            user: USER.into(),
+            password: PASSWORD.into(),
+        }
+    }
+
+    /// The ensemble a user's `zk://[user:password@]host:port[,host:port…][/namespace]` URL names,
+    /// parsed as [`ZooKeeperLockBuilder::from_url`] parses it: its namespace and credentials
+    /// replace the suite's. A bare connect string (`host:port,…`) is taken as [`at`](Self::at)
+    /// takes it.
+    ///
+    /// # Errors
+    /// As [`ZooKeeperLockBuilder::from_url`].
+    pub fn from_url(url: &str) -> lock_core::Result<Self> {
+        if !url.contains("://") {
+            return Ok(Self::at(url));
+        }
+        let parsed = ZooKeeperLockBuilder::from_url(url)?;
+        let mut target = Self::at(parsed.settings.connect_string);
+        if parsed.root != ZooKeeperLockBuilder::new("").root {
+            target.root = parsed.root;
+        }
+        if let (Some(user), Some(digest)) = (parsed.digest_user, parsed.settings.digest) {
+            target.password = digest[user.len() + 1..].to_owned();
+            target.user = user;
+        }
+        Ok(target)
     }
 
     /// The ensemble's connect string.
@@ -86,7 +117,18 @@ impl ZooKeeperTarget {
 
     /// A builder with the target's settings: its root, digest identity and short timeouts.
     pub fn builder(&self) -> ZooKeeperLockBuilder {
-        builder(&self.connect_string, TIMEOUT).root(&self.root).digest(USER, PASSWORD)
+        builder(&self.connect_string, TIMEOUT).namespace(&self.root).digest(&self.user, &self.password)
+    }
+}
+
+impl std::fmt::Debug for ZooKeeperTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the password.
+        f.debug_struct("ZooKeeperTarget")
+            .field("connect_string", &self.connect_string)
+            .field("root", &self.root)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
     }
 }
 
@@ -100,7 +142,7 @@ fn builder(connect_string: &str, timeout: Duration) -> ZooKeeperLockBuilder {
     ZooKeeperBackend::builder(connect_string)
         .session_timeout(SESSION_TIMEOUT)
         .connect_timeout(timeout)
-        .request_timeout(timeout)
+        .io_timeout(timeout)
 }
 
 impl SuiteTarget for ZooKeeperTarget {
@@ -151,7 +193,10 @@ impl SuiteTarget for ZooKeeperTarget {
         if let Err(error) = self.backend() {
             return Ok(Err(error));
         }
-        Ok(builder(&self.connect_string, TIMEOUT).root(&self.root).digest(USER, "wrong-password").build())
+        Ok(builder(&self.connect_string, TIMEOUT)
+            .namespace(&self.root)
+            .digest(&self.user, "wrong-password")
+            .build())
     }
 
     fn unreachable_report_bound(&self) -> Duration {
@@ -163,7 +208,7 @@ impl SuiteTarget for ZooKeeperTarget {
             Ok(server) => server,
             Err(error) => return Ok(Err(Error::backend("harness", error.to_string()))),
         };
-        let backend = builder(&server.connect_string(), OWN_SERVER_TIMEOUT).root(&self.root).build();
+        let backend = builder(&server.connect_string(), OWN_SERVER_TIMEOUT).namespace(&self.root).build();
         let call_bound = 2 * OWN_SERVER_TIMEOUT + Duration::from_secs(1);
         Ok(backend.map(|backend| OwnServers { backend, servers: Box::new(vec![server]), call_bound }))
     }
@@ -182,8 +227,8 @@ impl SuiteTarget for ZooKeeperTarget {
         };
         Ok(builder(&connect_string, timeout)
             .session_timeout(ROUTED_SESSION_TIMEOUT)
-            .root(&self.root)
-            .digest(USER, PASSWORD)
+            .namespace(&self.root)
+            .digest(&self.user, &self.password)
             .build())
     }
 
@@ -240,7 +285,7 @@ impl ZooKeeperBackend {
     pub fn write_round_trip(&self, samples: usize) -> lock_core::Result<Duration> {
         let session = &self.inner.session;
         let client = session.client()?;
-        let node = format!("{}/round-trip-{}", self.root(), uuid::Uuid::new_v4());
+        let node = format!("{}/round-trip-{}", self.namespace(), uuid::Uuid::new_v4());
         let options = zk::CreateMode::Ephemeral.with_acls(self.inner.acls);
         let samples = samples.max(1);
         let mut timings = Vec::with_capacity(samples);

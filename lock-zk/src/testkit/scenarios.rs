@@ -92,7 +92,7 @@ pub(super) fn z02_expiry() {
     let backend = ZooKeeperBackend::builder(server.connect_string())
         .session_timeout(session_timeout)
         .connect_timeout(Duration::from_secs(2))
-        .request_timeout(Duration::from_secs(1))
+        .io_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
     assert_eq!(backend.session_timeout(), session_timeout);

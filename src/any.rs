@@ -1,0 +1,338 @@
+//! [`AnyBackend`]: every backend this build has, as one type — what [`parse_url`](crate::parse_url)
+//! returns, so a program can take its lock server from configuration.
+
+use std::time::{Duration, Instant};
+
+use lock_core::{
+    Acquired, BackendProfile, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind, LockName,
+    MemoryBackend, MemoryLease, NativeWait, OwnerToken, Result,
+};
+
+/// One backend of any kind this build has (each variant behind its Cargo feature), implementing
+/// [`DistributedLock`] — and [`NativeWait`] and [`Fencing`] exactly when the inner backend does —
+/// by delegation.
+///
+/// ```
+/// use distlock::{AnyBackend, LockClient, MemoryBackend};
+///
+/// let client = LockClient::new(AnyBackend::Memory(MemoryBackend::new()));
+/// let guard = client.lock_named("reports:daily")?.lock()?;
+/// assert!(guard.fencing_token().is_some());
+/// # Ok::<(), distlock::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum AnyBackend {
+    /// The in-process backend.
+    Memory(MemoryBackend),
+    /// Redis, one server.
+    #[cfg(feature = "redis")]
+    Redis(lock_redis::RedisBackend),
+    /// Redlock over independent Redis servers.
+    #[cfg(feature = "redis")]
+    Redlock(lock_redis::RedlockBackend),
+    /// PostgreSQL.
+    #[cfg(feature = "postgres")]
+    Postgres(lock_sql::postgres::PostgresBackend),
+    /// MySQL or MariaDB.
+    #[cfg(feature = "mysql")]
+    MySql(lock_sql::mysql::MySqlBackend),
+    /// ZooKeeper.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(lock_zk::ZooKeeperBackend),
+}
+
+/// A lease of an [`AnyBackend`]: the inner backend's lease, in the variant of its backend.
+// Unboxed: a lease is made once per acquisition and moved a few times; boxing the large ones would
+// add an allocation to every acquisition for a few hundred bytes saved.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyLease {
+    /// Of [`AnyBackend::Memory`].
+    Memory(MemoryLease),
+    /// Of [`AnyBackend::Redis`].
+    #[cfg(feature = "redis")]
+    Redis(lock_redis::RedisLease),
+    /// Of [`AnyBackend::Redlock`].
+    #[cfg(feature = "redis")]
+    Redlock(lock_redis::RedlockLease),
+    /// Of [`AnyBackend::Postgres`].
+    #[cfg(feature = "postgres")]
+    Postgres(lock_sql::postgres::PostgresLease),
+    /// Of [`AnyBackend::MySql`].
+    #[cfg(feature = "mysql")]
+    MySql(lock_sql::mysql::MySqlLease),
+    /// Of [`AnyBackend::ZooKeeper`].
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(lock_zk::ZooKeeperLease),
+}
+
+/// Runs `$body` with `$inner` bound to the inner backend, whatever the variant.
+macro_rules! each {
+    ($backend:expr, $inner:ident => $body:expr) => {
+        match $backend {
+            AnyBackend::Memory($inner) => $body,
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis($inner) => $body,
+            #[cfg(feature = "redis")]
+            AnyBackend::Redlock($inner) => $body,
+            #[cfg(feature = "postgres")]
+            AnyBackend::Postgres($inner) => $body,
+            #[cfg(feature = "mysql")]
+            AnyBackend::MySql($inner) => $body,
+            #[cfg(feature = "zookeeper")]
+            AnyBackend::ZooKeeper($inner) => $body,
+        }
+    };
+}
+
+/// Runs `$body` with the inner backend and the inner lease when their variants match, and
+/// `$mismatch` (with the backend) when they do not.
+macro_rules! paired {
+    ($backend:expr, $lease:expr, |$inner:ident, $inner_lease:ident| $body:expr, |$any:ident| $mismatch:expr) => {
+        match ($backend, $lease) {
+            (AnyBackend::Memory($inner), AnyLease::Memory($inner_lease)) => $body,
+            #[cfg(feature = "redis")]
+            (AnyBackend::Redis($inner), AnyLease::Redis($inner_lease)) => $body,
+            #[cfg(feature = "redis")]
+            (AnyBackend::Redlock($inner), AnyLease::Redlock($inner_lease)) => $body,
+            #[cfg(feature = "postgres")]
+            (AnyBackend::Postgres($inner), AnyLease::Postgres($inner_lease)) => $body,
+            #[cfg(feature = "mysql")]
+            (AnyBackend::MySql($inner), AnyLease::MySql($inner_lease)) => $body,
+            #[cfg(feature = "zookeeper")]
+            (AnyBackend::ZooKeeper($inner), AnyLease::ZooKeeper($inner_lease)) => $body,
+            // Unreachable with no backend feature: the memory pair is then the only one.
+            #[allow(unreachable_patterns)]
+            ($any, _) => $mismatch,
+        }
+    };
+}
+
+/// `From` each inner lease, so that one delegating body fits every variant.
+macro_rules! lease_from {
+    ($($(#[$cfg:meta])* $variant:ident($lease:ty)),* $(,)?) => {$(
+        $(#[$cfg])*
+        impl From<$lease> for AnyLease {
+            fn from(lease: $lease) -> Self {
+                AnyLease::$variant(lease)
+            }
+        }
+    )*};
+}
+
+lease_from! {
+    Memory(MemoryLease),
+    #[cfg(feature = "redis")] Redis(lock_redis::RedisLease),
+    #[cfg(feature = "redis")] Redlock(lock_redis::RedlockLease),
+    #[cfg(feature = "postgres")] Postgres(lock_sql::postgres::PostgresLease),
+    #[cfg(feature = "mysql")] MySql(lock_sql::mysql::MySqlLease),
+    #[cfg(feature = "zookeeper")] ZooKeeper(lock_zk::ZooKeeperLease),
+}
+
+/// A lease of another backend's variant handed to this one: a caller's bug, reported as such.
+fn mismatch(backend: &AnyBackend) -> Error {
+    Error::invalid_config(format!(
+        "a lease of another backend was handed to the {} backend of this AnyBackend",
+        backend.backend_name()
+    ))
+}
+
+impl AnyBackend {
+    /// Creates the tables the SQL lock-table and row kinds use, if absent (see each backend's
+    /// `ensure_schema`); nothing for the other backends.
+    ///
+    /// # Errors
+    /// As the SQL backends' `ensure_schema`: the server's refusal (no right to create tables),
+    /// or a connection error.
+    pub fn ensure_schema(&self) -> Result<()> {
+        match self {
+            #[cfg(feature = "postgres")]
+            AnyBackend::Postgres(backend) => backend.ensure_schema(),
+            #[cfg(feature = "mysql")]
+            AnyBackend::MySql(backend) => backend.ensure_schema(),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Extends a batch of [`AnyLease`]s on `backend`, whose own lease `pick` finds in each: one
+/// inner batch (so the backend's own batching applies), a mismatched lease an error at its place.
+fn extend_batch<B: DistributedLock>(
+    any: &AnyBackend,
+    backend: &B,
+    batch: &mut [Extension<'_, AnyLease>],
+    pick: fn(&mut AnyLease) -> Option<&mut B::Lease>,
+) -> Vec<Result<bool>> {
+    let mut results: Vec<Option<Result<bool>>> = batch.iter().map(|_| None).collect();
+    let mut places = Vec::with_capacity(batch.len());
+    let mut inner = Vec::with_capacity(batch.len());
+    for (place, item) in batch.iter_mut().enumerate() {
+        let ttl = item.ttl;
+        match pick(item.lease) {
+            Some(lease) => {
+                places.push(place);
+                inner.push(Extension::new(lease, ttl));
+            }
+            None => results[place] = Some(Err(mismatch(any))),
+        }
+    }
+    for (place, result) in places.into_iter().zip(backend.extend_many(&mut inner)) {
+        results[place] = Some(result);
+    }
+    results
+        .into_iter()
+        .map(|result| {
+            result.unwrap_or_else(|| {
+                Err(Error::backend(any.backend_name(), "the backend returned fewer results than leases"))
+            })
+        })
+        .collect()
+}
+
+/// The inner lease of `$variant`, for [`extend_batch`].
+macro_rules! pick {
+    ($variant:ident) => {
+        |lease| match lease {
+            AnyLease::$variant(lease) => Some(lease),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    };
+}
+
+impl DistributedLock for AnyBackend {
+    type Lease = AnyLease;
+
+    fn backend_name(&self) -> &'static str {
+        each!(self, inner => inner.backend_name())
+    }
+
+    fn hold_kind(&self) -> HoldKind {
+        each!(self, inner => inner.hold_kind())
+    }
+
+    fn lease_margin(&self, ttl: Duration) -> Duration {
+        each!(self, inner => inner.lease_margin(ttl))
+    }
+
+    fn session_suspended(&self) -> bool {
+        each!(self, inner => inner.session_suspended())
+    }
+
+    fn profile(&self) -> BackendProfile {
+        each!(self, inner => inner.profile())
+    }
+
+    fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<AnyLease>> {
+        each!(self, inner => inner.try_acquire(name, owner, ttl).map(|lease| lease.map(AnyLease::from)))
+    }
+
+    fn extend(&self, lease: &mut AnyLease, ttl: Duration) -> Result<bool> {
+        paired!(self, lease, |inner, lease| inner.extend(lease, ttl), |any| Err(mismatch(any)))
+    }
+
+    fn extend_many(&self, batch: &mut [Extension<'_, AnyLease>]) -> Vec<Result<bool>> {
+        match self {
+            AnyBackend::Memory(inner) => extend_batch(self, inner, batch, pick!(Memory)),
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(inner) => extend_batch(self, inner, batch, pick!(Redis)),
+            #[cfg(feature = "redis")]
+            AnyBackend::Redlock(inner) => extend_batch(self, inner, batch, pick!(Redlock)),
+            #[cfg(feature = "postgres")]
+            AnyBackend::Postgres(inner) => extend_batch(self, inner, batch, pick!(Postgres)),
+            #[cfg(feature = "mysql")]
+            AnyBackend::MySql(inner) => extend_batch(self, inner, batch, pick!(MySql)),
+            #[cfg(feature = "zookeeper")]
+            AnyBackend::ZooKeeper(inner) => extend_batch(self, inner, batch, pick!(ZooKeeper)),
+        }
+    }
+
+    fn extends_independently(&self) -> bool {
+        each!(self, inner => inner.extends_independently())
+    }
+
+    fn release(&self, lease: AnyLease) -> Result<bool> {
+        paired!(self, lease, |inner, lease| inner.release(lease), |any| Err(mismatch(any)))
+    }
+
+    fn native_wait(&self) -> Option<&dyn NativeWait<Lease = AnyLease>> {
+        let able = each!(self, inner => inner.native_wait().is_some());
+        able.then_some(self as &dyn NativeWait<Lease = AnyLease>)
+    }
+
+    fn fencing(&self) -> Option<&dyn Fencing<Lease = AnyLease>> {
+        let able = each!(self, inner => inner.fencing().is_some());
+        able.then_some(self as &dyn Fencing<Lease = AnyLease>)
+    }
+}
+
+impl NativeWait for AnyBackend {
+    /// The inner backend's native wait.
+    ///
+    /// # Errors
+    /// As the inner backend's; [`Error::Unsupported`] when it has no native wait (then
+    /// [`native_wait`](DistributedLock::native_wait) is `None`, and lock-core never calls this).
+    fn acquire_until(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<AnyLease>>> {
+        each!(self, inner => match inner.native_wait() {
+            Some(wait) => wait
+                .acquire_until(name, owner, ttl, deadline)
+                .map(|acquired| acquired.map(|a| Acquired::new(AnyLease::from(a.lease), a.sent_at))),
+            None => Err(Error::Unsupported { backend: inner.backend_name(), feature: "a native wait" }),
+        })
+    }
+}
+
+impl Fencing for AnyBackend {
+    /// The inner backend's token for the lease.
+    ///
+    /// A lease of another backend's variant, or a backend without fencing (then
+    /// [`fencing`](DistributedLock::fencing) is `None`), has the token 0: lower than any real
+    /// token, so a resource that checks tokens refuses its writes. (This method cannot fail.)
+    fn fencing_token(&self, lease: &AnyLease) -> FencingToken {
+        paired!(
+            self,
+            lease,
+            |inner, lease| inner
+                .fencing()
+                .map_or(FencingToken::new(0), |fencing| fencing.fencing_token(lease)),
+            |_any| FencingToken::new(0)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock_core::LockClient;
+
+    #[test]
+    fn delegates_abilities_and_locks() {
+        let backend = AnyBackend::Memory(MemoryBackend::new());
+        assert!(backend.native_wait().is_some() && backend.fencing().is_some());
+        let client = LockClient::new(backend.clone());
+        let guard = client.lock_named("any").unwrap().lock().unwrap();
+        assert!(guard.fencing_token().is_some());
+        let rival = LockClient::new(backend);
+        assert!(rival.lock_named("any").unwrap().try_lock().unwrap().is_none());
+        guard.unlock().unwrap();
+    }
+
+    #[test]
+    fn batches_extend_through_the_inner_backend() {
+        let backend = AnyBackend::Memory(MemoryBackend::new());
+        let name = LockName::new("batch").unwrap();
+        let ttl = Duration::from_secs(5);
+        let mut lease = backend.try_acquire(&name, &OwnerToken::random(), ttl).unwrap().unwrap();
+        let results = backend.extend_many(&mut [Extension::new(&mut lease, ttl)]);
+        assert!(matches!(results.as_slice(), [Ok(true)]), "{results:?}");
+        assert!(backend.release(lease).unwrap());
+    }
+}

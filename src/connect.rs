@@ -1,0 +1,467 @@
+//! [`parse_url`]: the one way from a server URL to a ready backend, as object_store's `parse_url`
+//! is — examples, `distlock exec`, `inspect`, `bench` and `compare` all go through it.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use lock_core::{Error, MemoryBackend, Result};
+
+use crate::any::AnyBackend;
+
+/// A kind of lock, where a URL's scheme has several; the names are the `distlock` command's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// `memory`: the in-process backend.
+    Memory,
+    /// `redis`: one Redis server, `SET NX PX` layout.
+    Redis,
+    /// `redis-hash`: one Redis server, reentrant-hash layout.
+    RedisHash,
+    /// `redlock`: Redlock over independent Redis servers.
+    Redlock,
+    /// `pg-table`: PostgreSQL lock table.
+    PgTable,
+    /// `pg-row`: PostgreSQL `SELECT … FOR UPDATE` row lock.
+    PgRow,
+    /// `pg-advisory`: PostgreSQL advisory lock.
+    PgAdvisory,
+    /// `mysql-table`: MySQL/MariaDB lock table.
+    MySqlTable,
+    /// `mysql-row`: MySQL/MariaDB `SELECT … FOR UPDATE` row lock.
+    MySqlRow,
+    /// `mysql-advisory`: MySQL/MariaDB `GET_LOCK` advisory lock.
+    MySqlAdvisory,
+    /// `zookeeper`: Curator-compatible ephemeral-sequential lock.
+    ZooKeeper,
+}
+
+impl BackendKind {
+    /// Every kind, in the `distlock kinds` table's order.
+    pub const ALL: [BackendKind; 11] = [
+        Self::Memory,
+        Self::Redis,
+        Self::RedisHash,
+        Self::Redlock,
+        Self::PgTable,
+        Self::PgRow,
+        Self::PgAdvisory,
+        Self::MySqlTable,
+        Self::MySqlRow,
+        Self::MySqlAdvisory,
+        Self::ZooKeeper,
+    ];
+
+    /// The kind's name: `redis-hash`, `pg-row`, …
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Redis => "redis",
+            Self::RedisHash => "redis-hash",
+            Self::Redlock => "redlock",
+            Self::PgTable => "pg-table",
+            Self::PgRow => "pg-row",
+            Self::PgAdvisory => "pg-advisory",
+            Self::MySqlTable => "mysql-table",
+            Self::MySqlRow => "mysql-row",
+            Self::MySqlAdvisory => "mysql-advisory",
+            Self::ZooKeeper => "zookeeper",
+        }
+    }
+
+    /// The kind a URL names when no kind is given: the first of its scheme's.
+    ///
+    /// # Errors
+    /// As [`parse_url_opts`] for the URL's form, before connecting.
+    pub fn of_url(url: &str) -> Result<Self> {
+        resolve(url, None)
+    }
+
+    /// The scheme family this kind belongs to.
+    fn family(self) -> Family {
+        match self {
+            Self::Memory => Family::Memory,
+            Self::Redis | Self::RedisHash => Family::Redis,
+            Self::Redlock => Family::Redlock,
+            Self::PgTable | Self::PgRow | Self::PgAdvisory => Family::Postgres,
+            Self::MySqlTable | Self::MySqlRow | Self::MySqlAdvisory => Family::MySql,
+            Self::ZooKeeper => Family::ZooKeeper,
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = Error;
+
+    /// # Errors
+    /// [`Error::InvalidConfig`] listing the names, for an unknown one.
+    fn from_str(name: &str) -> Result<Self> {
+        Self::ALL.into_iter().find(|kind| kind.name() == name).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|kind| kind.name()).collect();
+            Error::invalid_config(format!(
+                "unknown backend kind {name:?}; the kinds are {}",
+                names.join(", ")
+            ))
+        })
+    }
+}
+
+/// The settings every backend shares, for [`parse_url_opts`]; unset ones keep each backend's
+/// default (see its builder). A by-value builder:
+///
+/// ```
+/// use std::time::Duration;
+/// use distlock::{BackendKind, ConnectOptions};
+///
+/// let options = ConnectOptions::new().kind(BackendKind::PgRow).connect_timeout(Duration::from_secs(2));
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct ConnectOptions {
+    kind: Option<BackendKind>,
+    connect_timeout: Option<Duration>,
+    io_timeout: Option<Duration>,
+    max_connections: Option<u32>,
+    namespace: Option<String>,
+}
+
+impl ConnectOptions {
+    /// No setting: each backend's defaults, and the first kind of the URL's scheme.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The kind of lock, where the URL's scheme has several (`redis-hash`, `pg-row`, …); a kind
+    /// of another scheme is [`Error::InvalidConfig`]. Defaults to the first kind of the scheme:
+    /// `redis`, `pg-table`, `mysql-table`, `zookeeper`; `redlock` for a list of `redis://` URLs.
+    pub fn kind(mut self, kind: BackendKind) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+
+    /// How long connecting may take (each builder's `connect_timeout`). Defaults to the
+    /// backend's default.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
+
+    /// How long one exchange with the server may take (each builder's `io_timeout`; Redlock's
+    /// node timeout). Defaults to the backend's default.
+    pub fn io_timeout(mut self, timeout: Duration) -> Self {
+        self.io_timeout = Some(timeout);
+        self
+    }
+
+    /// The connection pool's size (each builder's `max_connections`); ignored by ZooKeeper,
+    /// whose backend has one session. Defaults to the backend's default.
+    pub fn max_connections(mut self, max: u32) -> Self {
+        self.max_connections = Some(max);
+        self
+    }
+
+    /// The namespace (each builder's `namespace`: Redis's key prefix, the SQL advisory-lock
+    /// namespace, ZooKeeper's root path, which it replaces the URL's path as). Defaults to the
+    /// backend's default (or, for ZooKeeper, the URL's path).
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+}
+
+/// Which servers a URL points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Memory,
+    Redis,
+    Redlock,
+    Postgres,
+    MySql,
+    ZooKeeper,
+}
+
+/// The family of `url`'s form:
+///
+/// - `memory` (or `memory://`): the in-process backend;
+/// - `redis://`, `rediss://`: one Redis server; several, comma-separated: Redlock's nodes;
+/// - `postgres://`, `postgresql://`, or a libpq `key=value …` string: PostgreSQL;
+/// - `mysql://`: MySQL or MariaDB;
+/// - `zk://`, `zookeeper://`: a ZooKeeper ensemble.
+fn family_of(url: &str) -> Result<Family> {
+    if url == "memory" || url == "memory://" {
+        return Ok(Family::Memory);
+    }
+    let shown = || lock_core::redact_url(url);
+    let Some((scheme, _)) = url.split_once("://") else {
+        // libpq's `host=h dbname=d …`: PostgreSQL's other connection-string form.
+        if url.contains('=') {
+            return Ok(Family::Postgres);
+        }
+        return Err(Error::invalid_config(format!(
+            "{} is not a URL: write scheme://… (redis://, postgres://, mysql://, zk://)",
+            shown()
+        )));
+    };
+    let urls = lock_core::split_url_list(url);
+    if urls.len() > 1 {
+        return if urls.iter().all(|one| one.starts_with("redis://") || one.starts_with("rediss://")) {
+            Ok(Family::Redlock)
+        } else {
+            Err(Error::invalid_config(format!(
+                "a list of URLs is Redlock's nodes, all redis:// or rediss://: {}",
+                shown()
+            )))
+        };
+    }
+    match scheme {
+        "redis" | "rediss" => Ok(Family::Redis),
+        "postgres" | "postgresql" => Ok(Family::Postgres),
+        "mysql" => Ok(Family::MySql),
+        "zk" | "zookeeper" => Ok(Family::ZooKeeper),
+        "memory" => Ok(Family::Memory),
+        other => Err(Error::invalid_config(format!(
+            "no backend for {other}:// URLs (redis, rediss, postgres, postgresql, mysql, zk, zookeeper): {}",
+            shown()
+        ))),
+    }
+}
+
+/// The kind `url` with `kind` makes.
+fn resolve(url: &str, kind: Option<BackendKind>) -> Result<BackendKind> {
+    let family = family_of(url)?;
+    let Some(kind) = kind else {
+        return Ok(match family {
+            Family::Memory => BackendKind::Memory,
+            Family::Redis => BackendKind::Redis,
+            Family::Redlock => BackendKind::Redlock,
+            Family::Postgres => BackendKind::PgTable,
+            Family::MySql => BackendKind::MySqlTable,
+            Family::ZooKeeper => BackendKind::ZooKeeper,
+        });
+    };
+    // One redis:// URL may be a Redlock of one node; a list is Redlock only.
+    if kind.family() == family || (kind == BackendKind::Redlock && family == Family::Redis) {
+        return Ok(kind);
+    }
+    Err(Error::invalid_config(format!(
+        "the kind {kind} does not go with {}",
+        lock_core::redact_url(url).split("://").next().map_or_else(String::new, |s| format!("{s}:// URLs"))
+    )))
+}
+
+/// Checks that `url` (with `kind`) names a backend of this build, without connecting: the kind it
+/// would make.
+///
+/// # Errors
+/// As [`parse_url_opts`] before it connects.
+pub fn check_url(url: &str, kind: Option<BackendKind>) -> Result<BackendKind> {
+    let kind = resolve(url, kind)?;
+    match kind.family() {
+        #[cfg(not(feature = "redis"))]
+        Family::Redis | Family::Redlock => Err(not_built("redis")),
+        #[cfg(not(feature = "postgres"))]
+        Family::Postgres => Err(not_built("postgres")),
+        #[cfg(not(feature = "mysql"))]
+        Family::MySql => Err(not_built("mysql")),
+        #[cfg(not(feature = "zookeeper"))]
+        Family::ZooKeeper => Err(not_built("zookeeper")),
+        _ => Ok(kind),
+    }
+}
+
+#[allow(dead_code)] // Unused when every backend feature is on.
+fn not_built(feature: &'static str) -> Error {
+    Error::Unsupported { backend: "distlock", feature: feature_message(feature) }
+}
+
+#[allow(dead_code)]
+fn feature_message(feature: &'static str) -> &'static str {
+    match feature {
+        "redis" => "redis:// URLs in this build (enable the `redis` feature)",
+        "postgres" => "postgres:// URLs in this build (enable the `postgres` feature)",
+        "mysql" => "mysql:// URLs in this build (enable the `mysql` feature)",
+        _ => "zk:// URLs in this build (enable the `zookeeper` feature)",
+    }
+}
+
+/// A ready backend for `url`, with every default: [`parse_url_opts`] with
+/// [`ConnectOptions::new`].
+///
+/// ```no_run
+/// use distlock::{parse_url, LockClient};
+///
+/// let client = LockClient::new(parse_url("zk://10.0.0.1:2181,10.0.0.2:2181/locks")?);
+/// let guard = client.lock_named("reports:daily")?.lock()?;
+/// guard.unlock()?;
+/// # Ok::<(), distlock::Error>(())
+/// ```
+///
+/// # Errors
+/// As [`parse_url_opts`].
+pub fn parse_url(url: &str) -> Result<AnyBackend> {
+    parse_url_opts(url, &ConnectOptions::new())
+}
+
+/// A ready backend for `url`: validated and connected, as each builder's `build` (which opens a
+/// first connection within the connect timeout). The forms:
+///
+/// | form | backend | kinds |
+/// |---|---|---|
+/// | `memory` | in-process (a new store per call) | `memory` |
+/// | `redis://[[user]:password@]host[:port][/db]`, `rediss://…` (TLS) | Redis | `redis` (default), `redis-hash`, `redlock` |
+/// | `redis://…,redis://…,…` | Redlock over these nodes | `redlock` |
+/// | `postgres://` or `postgresql://[user[:password]@]host[:port]/db[?…]`, libpq `host=… dbname=…` | PostgreSQL | `pg-table` (default), `pg-row`, `pg-advisory` |
+/// | `mysql://[user[:password]@]host[:port]/db` | MySQL, MariaDB | `mysql-table` (default), `mysql-row`, `mysql-advisory` |
+/// | `zk://[user:password@]host:port[,host:port…][/namespace]`, `zookeeper://…` | ZooKeeper (digest auth with credentials) | `zookeeper` |
+///
+/// User names and passwords are percent-decoded (`%40` for `@`, `%3A` for `:`, `%2F` for `/`).
+/// The SQL kinds need their tables: call [`AnyBackend::ensure_schema`] once.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] for a malformed URL, a kind of another scheme, or settings out of
+/// range; [`Error::Unsupported`] for a backend whose feature this build lacks;
+/// [`Error::Connection`], [`Error::Timeout`] or [`Error::Authentication`] when the server
+/// cannot be reached or refuses the credentials. No error shows a password.
+pub fn parse_url_opts(url: &str, options: &ConnectOptions) -> Result<AnyBackend> {
+    let kind = check_url(url, options.kind)?;
+    match kind.family() {
+        Family::Memory => Ok(AnyBackend::Memory(MemoryBackend::new())),
+        #[cfg(feature = "redis")]
+        Family::Redis => redis(url, kind, options),
+        #[cfg(feature = "redis")]
+        Family::Redlock => redlock(url, options),
+        #[cfg(feature = "postgres")]
+        Family::Postgres => postgres(url, kind, options),
+        #[cfg(feature = "mysql")]
+        Family::MySql => mysql(url, kind, options),
+        #[cfg(feature = "zookeeper")]
+        Family::ZooKeeper => zookeeper(url, options),
+        #[allow(unreachable_patterns)]
+        _ => unreachable!("check_url refuses the families this build lacks"),
+    }
+}
+
+/// Applies the options that are set to a builder, through its setters of the same names.
+macro_rules! apply {
+    ($builder:expr, $options:expr, $($setting:ident),*) => {{
+        let mut builder = $builder;
+        $(if let Some(value) = $options.$setting.clone() {
+            builder = builder.$setting(value);
+        })*
+        builder
+    }};
+}
+
+#[cfg(feature = "redis")]
+fn redis(url: &str, kind: BackendKind, options: &ConnectOptions) -> Result<AnyBackend> {
+    use lock_redis::{RedisBackend, RedisLockKind};
+    if kind == BackendKind::Redlock {
+        return redlock(url, options);
+    }
+    let layout =
+        if kind == BackendKind::RedisHash { RedisLockKind::ReentrantHash } else { RedisLockKind::SetNx };
+    let builder = RedisBackend::builder(url).kind(layout);
+    apply!(builder, options, connect_timeout, io_timeout, max_connections, namespace)
+        .build()
+        .map(AnyBackend::Redis)
+}
+
+#[cfg(feature = "redis")]
+fn redlock(urls: &str, options: &ConnectOptions) -> Result<AnyBackend> {
+    let builder = lock_redis::RedlockBackend::builder(lock_core::split_url_list(urls));
+    apply!(builder, options, connect_timeout, io_timeout, max_connections, namespace)
+        .build()
+        .map(AnyBackend::Redlock)
+}
+
+#[cfg(feature = "postgres")]
+fn postgres(url: &str, kind: BackendKind, options: &ConnectOptions) -> Result<AnyBackend> {
+    use lock_sql::postgres::{PostgresBackend, PostgresLockKind};
+    let sql_kind = match kind {
+        BackendKind::PgRow => PostgresLockKind::Row,
+        BackendKind::PgAdvisory => PostgresLockKind::Advisory,
+        _ => PostgresLockKind::Table,
+    };
+    let builder = PostgresBackend::builder(url).kind(sql_kind);
+    apply!(builder, options, connect_timeout, io_timeout, max_connections, namespace)
+        .build()
+        .map(AnyBackend::Postgres)
+}
+
+#[cfg(feature = "mysql")]
+fn mysql(url: &str, kind: BackendKind, options: &ConnectOptions) -> Result<AnyBackend> {
+    use lock_sql::mysql::{MySqlBackend, MySqlLockKind};
+    let sql_kind = match kind {
+        BackendKind::MySqlRow => MySqlLockKind::Row,
+        BackendKind::MySqlAdvisory => MySqlLockKind::Advisory,
+        _ => MySqlLockKind::Table,
+    };
+    let builder = MySqlBackend::builder(url).kind(sql_kind);
+    apply!(builder, options, connect_timeout, io_timeout, max_connections, namespace)
+        .build()
+        .map(AnyBackend::MySql)
+}
+
+#[cfg(feature = "zookeeper")]
+fn zookeeper(url: &str, options: &ConnectOptions) -> Result<AnyBackend> {
+    let builder = lock_zk::ZooKeeperLockBuilder::from_url(url)?;
+    apply!(builder, options, connect_timeout, io_timeout, namespace).build().map(AnyBackend::ZooKeeper)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_round_trip_their_names() {
+        for kind in BackendKind::ALL {
+            assert_eq!(kind.name().parse::<BackendKind>().unwrap(), kind);
+        }
+        assert!(matches!("etcd".parse::<BackendKind>(), Err(Error::InvalidConfig { .. })));
+    }
+
+    #[test]
+    fn each_form_resolves_to_its_default_kind() {
+        let cases = [
+            ("memory", BackendKind::Memory),
+            ("redis://h:1/", BackendKind::Redis),
+            ("rediss://:p%40w@h:1/", BackendKind::Redis),
+            ("redis://h:1/,redis://h:2/", BackendKind::Redlock),
+            ("postgres://u:p@h/db", BackendKind::PgTable),
+            ("postgresql://h/db", BackendKind::PgTable),
+            ("host=h dbname=d password=p", BackendKind::PgTable),
+            ("mysql://u:p@h/db", BackendKind::MySqlTable),
+            ("zk://u:p@h1:1,h2:2/a@b", BackendKind::ZooKeeper),
+            ("zookeeper://h:1", BackendKind::ZooKeeper),
+        ];
+        for (url, kind) in cases {
+            assert_eq!(resolve(url, None).unwrap(), kind, "{url}");
+        }
+    }
+
+    #[test]
+    fn a_kind_of_another_scheme_is_invalid_config() {
+        for (url, kind) in [
+            ("redis://h/", BackendKind::PgRow),
+            ("postgres://h/db", BackendKind::Redis),
+            ("zk://h:1", BackendKind::MySqlRow),
+            ("redis://h:1/,redis://h:2/", BackendKind::RedisHash),
+        ] {
+            assert!(matches!(resolve(url, Some(kind)), Err(Error::InvalidConfig { .. })), "{url} {kind}");
+        }
+        assert_eq!(resolve("redis://h/", Some(BackendKind::Redlock)).unwrap(), BackendKind::Redlock);
+        for bad in ["h:2181", "http://h/", "redis://h/,postgres://h/db", ""] {
+            assert!(matches!(resolve(bad, None), Err(Error::InvalidConfig { .. })), "{bad}");
+        }
+        let shown = resolve("ftp://u:hunter2@h/", None).unwrap_err().to_string();
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+}
