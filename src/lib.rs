@@ -4,7 +4,9 @@
 //! This facade re-exports [`lock_core`] (the API and the in-memory backend) and, behind Cargo
 //! features, each backend crate: `redis` (single-node locks and Redlock), `postgres` and `mysql`
 //! (lock table, row locks, advisory locks), `zookeeper` (Curator-compatible ephemeral-sequential
-//! locks).
+//! locks). The feature `testkit` is test support — each enabled backend's conformance-suite
+//! targets and broken recipes, for this crate's own tests and `distlock compare` — and is **not
+//! semver-stable**.
 //!
 //! ```
 //! use distlock::{LockClient, MemoryBackend};
