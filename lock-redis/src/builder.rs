@@ -152,8 +152,11 @@ impl RedisLockBuilder {
         let hub = WaitHub::new(client.clone(), settings, control_channel);
         let pool = ConnectionPool::new(client, settings);
         // Open the first connection now (r2d2's rule): an unreachable server or a wrong password
-        // is reported here, within the connect timeout.
-        drop(pool.get()?);
+        // is reported here, within the connect timeout. The PING is what finds a missing
+        // password: a server with `requirepass` accepts the connection and refuses commands.
+        pool.get()?
+            .run(|c| redis::cmd("PING").query::<()>(c))
+            .map_err(|error| crate::error::RedisFailure::command("connect", error))?;
         Ok(RedisBackend::from_inner(Inner {
             pool,
             prefix: self.key_prefix,
