@@ -216,8 +216,12 @@ fn open_memory(servers: Servers<'_>) -> std::result::Result<Opened, String> {
 pub trait KindTarget: Send + Sync {
     /// The name shown in reports.
     fn label(&self) -> String;
-    /// The physical limit: one server round trip; `None` in process.
-    fn round_trip(&self) -> Option<RoundTripProbe>;
+    /// The physical limit: one server round trip, through a backend of its own; `None` in
+    /// process.
+    ///
+    /// # Errors
+    /// When the backend cannot be built.
+    fn round_trip(&self) -> Result<Option<RoundTripProbe>>;
     /// W1, uncontended pairs.
     fn w1(&self, scale: Scale) -> Result<W1Report>;
     /// W2, eight workers on one name.
@@ -240,8 +244,8 @@ impl<T: SuiteTarget> KindTarget for T {
     fn label(&self) -> String {
         SuiteTarget::label(self)
     }
-    fn round_trip(&self) -> Option<RoundTripProbe> {
-        SuiteTarget::round_trip(self)
+    fn round_trip(&self) -> Result<Option<RoundTripProbe>> {
+        Ok(SuiteTarget::round_trip(self, &self.backend()?))
     }
     fn w1(&self, scale: Scale) -> Result<W1Report> {
         workload::w1_uncontended(self, scale)

@@ -65,7 +65,9 @@ fn compare_quick_writes_a_complete_report_that_renders() {
         redis["performance"]["round_trip_ns"].as_u64().unwrap() > 0,
         "Redis is compared with its round trip"
     );
-    assert!(redis["performance"]["w1"]["ratio_to_limit"].as_f64().unwrap() > 0.0);
+    assert_eq!(redis["performance"]["round_trip_beside"], "W1", "the round trip is timed beside W1's pairs");
+    let ratio = redis["performance"]["w1"]["ratio_to_limit"].as_f64();
+    assert!(ratio.is_some_and(|ratio| ratio > 0.0 && ratio <= 1.0), "PING bounds a pair: {ratio:?}");
     assert!(redis["performance"]["w2"]["handoff_ratio_to_rtt"].as_f64().unwrap() > 0.0);
     assert!(redis["properties"]["fencing"].as_str().unwrap().contains("INCR"));
     let recipes: Vec<(&str, bool)> = redis["recipes"]

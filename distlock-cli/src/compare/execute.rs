@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lock_testkit::negative::BrokenRecipe;
 use lock_testkit::suite::{Verdict, SCENARIOS};
-use lock_testkit::workload::{Percentiles, RoundTripProbe, Scale};
+use lock_testkit::workload::{Percentiles, Scale, W1Limit};
 use lock_testkit::BackendScenario;
 
 use super::progress::Progress;
@@ -185,7 +185,9 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 /// Hand-offs kept for the latency chart.
 const HANDOFF_SAMPLES: usize = 2_000;
 
-/// Runs the selected workloads on one kind, each between two round-trip measurements.
+/// Runs the selected workloads on one kind. W1 times a round trip after each of its pairs, and
+/// everything is compared with their median; without W1, W2 runs between two round-trip
+/// measurements and is compared with their mean.
 pub fn workloads(
     contender: &Contender,
     workloads: &[&str],
@@ -193,19 +195,12 @@ pub fn workloads(
     progress: &Progress,
 ) -> Performance {
     let target = &*contender.target;
-    let probe = target.round_trip();
-    let mut performance = Performance {
-        round_trip_description: probe.as_ref().map(|probe| probe.description().to_owned()),
-        ..Performance::default()
-    };
-    let mut round_trips: Vec<Duration> = Vec::new();
-    // Quick runs measure the round trip before the first workload and after the last (a probe
-    // takes a few thousand requests); full runs before and after each, as `distlock bench` does.
-    let quick = scale != Scale::FULL;
-    let (probe, whole_run) = if quick { (None, probe) } else { (probe, None) };
-    if let Some(probe) = &whole_run {
-        probe_into(probe, &mut round_trips, &mut performance, contender.name);
-    }
+    let mut performance = Performance::default();
+    let probe = target.round_trip().unwrap_or_else(|error| {
+        performance.errors.push(format!("{} round trip: {error}", contender.name));
+        None
+    });
+    performance.round_trip_description = probe.as_ref().map(|probe| probe.description().to_owned());
     let step = |workload: &str| {
         let step = format!("{} {}", contender.name, workload.to_uppercase());
         progress.start(&step);
@@ -213,21 +208,38 @@ pub fn workloads(
     };
     if workloads.contains(&"w1") {
         let name = step("w1");
-        match measured(probe.as_ref(), &mut round_trips, || target.w1(scale).map_err(|e| e.to_string())) {
-            Ok((report, rtt)) => {
+        match target.w1(scale) {
+            Ok(report) => {
                 let pairs_per_s = report.pairs_per_second();
                 let Percentiles { p50, p99 } = report.latency();
-                let ratio_to_limit = rtt.map(|rtt| pairs_per_s * 2.0 * rtt.as_secs_f64());
+                let (ratio_to_limit, probe_not_a_lower_bound) = match report.limit() {
+                    W1Limit::Ratio(ratio) => (Some(ratio), None),
+                    W1Limit::ProbeNotALowerBound(ratio) => (None, Some(ratio)),
+                    W1Limit::None => (None, None),
+                };
+                performance.round_trip_ns = report.round_trip().map(nanos);
+                performance.round_trip_beside = Some("W1");
                 progress.finish(&name, &format!("{pairs_per_s:.0} pairs/s"));
-                performance.w1 = Some(W1 { pairs_per_s, ratio_to_limit, p50_ns: p50, p99_ns: p99 });
+                performance.w1 = Some(W1 {
+                    pairs_per_s,
+                    ratio_to_limit,
+                    probe_not_a_lower_bound,
+                    p50_ns: p50,
+                    p99_ns: p99,
+                });
             }
-            Err(error) => failed(&mut performance, progress, &name, error),
+            Err(error) => failed(&mut performance, progress, &name, error.to_string()),
         }
     }
     if workloads.contains(&"w2") {
         let name = step("w2");
-        match measured(probe.as_ref(), &mut round_trips, || target.w2(scale).map_err(|e| e.to_string())) {
+        let probe = probe.as_ref().filter(|_| performance.round_trip_ns.is_none());
+        match around(probe, || target.w2(scale).map_err(|e| e.to_string())) {
             Ok((report, rtt)) => {
+                if let Some(rtt) = rtt {
+                    performance.round_trip_ns = Some(nanos(rtt.mean()));
+                    performance.round_trip_beside = Some("W2");
+                }
                 let handoffs = report.handoffs();
                 let (min, max) = report.per_worker_min_max();
                 let all = report.cross_worker_handoffs_ns();
@@ -239,8 +251,9 @@ pub fn workloads(
                     errors: report.acquire_errors + report.release_errors,
                     handoff_p50_ns: handoffs.cross_worker.p50,
                     handoff_p99_ns: handoffs.cross_worker.p99,
-                    handoff_ratio_to_rtt: rtt
-                        .map(|rtt| handoffs.cross_worker.p50 as f64 / rtt.as_nanos() as f64),
+                    handoff_ratio_to_rtt: performance
+                        .round_trip_ns
+                        .map(|rtt| handoffs.cross_worker.p50 as f64 / rtt as f64),
                     fairness: if max == 0 { 0.0 } else { min as f64 / max as f64 },
                     handoffs_ns: all.into_iter().step_by(step_by).collect(),
                 };
@@ -262,48 +275,11 @@ pub fn workloads(
             Err(error) => failed(&mut performance, progress, &name, error.to_string()),
         }
     }
-    if let Some(probe) = &whole_run {
-        probe_into(probe, &mut round_trips, &mut performance, contender.name);
-    }
-    if !round_trips.is_empty() {
-        let mean: Duration = round_trips.iter().sum::<Duration>() / round_trips.len() as u32;
-        performance.round_trip_ns = Some(mean.as_nanos() as u64);
-        // Quick runs compare every workload with the mean of the run's two round trips.
-        if let Some(w1) = performance.w1.as_mut().filter(|w1| w1.ratio_to_limit.is_none()) {
-            w1.ratio_to_limit = Some(w1.pairs_per_s * 2.0 * mean.as_secs_f64());
-        }
-        if let Some(w2) = performance.w2.as_mut().filter(|w2| w2.handoff_ratio_to_rtt.is_none()) {
-            w2.handoff_ratio_to_rtt = Some(w2.handoff_p50_ns as f64 / mean.as_nanos() as f64);
-        }
-    }
     performance
 }
 
-/// Measures one round trip into `round_trips` (a failure is the run's error).
-fn probe_into(
-    probe: &RoundTripProbe,
-    round_trips: &mut Vec<Duration>,
-    performance: &mut Performance,
-    kind: &str,
-) {
-    match probe.measure() {
-        Ok(rtt) => round_trips.push(rtt),
-        Err(error) => performance.errors.push(format!("{kind} round trip: {error}")),
-    }
-}
-
-/// Runs a workload between two round trips; returns its report and their mean.
-fn measured<R>(
-    probe: Option<&RoundTripProbe>,
-    round_trips: &mut Vec<Duration>,
-    workload: impl FnOnce() -> Result<R, String>,
-) -> Result<(R, Option<Duration>), String> {
-    let (report, rtt) = around(probe, workload)?;
-    let mean = rtt.map(|rtt| rtt.mean());
-    if let Some(rtt) = rtt {
-        round_trips.extend([rtt.before, rtt.after]);
-    }
-    Ok((report, mean))
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn failed(performance: &mut Performance, progress: &Progress, step: &str, error: String) {

@@ -52,8 +52,9 @@ pub struct CompareArgs {
     /// Run the MySQL kinds on this server (`mysql://user:password@host/db`).
     #[arg(long, value_name = "URL")]
     mysql: Option<String>,
-    /// Run the ZooKeeper kind on this ensemble (`host:port[,host:port…]`).
-    #[arg(long, value_name = "HOSTS")]
+    /// Run the ZooKeeper kind on this ensemble (`zk://[user:password@]host:port[,host:port…][/root]`,
+    /// or a bare `host:port[,host:port…]`).
+    #[arg(long, value_name = "URL")]
     zookeeper: Option<String>,
     /// Write `report.json`, `report.md` and `report.html` into this directory.
     #[arg(long, value_name = "DIR")]

@@ -106,9 +106,11 @@ pub struct RecipeResult {
 pub struct Performance {
     /// How the round trip was measured; `None` in process.
     pub round_trip_description: Option<String>,
-    /// The mean of the round trips measured for the workloads, in ns: before and after W1 and W2
-    /// (full runs), or before the first workload and after the last (quick runs).
+    /// The round trip the workloads are compared with, in ns: the median of those timed after
+    /// each W1 pair, or (without W1) the mean of two measured before and after W2.
     pub round_trip_ns: Option<u64>,
+    /// Which workload the round trip was measured beside (`W1`, `W2`).
+    pub round_trip_beside: Option<&'static str>,
     /// W1: uncontended pairs.
     pub w1: Option<W1>,
     /// W2: eight workers on one name.
@@ -124,8 +126,13 @@ pub struct Performance {
 pub struct W1 {
     /// Pairs per second.
     pub pairs_per_s: f64,
-    /// Pairs per second ÷ 1/(2 × round trip); `None` in process.
+    /// Pairs per second ÷ 1/(2 × round trip), at most 1.0; `None` in process, or when the
+    /// round trip was no lower bound.
     pub ratio_to_limit: Option<f64>,
+    /// The ratio, when above 1.0: pairs ran faster than two of the round trips timed beside
+    /// them, so the probe is not a lower bound of the lock's requests — a measurement problem,
+    /// not a result.
+    pub probe_not_a_lower_bound: Option<f64>,
     /// Pair latency p50, ns.
     pub p50_ns: u64,
     /// Pair latency p99, ns.

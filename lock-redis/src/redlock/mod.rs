@@ -324,6 +324,15 @@ impl fmt::Debug for RedlockBackend {
     }
 }
 
+#[cfg(feature = "testkit")]
+impl RedlockBackend {
+    /// Times one `PING` per call on a connection of node 1's pool (benchmarks' limit).
+    pub(crate) fn ping_probe(&self) -> lock_testkit::workload::TimeOne {
+        let backend = self.clone();
+        Box::new(move || crate::testkit::time_ping(&backend.inner.nodes[0].pool))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::acquire::{attempt_value, parse_vote};

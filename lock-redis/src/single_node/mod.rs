@@ -453,6 +453,15 @@ impl fmt::Debug for RedisBackend {
     }
 }
 
+#[cfg(feature = "testkit")]
+impl RedisBackend {
+    /// Times one `PING` per call on a connection of this backend's pool (benchmarks' limit).
+    pub(crate) fn ping_probe(&self) -> lock_testkit::workload::TimeOne {
+        let backend = self.clone();
+        Box::new(move || crate::testkit::time_ping(&backend.inner.pool))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

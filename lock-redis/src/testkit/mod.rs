@@ -19,6 +19,7 @@ mod single_node;
 
 pub use redlock::{RedlockTarget, NODES};
 pub use scenarios::scenarios;
+pub(crate) use single_node::time_ping;
 pub use single_node::{delete_keys_of_names, routed_url, RedisTarget, CONNECT_TIMEOUT};
 
 use lock_testkit::harness::{HarnessError, RedisServer};

@@ -11,7 +11,7 @@ use crate::redis;
 use crate::{RedisKeys, RedlockBackend, RedlockBuilder};
 use lock_core::{DistributedLock, Error, FencingToken, Lock, LockClient, LockName, LockOptions};
 
-use crate::testkit::single_node::{ping_round_trip, routed_url, CONNECT_TIMEOUT};
+use crate::testkit::single_node::{routed_url, CONNECT_TIMEOUT};
 use lock_testkit::harness::shared::{self, REDIS_NODES_VARIABLE};
 use lock_testkit::harness::{RedisOptions, RedisServer};
 use lock_testkit::suite::breach::STALE_WRITE_ACCEPTED;
@@ -210,8 +210,14 @@ impl SuiteTarget for RedlockTarget {
     }
 
     /// The round trip to node 1 (the nodes are alike and all on this machine in the harness).
-    fn round_trip(&self) -> Option<RoundTripProbe> {
-        self.urls.first().map(|url| ping_round_trip(url))
+    fn round_trip(&self, backend: &RedlockBackend) -> Option<RoundTripProbe> {
+        let backend = backend.clone();
+        let node = lock_core::redact_url(self.urls.first()?);
+        Some(RoundTripProbe::new(
+            format!("round trip = a PING on a pooled connection of the lock's backend, to node 1 ({node})"),
+            super::single_node::PINGS,
+            move || Ok(backend.ping_probe()),
+        ))
     }
 }
 

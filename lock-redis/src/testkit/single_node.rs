@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::redis;
 use crate::{RedisBackend, RedisKeys, RedisLockKind};
@@ -12,7 +12,9 @@ use lock_core::{Error, LockName};
 use lock_testkit::harness::shared::{self, REDIS_URL_VARIABLE};
 use lock_testkit::harness::{RedisOptions, RedisServer};
 use lock_testkit::suite::{NotApplicable, OwnServers, SuiteTarget};
-use lock_testkit::workload::{median_round_trip, RoundTripProbe};
+use lock_testkit::workload::RoundTripProbe;
+
+use crate::connection::ConnectionPool;
 
 /// The connect timeout of every client the target makes: short, so S13's unreachable-server
 /// check is quick, and far above a loopback connect.
@@ -190,8 +192,16 @@ impl SuiteTarget for RedisTarget {
         Ok(backend.map(|backend| OwnServers { backend, servers: Box::new(vec![server]), call_bound }))
     }
 
-    fn round_trip(&self) -> Option<RoundTripProbe> {
-        Some(ping_round_trip(&self.url))
+    fn round_trip(&self, backend: &RedisBackend) -> Option<RoundTripProbe> {
+        let backend = backend.clone();
+        Some(RoundTripProbe::new(
+            format!(
+                "round trip = a PING on a pooled connection of the lock's backend, to {}",
+                lock_core::redact_url(&self.url)
+            ),
+            PINGS,
+            move || Ok(backend.ping_probe()),
+        ))
     }
 
     fn clean_up(&self, prefix: &str) -> Result<u64, String> {
@@ -225,25 +235,16 @@ pub fn routed_url(url: &str, route: &mut dyn FnMut(SocketAddr) -> SocketAddr) ->
 }
 
 /// How many PINGs measure the round trip (after as many again to warm up).
-const PINGS: usize = 10_000;
+pub(super) const PINGS: usize = 10_000;
 
-/// The round trip to the server at `url`: the median of [`PINGS`] `PING`s on one connection, as
-/// `redis-benchmark -c 1 -t ping` measures it.
-pub fn ping_round_trip(url: &str) -> RoundTripProbe {
-    let url = url.to_owned();
-    RoundTripProbe::new(
-        format!(
-            "round trip = p50 of {PINGS} PINGs on one connection to {}, as `redis-benchmark -c 1 -t ping`",
-            lock_core::redact_url(&url)
-        ),
-        move || {
-            let mut connection =
-                probe(&url).map_err(|e| format!("connecting to {}: {e}", lock_core::redact_url(&url)))?;
-            median_round_trip(PINGS, || {
-                redis::cmd("PING").query::<()>(&mut connection).map_err(|e| format!("PING: {e}"))
-            })
-        },
-    )
+/// Times one `PING` on a connection checked out of `pool` (the checkout is not timed).
+pub(crate) fn time_ping(pool: &ConnectionPool) -> Result<Duration, String> {
+    let mut connection = pool.get().map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    connection
+        .run(|connection| redis::cmd("PING").query::<()>(connection))
+        .map_err(|e| format!("PING: {e}"))?;
+    Ok(started.elapsed())
 }
 
 /// A plain connection to `url` with short timeouts, for probes that go around the backend.

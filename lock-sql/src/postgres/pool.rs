@@ -1,29 +1,36 @@
 //! [`PgPool`]: the connections of one client, pooled with r2d2 under a connection manager of our
 //! own, which opens [`PgConnection`]s on two background threads shared by every backend.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::{Error, Result};
 use parking_lot::Mutex;
-use scheduled_thread_pool::ScheduledThreadPool;
+use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
 use super::connection::{NotificationSink, PgConnection};
 use super::error::{self, PgFailure};
 use crate::queue_wait::Checkout;
 
-/// The name of the threads that open pooled connections in the background (two per process,
-/// shared by every PostgreSQL backend).
+/// The name of the threads that open pooled connections in the background (two per backend
+/// value and its clones).
 pub const CONNECTOR_THREAD_NAME: &str = "distlock-pgconn";
 
-/// The connection pools' background threads.
+/// Threads per pool that open its connections. A pool's own: a connection attempt to a server
+/// that does not answer holds its thread for the connect timeout, and threads shared by every
+/// pool in the process would let one cut-off client hold up every other client's connections.
+const CONNECTOR_THREADS: usize = 2;
+
+/// A pool's background threads, gone with the pool.
 fn connector_threads() -> Arc<ScheduledThreadPool> {
-    static THREADS: LazyLock<Arc<ScheduledThreadPool>> = LazyLock::new(|| {
-        Arc::new(
-            ScheduledThreadPool::builder().num_threads(2).thread_name_pattern(CONNECTOR_THREAD_NAME).build(),
-        )
-    });
-    Arc::clone(&THREADS)
+    Arc::new(
+        ScheduledThreadPool::builder()
+            .num_threads(CONNECTOR_THREADS)
+            .thread_name_pattern(CONNECTOR_THREAD_NAME)
+            // A dropped pool's pending reconnection attempts are moot: let its threads go now.
+            .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
+            .build(),
+    )
 }
 
 /// Timeouts and limits of a pool.

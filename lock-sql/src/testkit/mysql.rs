@@ -6,6 +6,7 @@ use lock_core::LockName;
 use lock_testkit::harness::shared::{self, MYSQL_URL_VARIABLE};
 use lock_testkit::harness::MariaDbServer;
 use lock_testkit::suite::PausableServers;
+use lock_testkit::workload::TimeOne;
 
 use super::SqlKind;
 use crate::mysql::{MySqlBackend, MySqlLockKind};
@@ -71,7 +72,7 @@ impl SqlKind for MySqlLockKind {
         backend.delete_prefixed(prefix)
     }
 
-    fn round_trip(backend: &MySqlBackend, samples: usize) -> Result<Duration, String> {
-        backend.select_one_round_trip(samples)
+    fn round_trip(backend: &MySqlBackend) -> TimeOne {
+        backend.select_one_probe()
     }
 }

@@ -6,6 +6,7 @@ use lock_core::LockName;
 use lock_testkit::harness::shared::{self, POSTGRES_URL_VARIABLE};
 use lock_testkit::harness::PostgresServer;
 use lock_testkit::suite::PausableServers;
+use lock_testkit::workload::TimeOne;
 
 use super::SqlKind;
 use crate::postgres::{PostgresBackend, PostgresLockKind};
@@ -69,7 +70,7 @@ impl SqlKind for PostgresLockKind {
         backend.delete_prefixed(prefix)
     }
 
-    fn round_trip(backend: &PostgresBackend, samples: usize) -> Result<Duration, String> {
-        backend.select_one_round_trip(samples)
+    fn round_trip(backend: &PostgresBackend) -> TimeOne {
+        backend.select_one_probe()
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lock_core::{DistributedLock, Error, LockName};
 use lock_testkit::suite::{NotApplicable, OwnServers, PausableServers, SuiteTarget};
-use lock_testkit::workload::RoundTripProbe;
+use lock_testkit::workload::{RoundTripProbe, TimeOne};
 
 use super::TIMEOUT;
 
@@ -95,11 +95,8 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
     /// When the server cannot be asked.
     fn delete_prefixed(backend: &Self::Backend, prefix: &str) -> lock_core::Result<u64>;
 
-    /// The median of `samples` `SELECT 1` round trips on one of the backend's connections.
-    ///
-    /// # Errors
-    /// When the server cannot be asked.
-    fn round_trip(backend: &Self::Backend, samples: usize) -> Result<Duration, String>;
+    /// A probe timing one `SELECT 1` per call on a connection checked out of the backend's pool.
+    fn round_trip(backend: &Self::Backend) -> TimeOne;
 }
 
 /// One kind of an SQL backend on a server.
@@ -266,22 +263,16 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
         self.backend().and_then(|backend| K::delete_prefixed(&backend, prefix)).map_err(|e| e.to_string())
     }
 
-    fn round_trip(&self) -> Option<RoundTripProbe> {
-        let target = self.clone();
-        let durability = self
-            .backend()
-            .map_err(|e| e.to_string())
-            .and_then(|backend| K::durability(&backend))
-            .unwrap_or_else(|error| format!("unknown ({error})"));
+    fn round_trip(&self, backend: &Self::Backend) -> Option<RoundTripProbe> {
+        let durability = K::durability(backend).unwrap_or_else(|error| format!("unknown ({error})"));
+        let backend = backend.clone();
         Some(RoundTripProbe::new(
             format!(
-                "round trip = p50 of {ROUND_TRIPS} `SELECT 1` on one connection to {}; durability: {durability}",
-                lock_core::redact_url(&target.url)
+                "round trip = a `SELECT 1` on a pooled connection of the lock's backend, to {}; durability: {durability}",
+                lock_core::redact_url(&self.url)
             ),
-            move || {
-                let backend = target.backend().map_err(|e| e.to_string())?;
-                K::round_trip(&backend, ROUND_TRIPS)
-            },
+            ROUND_TRIPS,
+            move || Ok(K::round_trip(&backend)),
         ))
     }
 }

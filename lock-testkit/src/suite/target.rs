@@ -184,8 +184,10 @@ pub trait SuiteTarget: Send + Sync + 'static {
     }
 
     /// Benchmarks: the physical limit results are printed beside — one round trip to the
-    /// server, measured on demand. `None` for in-process backends.
-    fn round_trip(&self) -> Option<RoundTripProbe> {
+    /// server with the cheapest request, on `backend`'s own connections (checked out of the pool
+    /// its locks use, or on its session), timed on demand. `None` for in-process backends.
+    fn round_trip(&self, backend: &Self::Backend) -> Option<RoundTripProbe> {
+        let _ = backend;
         None
     }
 }

@@ -17,9 +17,9 @@ pub use clock::Clock;
 pub use contended::{run as w2_contended, W2Report};
 pub use independent::{run as w3_independent, W3Report};
 pub use renewal_scale::{not_applicable as w4_not_applicable, run as w4_renewal_scale, W4Report};
-pub use round_trip::{median_round_trip, RoundTripProbe};
+pub use round_trip::{RoundTripProbe, RoundTrips, TimeOne};
 pub use stats::{percentile, Percentiles};
-pub use uncontended::{run as w1_uncontended, W1Report};
+pub use uncontended::{run as w1_uncontended, W1Limit, W1Report};
 
 use std::time::Duration;
 
@@ -56,5 +56,10 @@ pub const LEASE: Duration = Duration::from_secs(10);
 /// # Errors
 /// Whatever connecting reports.
 pub fn bench_client<T: SuiteTarget>(target: &T) -> lock_core::Result<LockClient<T::Backend>> {
-    Ok(LockClient::with_options(target.backend()?, LockOptions::builder().lease(LEASE).build()?))
+    Ok(LockClient::with_options(target.backend()?, bench_options()?))
+}
+
+/// The options of every benchmark client.
+fn bench_options() -> lock_core::Result<LockOptions> {
+    LockOptions::builder().lease(LEASE).build()
 }

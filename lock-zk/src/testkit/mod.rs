@@ -237,17 +237,18 @@ impl SuiteTarget for ZooKeeperTarget {
         Ok(None)
     }
 
-    fn round_trip(&self) -> Option<RoundTripProbe> {
-        let target = self.clone();
+    fn round_trip(&self, backend: &ZooKeeperBackend) -> Option<RoundTripProbe> {
+        let backend = backend.clone();
         Some(RoundTripProbe::new(
             format!(
-                "round trip = half the p50 of {WRITE_PAIRS} ephemeral-node create + delete pairs on one session \
-                 to {} (a lock pair's write limit is 1/(2 × this))",
+                "round trip = half an ephemeral-node create + delete pair on the lock's session, to {} \
+                 (a lock pair's write limit is 1/(2 × this))",
                 self.connect_string
             ),
+            WRITE_PAIRS,
             move || {
-                let backend = target.backend().map_err(|e| e.to_string())?;
-                backend.write_round_trip(WRITE_PAIRS).map(|pair| pair / 2).map_err(|e| e.to_string())
+                let backend = backend.clone();
+                Ok(Box::new(move || backend.write_round_trip().map_err(|e| e.to_string())))
             },
         ))
     }
@@ -276,32 +277,24 @@ fn routed_connect_string(
 }
 
 impl ZooKeeperBackend {
-    /// The median time of `samples` create + delete pairs of an ephemeral node under the root,
-    /// on this backend's session (after as many to warm up): the write limit a lock pair is
-    /// measured against, with no lock logic.
+    /// Times one create + delete pair of an ephemeral node under the root on this backend's
+    /// session, and gives half of it: the write round trip a lock pair is measured against, with
+    /// no lock logic.
     ///
     /// # Errors
     /// As any request.
-    pub fn write_round_trip(&self, samples: usize) -> lock_core::Result<Duration> {
+    pub fn write_round_trip(&self) -> lock_core::Result<Duration> {
         let session = &self.inner.session;
         let client = session.client()?;
         let node = format!("{}/round-trip-{}", self.namespace(), uuid::Uuid::new_v4());
         let options = zk::CreateMode::Ephemeral.with_acls(self.inner.acls);
-        let samples = samples.max(1);
-        let mut timings = Vec::with_capacity(samples);
-        for round in 0..2 * samples {
-            let started = Instant::now();
-            session
-                .call(TIMEOUT, async {
-                    client.create(&node, b"", &options).await?;
-                    client.delete(&node, None).await
-                })
-                .map_err(|failure| failure.into_error("measure the write round trip"))?;
-            if round >= samples {
-                timings.push(started.elapsed());
-            }
-        }
-        timings.sort_unstable();
-        Ok(timings[timings.len() / 2])
+        let started = Instant::now();
+        session
+            .call(TIMEOUT, async {
+                client.create(&node, b"", &options).await?;
+                client.delete(&node, None).await
+            })
+            .map_err(|failure| failure.into_error("measure the write round trip"))?;
+        Ok(started.elapsed() / 2)
     }
 }

@@ -19,6 +19,17 @@ td.fail{background:#fce8e6;font-weight:bold}td.caught{background:#e8f0fe}\
 .summary{font-size:18px;margin:.5em 0}.ok{color:#137333}.bad{color:#c5221f}\
 figure{margin:1em 0}ol{font-size:13px;color:#444}";
 
+/// Numbered notes under a table (`[k]` in a cell is item k).
+fn footnotes(body: &mut String, notes: &[String]) {
+    if !notes.is_empty() {
+        body.push_str("<ol>");
+        for note in notes {
+            let _ = write!(body, "<li>{}</li>", escape(note));
+        }
+        body.push_str("</ol>");
+    }
+}
+
 /// The whole page.
 ///
 /// # Errors
@@ -43,16 +54,11 @@ pub fn page(report: &Report) -> Result<String, String> {
     );
     body.push_str("<h2>The docs' scenarios and broken recipes</h2>");
     body.push_str(&table(&matrix.table));
-    if !matrix.footnotes.is_empty() {
-        body.push_str("<ol>");
-        for note in &matrix.footnotes {
-            let _ = write!(body, "<li>{}</li>", escape(note));
-        }
-        body.push_str("</ol>");
-    }
+    footnotes(&mut body, &matrix.footnotes);
     if let Some(performance) = tables::performance(report) {
         body.push_str("<h2>Performance, beside the server round trip measured in the same run</h2>");
-        body.push_str(&table(&performance));
+        body.push_str(&table(&performance.table));
+        footnotes(&mut body, &performance.footnotes);
     }
     for chart in [charts::throughput(report)?, charts::handoffs(report)?].into_iter().flatten() {
         // plotters' SVG, inline: the page needs nothing from anywhere else.

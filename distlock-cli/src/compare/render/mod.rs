@@ -24,7 +24,10 @@ pub fn terminal(report: &Report) -> String {
         let _ = writeln!(out, "[{}] {note}", number + 1);
     }
     if let Some(performance) = tables::performance(report) {
-        let _ = writeln!(out, "\n{}", comfy(&performance));
+        let _ = writeln!(out, "\n{}", comfy(&performance.table));
+        for (number, note) in performance.footnotes.iter().enumerate() {
+            let _ = writeln!(out, "[{}] {note}", number + 1);
+        }
     }
     let _ = writeln!(out, "\n{}", comfy(&tables::properties(report)));
     let _ = writeln!(
@@ -64,7 +67,10 @@ pub fn markdown(report: &Report) -> String {
     }
     if let Some(performance) = tables::performance(report) {
         out.push_str("\n## Performance (beside the server round trip measured in the same run)\n\n");
-        out.push_str(&markdown_table(&performance));
+        out.push_str(&markdown_table(&performance.table));
+        for (number, note) in performance.footnotes.iter().enumerate() {
+            let _ = writeln!(out, "\n[{}] {}", number + 1, escape_markdown(note));
+        }
     }
     out.push_str("\n## Properties (as each backend describes itself)\n\n");
     out.push_str(&markdown_table(&tables::properties(report)));

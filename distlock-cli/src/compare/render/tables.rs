@@ -12,8 +12,9 @@ pub struct Table {
     pub rows: Vec<Vec<String>>,
 }
 
-/// The matrix and its footnotes (the n/a reasons, numbered).
-pub struct Matrix {
+/// A table and its numbered footnotes (the matrix's n/a reasons, the performance table's
+/// measurement problems).
+pub struct Footnoted {
     pub table: Table,
     pub footnotes: Vec<String>,
 }
@@ -21,7 +22,7 @@ pub struct Matrix {
 /// Rows = the suite's scenarios, the backends' own scenarios, then the broken recipes; columns =
 /// kinds. A cell is `pass`, `n/a [k]` with
 /// the reason as footnote k, `FAIL: <first line>`, or for a recipe `caught by S05` / `NOT caught`.
-pub fn matrix(report: &Report) -> Matrix {
+pub fn matrix(report: &Report) -> Footnoted {
     let mut header = vec!["scenario".to_owned()];
     header.extend(report.kinds.iter().map(|kind| kind.name.to_owned()));
     let mut footnotes: Vec<String> = Vec::new();
@@ -97,12 +98,13 @@ pub fn matrix(report: &Report) -> Matrix {
     for kind in report.kinds.iter().filter(|kind| kind.error.is_some()) {
         footnotes.push(format!("{} was not run: {}", kind.name, kind.error.as_deref().unwrap_or_default()));
     }
-    Matrix { table: Table { header, rows }, footnotes }
+    Footnoted { table: Table { header, rows }, footnotes }
 }
 
 /// One row per kind: round trip, W1 (and its ratio to 1/(2 × RTT)), W2 (rate, lost updates and
-/// overlaps, hand-off p50 and its ratio to RTT, fairness), W3 (and its ratio to W1).
-pub fn performance(report: &Report) -> Option<Table> {
+/// overlaps, hand-off p50 and its ratio to RTT, fairness), W3 (and its ratio to W1). A W1 ratio
+/// above 1.0 is shown as what it is — a round trip that was no lower bound — in a footnote.
+pub fn performance(report: &Report) -> Option<Footnoted> {
     let header = [
         "kind",
         "round trip",
@@ -114,15 +116,27 @@ pub fn performance(report: &Report) -> Option<Table> {
         "W3 pairs/s (× W1)",
     ];
     let mut rows = Vec::new();
+    let mut footnotes = Vec::new();
     for kind in &report.kinds {
         let Some(performance) = &kind.performance else { continue };
-        let rtt = performance.round_trip_ns.map_or("in process".to_owned(), show_ns);
+        let rtt = performance.round_trip_ns.map_or("in process".to_owned(), |ns| {
+            format!("{} (beside {})", show_ns(ns), performance.round_trip_beside.unwrap_or("?"))
+        });
         let w1 = performance.w1.as_ref().map_or("—".to_owned(), |w1| {
-            format!(
-                "{:.0}{}",
-                w1.pairs_per_s,
-                w1.ratio_to_limit.map_or(String::new(), |r| format!(" ({r:.2})"))
-            )
+            let limit = match (w1.ratio_to_limit, w1.probe_not_a_lower_bound) {
+                (Some(ratio), _) => format!(" ({ratio:.2})"),
+                (None, Some(ratio)) => {
+                    footnotes.push(format!(
+                        "{}: W1's pairs ran faster than two of the round trips timed beside them ({ratio:.2} × \
+                         1/(2×RTT)), so that round trip is no lower bound of this kind's requests: a \
+                         measurement problem, not a result; no ratio is shown",
+                        kind.name
+                    ));
+                    format!(" (no ratio [{}])", footnotes.len())
+                }
+                (None, None) => String::new(),
+            };
+            format!("{:.0}{limit}", w1.pairs_per_s)
         });
         let (rate, clean, handoff, fairness) = performance.w2.as_ref().map_or_else(
             || ("—".to_owned(), "—".to_owned(), "—".to_owned(), "—".to_owned()),
@@ -144,7 +158,8 @@ pub fn performance(report: &Report) -> Option<Table> {
         });
         rows.push(vec![kind.name.to_owned(), rtt, w1, rate, clean, handoff, fairness, w3]);
     }
-    (!rows.is_empty()).then(|| Table { header: header.map(str::to_owned).to_vec(), rows })
+    (!rows.is_empty())
+        .then(|| Footnoted { table: Table { header: header.map(str::to_owned).to_vec(), rows }, footnotes })
 }
 
 /// One row per kind: what a client of it says about itself.
@@ -171,4 +186,62 @@ pub fn properties(report: &Report) -> Table {
 /// A duration in ns, shortly (`412.3µs`).
 pub fn show_ns(ns: u64) -> String {
     format!("{:.1?}", Duration::from_nanos(ns))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::report::{KindReport, Performance, W1};
+
+    fn kind(
+        name: &'static str,
+        ratio_to_limit: Option<f64>,
+        probe_not_a_lower_bound: Option<f64>,
+    ) -> KindReport {
+        KindReport {
+            name,
+            label: name.to_owned(),
+            servers: "harness",
+            properties: None,
+            cells: Vec::new(),
+            recipes: Vec::new(),
+            backend_scenarios: Vec::new(),
+            performance: Some(Performance {
+                round_trip_description: Some("PING".into()),
+                round_trip_ns: Some(50_000),
+                round_trip_beside: Some("W1"),
+                w1: Some(W1 {
+                    pairs_per_s: 9_000.0,
+                    ratio_to_limit,
+                    probe_not_a_lower_bound,
+                    p50_ns: 1,
+                    p99_ns: 2,
+                }),
+                ..Performance::default()
+            }),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_ratio_above_one_is_shown_as_a_measurement_problem_not_a_result() {
+        let report = Report {
+            distlock_version: "0",
+            mode: "quick",
+            elapsed_s: 1.0,
+            scenarios: Vec::new(),
+            kinds: vec![kind("fine", Some(0.8), None), kind("odd", None, Some(1.3))],
+            ok: true,
+        };
+        let performance = performance(&report).unwrap();
+        assert_eq!(performance.table.rows[0][2], "9000 (0.80)");
+        assert_eq!(performance.table.rows[0][1], "50.0µs (beside W1)");
+        assert_eq!(performance.table.rows[1][2], "9000 (no ratio [1])");
+        assert!(!performance.table.rows[1][2].contains("1.3"), "never printed as a ratio");
+        assert_eq!(performance.footnotes.len(), 1);
+        assert!(
+            performance.footnotes[0].starts_with("odd: ")
+                && performance.footnotes[0].contains("measurement problem")
+        );
+    }
 }
