@@ -197,11 +197,14 @@ pub fn print_table() {
     }
 }
 
-/// Checks a user's URL for `kind` as the facade's `parse_url` would (same forms, same errors),
-/// before the kind's suite target, which needs the concrete backend type, builds it.
+/// Opens a user's URL for `kind` once through the facade's `parse_url_opts`, as `exec` and
+/// `inspect` do (same forms, same errors: a URL one command takes, every command takes), before
+/// the kind's suite target builds its clients, which need the concrete backend type, with the
+/// crate's builder from the same URL.
 #[allow(dead_code)] // Unused when no server backend is built in.
 fn check_url(url: &str, kind: distlock::BackendKind) -> std::result::Result<(), String> {
-    distlock::check_url(url, Some(kind)).map(drop).map_err(|e| e.to_string())
+    let options = distlock::ConnectOptions::new().kind(kind);
+    distlock::parse_url_opts(url, &options).map(drop).map_err(|e| e.to_string())
 }
 
 fn open_memory(servers: Servers<'_>) -> std::result::Result<Opened, String> {

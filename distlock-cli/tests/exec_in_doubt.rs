@@ -38,7 +38,8 @@ fn through_proxy(address: &str) -> (FaultProxy, String) {
 
 /// Runs `distlock exec` on `url` with `on_doubt`, cuts its connection once the command runs, and
 /// returns its exit code and how long after the cut the command was sent SIGTERM.
-fn cut_under_exec(url: &str, kind: Option<&str>, on_doubt: &str) -> (i32, Duration) {
+/// `on_doubt`: the `--on-doubt` flag, `None` for the default.
+fn cut_under_exec(url: &str, kind: Option<&str>, on_doubt: Option<&str>) -> (i32, Duration) {
     let (proxy, url) = through_proxy(url);
     let dir = tempfile::tempdir().unwrap();
     let started = dir.path().join("started");
@@ -53,7 +54,10 @@ fn cut_under_exec(url: &str, kind: Option<&str>, on_doubt: &str) -> (i32, Durati
     let name = unique_name("exec-doubt");
     let mut command = Command::new(env!("CARGO_BIN_EXE_distlock"));
     command.args(["exec", "--url", &url, "--name", name.as_str(), "--lease", LEASE, "--timeout", TIMEOUT]);
-    command.args(["--on-doubt", on_doubt, "--grace", "1s"]);
+    command.args(["--grace", "1s"]);
+    if let Some(on_doubt) = on_doubt {
+        command.args(["--on-doubt", on_doubt]);
+    }
     if let Some(kind) = kind {
         command.args(["--kind", kind]);
     }
@@ -86,13 +90,14 @@ fn cut_under_exec(url: &str, kind: Option<&str>, on_doubt: &str) -> (i32, Durati
 }
 
 fn stops_in_doubt_and_continues_until_lost(url: &str, kind: Option<&str>) {
-    let (code, after) = cut_under_exec(url, kind, "stop");
+    // No flag: the default is to stop.
+    let (code, after) = cut_under_exec(url, kind, None);
     assert_eq!(code, 70, "stopped as on a loss");
     // In doubt at the first unanswered check: within one renew interval (lease / 3) + the
     // timeout; lost no earlier than the lease less an interval.
     assert!(after < Duration::from_millis(3_500), "stopped {after:?} after the cut: not at the doubt");
 
-    let (code, after) = cut_under_exec(url, kind, "continue");
+    let (code, after) = cut_under_exec(url, kind, Some("continue"));
     assert_eq!(code, 70, "stopped at the loss");
     // Lost once no check succeeded for a whole lease (the last one confirmed up to an interval
     // before the cut).

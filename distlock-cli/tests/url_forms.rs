@@ -112,6 +112,10 @@ fn leaky_urls() -> Vec<(&'static str, String)> {
     vec![
         ("redis", format!("redis://:{ENCODED}@127.0.0.1:{closed}/")),
         ("redis", format!("redis://user:{ENCODED}@127.0.0.1:{closed}/0?x=a@b")),
+        // Written raw, as users do: `@`, `:`, `/`, `?` and `#` unencoded, or no scheme at all.
+        ("redis", format!("redis://user:{SECRET}@127.0.0.1:{closed}/")),
+        ("redis", format!("app:{SECRET}@127.0.0.1:{closed}")),
+        ("mysql-table", format!("mysql://distlock:{MARK}?x#y@127.0.0.1:{closed}/distlock")),
         (
             "redlock",
             format!(

@@ -52,11 +52,13 @@ pub trait DistributedLock: Send + Sync + 'static {
         HoldKind::Lease
     }
 
-    /// How much shorter than `ttl` a holder must assume its lease to be: allowance for clock drift
-    /// between client and servers (Redlock subtracts 1 % of the lease plus 2 ms).
+    /// How much of `ttl` this backend cannot vouch for, clock drift aside (ZooKeeper: all past the
+    /// session timeout, after which the servers may expire the session whatever the lease says).
     ///
-    /// Defaults to zero. The guard's [`is_held`](crate::LockGuard::is_held) and the renewal
-    /// thread's give-up point both count the lease as `ttl` minus this margin.
+    /// Defaults to zero. The core takes the clock-drift margin
+    /// ([`LockOptions::clock_drift`](crate::LockOptionsBuilder::clock_drift)) off what is left,
+    /// so the guard's [`is_held`](crate::LockGuard::is_held) and the renewal thread's give-up
+    /// point count the lease as `ttl − margin − drift(ttl − margin)`.
     fn lease_margin(&self, ttl: Duration) -> Duration {
         let _ = ttl;
         Duration::ZERO

@@ -21,7 +21,8 @@ use crate::state::HoldState;
 pub(crate) struct HeldLease<B: DistributedLock> {
     pub(crate) name: LockName,
     /// The lease the holder may count on after each confirmation: the requested lease less the
-    /// backend's [`lease_margin`](DistributedLock::lease_margin).
+    /// backend's [`lease_margin`](DistributedLock::lease_margin) and the clock-drift margin of
+    /// the rest.
     pub(crate) valid_for: Duration,
     /// The lease requested from the server on each renewal.
     pub(crate) ttl: Duration,

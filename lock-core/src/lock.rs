@@ -161,7 +161,9 @@ impl<B: DistributedLock> Lock<B> {
         let Some(Acquired { lease, sent_at, .. }) = acquired else { return Ok(None) };
         let options = &shared.options;
         let ttl = options.lease;
-        let margin = shared.backend.lease_margin(ttl).max(options.drift_margin(ttl));
+        // What the backend vouches for, less the clock-drift margin of that.
+        let unvouched = shared.backend.lease_margin(ttl).min(ttl);
+        let margin = unvouched + options.drift_margin(ttl - unvouched);
         let held = Arc::new(HeldLease::new(
             self.name.clone(),
             lease,

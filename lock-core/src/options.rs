@@ -189,8 +189,9 @@ impl LockOptionsBuilder {
     /// How fast a server's clock may run against this process's, as a fraction (Redlock's drift
     /// factor): every hold counts as lost `lease × clock_drift + 2 ms` before its lease ends by
     /// this process's clock, so a server whose clock runs that much fast frees the lock only after
-    /// the holder was told. Between 0 and 0.1. A backend may ask for a larger margin
-    /// ([`DistributedLock::lease_margin`](crate::DistributedLock::lease_margin)); the larger wins.
+    /// the holder was told. Between 0 and 0.1. Where a backend vouches for less than the lease
+    /// ([`DistributedLock::lease_margin`](crate::DistributedLock::lease_margin): ZooKeeper's
+    /// session timeout), the margin is taken off what it vouches for.
     ///
     /// Defaults to 0.01 (1 %).
     pub fn clock_drift(mut self, factor: f64) -> Self {

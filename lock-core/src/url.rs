@@ -8,10 +8,14 @@ use crate::error::{Error, Result};
 /// `url` with every password replaced by `***`, in every form a backend accepts:
 ///
 /// - URLs: `scheme://user:***@host…`, the userinfo ending at the last `@` of the authority (so a
-///   password with a raw `@` is hidden whole, and an `@` in the path or query is no userinfo);
+///   password with a raw `@` is hidden whole);
 ///   a `password=` query parameter (`?password=***`) too;
+/// - a password with a raw `/`, `?` or `#` (`redis://u:pa/ss@h/`, which RFC 3986 reads as host
+///   `u`, port `pa`): an `@` after the authority hides all before it, so an `@` in a path or
+///   query shows as `zk://***@b`, never a password;
 /// - comma-separated lists of URLs (Redlock's nodes): each one;
-/// - libpq `key=value` strings: `host=h password=***` (quoted values too).
+/// - libpq `key=value` strings: `host=h password=***` (quoted values too);
+/// - anything else with an `@` (`user:password@host`, no scheme): all before the last `@`.
 ///
 /// Every backend shows its server this way, so no password reaches an error, a log or a report.
 ///
@@ -23,7 +27,11 @@ use crate::error::{Error, Result};
 /// ```
 pub fn redact_url(url: &str) -> String {
     if !url.contains("://") {
-        return if url.contains('=') { redact_key_values(url) } else { url.to_owned() };
+        return if url.contains('=') {
+            redact_key_values(url)
+        } else {
+            url.rfind('@').map_or_else(|| url.to_owned(), |at| format!("***{}", &url[at..]))
+        };
     }
     split_url_list(url).iter().map(|one| redact_one(one)).collect::<Vec<_>>().join(",")
 }
@@ -54,14 +62,23 @@ fn redact_one(url: &str) -> String {
         return url.rfind('@').map_or_else(|| url.to_owned(), |at| format!("***{}", &url[at..]));
     };
     let mut shown = format!("{}://", parts.scheme);
-    if let Some(userinfo) = parts.raw_userinfo {
-        match userinfo.split_once(':') {
-            Some((user, _)) => shown.push_str(&format!("{user}:***@")),
-            None => shown.push_str(&format!("{userinfo}@")),
+    let rest = if let Some(at) = parts.rest.rfind('@') {
+        // An `@` after the authority: in a root path or query (`zk://h:2181/a@b`), or ending a
+        // password with a raw `/`, `?` or `#` (`u:12/34@h` reads as host `u`, port `12`). The
+        // two cannot be told apart, so all before that `@` is hidden.
+        shown.push_str("***");
+        &parts.rest[at..]
+    } else {
+        if let Some(userinfo) = parts.raw_userinfo {
+            match userinfo.split_once(':') {
+                Some((user, _)) => shown.push_str(&format!("{user}:***@")),
+                None => shown.push_str(&format!("{userinfo}@")),
+            }
         }
-    }
-    shown.push_str(parts.hosts);
-    match parts.rest.split_once('?') {
+        shown.push_str(parts.hosts);
+        parts.rest
+    };
+    match rest.split_once('?') {
         Some((path, query)) => {
             shown.push_str(path);
             shown.push('?');
@@ -74,7 +91,7 @@ fn redact_one(url: &str) -> String {
                 .collect();
             shown.push_str(&pairs.join("&"));
         }
-        None => shown.push_str(parts.rest),
+        None => shown.push_str(rest),
     }
     shown
 }
@@ -241,7 +258,13 @@ mod tests {
             redact_url("postgres://h/db?user=u&password=s3&x=1"),
             "postgres://h/db?user=u&password=***&x=1"
         );
-        assert_eq!(redact_url("zk://h:2181/a@b"), "zk://h:2181/a@b");
+        assert_eq!(redact_url("zk://h:2181/a@b"), "zk://***@b");
+        assert_eq!(redact_url("zk://h:2181/locks"), "zk://h:2181/locks");
+        assert_eq!(redact_url("redis://u:pa/ss@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact_url("redis://u:12/34@h:1/0?password=x"), "redis://***@h:1/0?password=***");
+        assert_eq!(redact_url("redis://u:p?w#d@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(redact_url("app:hunter2@db:6379"), "***@db:6379");
+        assert_eq!(redact_url("db:6379"), "db:6379");
         assert_eq!(redact_url("zk://u:pw@h1:1,h2:2/root"), "zk://u:***@h1:1,h2:2/root");
         assert_eq!(redact_url("redis://:a@h1:1/,redis://:b@h2:2/"), "redis://:***@h1:1/,redis://:***@h2:2/");
         assert_eq!(redact_url("host=h password=s3 user=u"), "host=h password=*** user=u");

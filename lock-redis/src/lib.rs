@@ -5,6 +5,9 @@
 //! either gets blocking, timed and non-blocking locks, per-thread reentrancy, lease renewal and
 //! fencing tokens.
 //!
+//! "Source 00N" below names the articles on distributed locks that the project's scenario
+//! catalogue is drawn from; `docs/scenarios.md` in the repository describes each one.
+//!
 //! ```no_run
 //! use std::time::Duration;
 //! use lock_core::{LockClient, LockOptions};

@@ -78,8 +78,8 @@ pub(crate) use sql_lease;
 pub(crate) const SESSION_PROFILE: lock_core::BackendProfile = lock_core::BackendProfile::new(
     "a sequence, in the statement that grants the lock (never rolled back)",
     "the database's own lock queue: a timed wait keeps its place until its deadline (first come, \
-     first served); lock() without a deadline re-queues every 5 s to notice a silent server, and \
-     can lose its place to later waiters then",
+     first served); lock() without a deadline re-queues every I/O timeout (at least 1 s) to \
+     notice a silent server, and can lose its place to later waiters then",
     "the holding session ends with its server: the lock is released, the holder told; a holder \
      cut off from the server loses the lock there one lease after its last check (the session's \
      idle limit), not before it is told",

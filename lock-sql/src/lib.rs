@@ -1,6 +1,7 @@
 //! SQL backends for [distlock](https://docs.rs/distlock): locks on PostgreSQL and on MySQL or
 //! MariaDB, in three kinds each that answer source 003's critique of database locks (no expiry, no
-//! wake-up, pool exhaustion, row locks that become table locks):
+//! wake-up, pool exhaustion, row locks that become table locks; the sources are described in the
+//! repository's `docs/scenarios.md`):
 //!
 //! | kind | hold | acquire | fencing | wake-up |
 //! | --- | --- | --- | --- | --- |
@@ -11,9 +12,11 @@
 //! Every call is bounded: connecting by the connect timeout, each statement by the I/O timeout
 //! (plus the wait itself for a statement that waits in the server's lock queue: a timed wait is
 //! one statement until its deadline, so it keeps its place in the queue; `lock()` without a
-//! deadline re-queues every 5 s). The blocking `postgres` crate offers no per-request timeout, so
-//! the PostgreSQL backend drives `tokio-postgres` itself, on the calling thread (no I/O thread;
-//! [`postgres::PG_THREAD_NAME`] only resolves host names).
+//! deadline re-queues every I/O timeout, at least every second, so a silent server is noticed
+//! within two I/O timeouts). The blocking `postgres` crate offers no per-request timeout, so
+//! the PostgreSQL backend drives `tokio-postgres` itself, on the calling thread (no I/O thread:
+//! [`postgres::PG_THREAD_NAME`] only resolves host names, and each pool has two threads that
+//! open its connections in the background, as r2d2 does).
 //!
 //! # Session holds: what ends them on the server
 //! A row or advisory hold lives as long as its connection's session. The holder checks the

@@ -4,10 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-/// A wait in the server's lock queue without a deadline (`lock()`) is made of slices this long,
-/// so that a server that stops answering is noticed (each slice is bounded on the client too). A
-/// wait with a deadline is one statement: it keeps its place in the queue until the deadline.
-pub(crate) const WAIT_SLICE: Duration = Duration::from_secs(5);
+/// A wait in the server's lock queue without a deadline (`lock()`) is made of slices as long as
+/// the I/O timeout, but no shorter than this, so that a server that stops answering is noticed
+/// within a slice and an I/O timeout: the I/O timeout is how long the user lets silence last.
+/// Each new slice re-queues (and may lose its place to a later waiter), so a slice much shorter
+/// than a second would turn the wait into polling. A wait with a deadline is one statement: it
+/// keeps its place in the queue until the deadline.
+pub(crate) const MIN_WAIT_SLICE: Duration = Duration::from_secs(1);
 
 /// How long one attempt may wait in the server's lock queue.
 #[derive(Debug, Clone, Copy)]
@@ -22,9 +25,10 @@ pub(crate) enum Wait {
 }
 
 impl Wait {
-    /// The attempts of a wait until `deadline` (forever if `None`), one at a time.
-    pub(crate) fn next(deadline: Option<Instant>) -> Self {
-        deadline.map_or_else(|| Wait::Slice(Instant::now() + WAIT_SLICE), Wait::Until)
+    /// The attempts of a wait until `deadline` (forever if `None`, in slices of the I/O timeout
+    /// `io_timeout`, at least [`MIN_WAIT_SLICE`]), one at a time.
+    pub(crate) fn next(deadline: Option<Instant>, io_timeout: Duration) -> Self {
+        deadline.map_or_else(|| Wait::Slice(Instant::now() + io_timeout.max(MIN_WAIT_SLICE)), Wait::Until)
     }
 
     /// What the attempt does when every pooled connection is in use.

@@ -27,8 +27,8 @@ fn waiter<K: SqlKind>(kind: K, name: LockName, deadline: Instant, who: char, got
 
 /// Waiter A queues first; waiter B joins `join_after` later, and the lock is released
 /// `release_after` the start: A must get it first. The timings put B's arrival just before A's
-/// wait would re-queue behind it if waits were sliced (every 5 s on PostgreSQL, every second on
-/// MySQL with a 2 s I/O timeout), and the release after that.
+/// wait would re-queue behind it if timed waits were sliced as `lock()`'s are (every I/O timeout:
+/// 2 s here), and the release after that.
 fn a_timed_wait_keeps_its_place<K: SqlKind>(kind: K, join_after: Duration, release_after: Duration) {
     let holder = SqlTarget::new(kind).backend_with(Duration::from_secs(2), 2).expect("a client");
     let name = unique_name("fifo");

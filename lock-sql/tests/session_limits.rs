@@ -7,7 +7,8 @@
 //! - with 16 and with 1,000 holds on one client, every hold is in doubt within one check's I/O
 //!   timeout of its first check after the cut (checks run concurrently), lost on time, freed on
 //!   the server, and every call of the cut client returns within one connect and one I/O
-//!   timeout.
+//!   timeout (`lock()`, which has no deadline, within one wait slice and one I/O timeout: the
+//!   slice is the I/O timeout).
 
 use std::sync::Mutex;
 use std::thread;
@@ -125,6 +126,11 @@ fn cut_off_holder<K: SqlKind>(kind: K, holds: u32) -> String {
     let try_lock = bounded("a try_lock of the cut client", || {
         assert!(Lock::new(&holder, unique_name("cut-fresh")).try_lock().is_err());
     });
+    // `lock()` has no deadline, but a silent server is noticed within one wait slice (the I/O
+    // timeout) and one I/O timeout, or one connect timeout.
+    let lock_wait = bounded("a lock() of the cut client", || {
+        assert!(Lock::new(&holder, unique_name("cut-wait")).lock().is_err());
+    });
     let mut slowest_release = Duration::ZERO;
     for (index, guard) in guards.drain(..).enumerate() {
         let took = if index % 2 == 0 {
@@ -158,7 +164,8 @@ fn cut_off_holder<K: SqlKind>(kind: K, holds: u32) -> String {
     drop(proxies);
     format!(
         "[{}] {holds} holds: acquired in {acquiring:?}; releases during the checks {during_checks:?}; first \
-         in doubt {doubted_at:?}, all lost {lost_by:?} after the cut; then try_lock {try_lock:?}, slowest \
+         in doubt {doubted_at:?}, all lost {lost_by:?} after the cut; then try_lock {try_lock:?}, lock \
+         {lock_wait:?}, slowest \
          release {slowest_release:?}, close {close:?}",
         kind.label()
     )

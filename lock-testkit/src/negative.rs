@@ -131,3 +131,26 @@ pub fn caught_by_scenario_in<T: SuiteTarget>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::suite::breach::RELEASED_ANOTHERS_LOCK;
+    use crate::suite::MemoryTarget;
+
+    #[test]
+    fn a_recipe_is_caught_only_by_the_breach_it_commits() {
+        let breached = Failure(format!("S06: A {RELEASED_ANOTHERS_LOCK} (B's lease)"));
+        assert!(caught_if_breached(breached, "S06", RELEASED_ANOTHERS_LOCK).is_ok());
+        // Failing some other way (a connection error, a timeout) proves nothing about the recipe.
+        let other = Failure("S06: connection refused".to_owned());
+        let refused = caught_if_breached(other, "S06", RELEASED_ANOTHERS_LOCK).unwrap_err();
+        assert!(refused.0.contains("not on the assertion the recipe breaks"), "{refused}");
+    }
+
+    #[test]
+    fn a_correct_lock_is_never_caught() {
+        let passed = caught_by_scenario(&MemoryTarget::new(), "S06", RELEASED_ANOTHERS_LOCK).unwrap_err();
+        assert!(passed.0.contains("no teeth"), "{passed}");
+    }
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures::future::{join, join_all};
 use lock_core::{
     check_lease, Acquired, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind, LockName,
-    LockOptions, NativeWait, OwnerToken, Result,
+    NativeWait, OwnerToken, Result,
 };
 use zookeeper_client as zk;
 
@@ -198,13 +198,11 @@ impl DistributedLock for ZooKeeperBackend {
     }
 
     /// A hold is believed for at most the negotiated session timeout after its last confirmed
-    /// check, less the default clock-drift margin of that timeout (1 % + 2 ms): the servers
-    /// expire a session one timeout, by their clock, after they last heard from it — at the
-    /// earliest when they received that check — and may then grant the lock to another.
+    /// check (the core takes the clock-drift margin off that): the servers expire a session one
+    /// timeout, by their clock, after they last heard from it — at the earliest when they
+    /// received that check — and may then grant the lock to another.
     fn lease_margin(&self, ttl: Duration) -> Duration {
-        let session_timeout = self.session_timeout();
-        let trusted = session_timeout.saturating_sub(LockOptions::default().drift_margin(session_timeout));
-        ttl.saturating_sub(trusted)
+        ttl.saturating_sub(self.session_timeout())
     }
 
     /// Not connected (`Disconnected`: the servers may be electing a leader, or this client may be

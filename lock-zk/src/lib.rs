@@ -6,7 +6,7 @@
 //! | --- | --- |
 //! | layout | `<root>/<name>/_c_<uuid>-lock-<sequence>`, ephemeral-sequential; parents are container nodes |
 //! | acquire | create the node and list the siblings in one round trip; the lowest sequence holds |
-//! | wait | watch only the predecessor: one release wakes one waiter (no herd, source 003), FIFO |
+//! | wait | watch only the predecessor: one release wakes one waiter (no herd, source 003 of the repository's `docs/scenarios.md`), FIFO |
 //! | hold | [`HoldKind::Session`](lock_core::HoldKind::Session): as long as the session lives |
 //! | fencing | the node's creation zxid (`czxid`) |
 //! | lost | the node deleted, or the session expired; in doubt while the session is disconnected |

@@ -86,16 +86,38 @@ fn unreachable_servers_and_bad_settings_are_typed_errors() {
 }
 
 /// A hold is believed for at most the negotiated session timeout after its last check, less the
-/// default clock-drift margin of that timeout, whatever the lease: the servers may expire the
-/// session one timeout (by their clock) after the check reached them.
+/// clock-drift margin of that timeout, whatever the lease: the servers may expire the session one
+/// timeout (by their clock) after the check reached them.
 #[test]
 fn the_session_timeout_caps_the_lease_a_holder_counts_on() {
-    let backend = ZooKeeperTarget::new().backend().unwrap();
+    let target = ZooKeeperTarget::new();
+    let backend = target.backend().unwrap();
     let session = backend.session_timeout();
-    let trusted = session - LockOptions::default().drift_margin(session);
-    assert_eq!(backend.lease_margin(Duration::from_secs(30)), Duration::from_secs(30) - trusted);
-    assert_eq!(backend.lease_margin(trusted), Duration::ZERO);
+    assert_eq!(backend.lease_margin(Duration::from_secs(30)), Duration::from_secs(30) - session);
+    assert_eq!(backend.lease_margin(session), Duration::ZERO);
     assert_eq!(backend.lease_margin(session / 2), Duration::ZERO);
+
+    // The user's clock drift is taken off the session timeout: with a 2 s session and a 30 s
+    // lease, a hold unconfirmed since its acquisition counts for 2 s − 10 % − 2 ms = 1,798 ms
+    // with `clock_drift(0.1)`, and 1,978 ms with the default 1 %.
+    let backend = target.builder().session_timeout(Duration::from_secs(2)).build().unwrap();
+    assert_eq!(backend.session_timeout(), Duration::from_secs(2));
+    let guard_with = |drift: Option<f64>| {
+        let mut options = LockOptions::builder().lease(Duration::from_secs(30)).renewal(false);
+        if let Some(drift) = drift {
+            options = options.clock_drift(drift);
+        }
+        let client = LockClient::with_options(backend.clone(), options.build().unwrap());
+        client.lock_named(unique_name("drift").as_str()).unwrap().try_lock().unwrap().unwrap()
+    };
+    let (drifting, default) = (guard_with(Some(0.1)), guard_with(None));
+    let acquired = Instant::now();
+    thread::sleep(Duration::from_millis(1_850).saturating_sub(acquired.elapsed()));
+    assert!(!drifting.is_held(), "clock_drift(0.1) was not taken off the session timeout");
+    assert!(
+        default.is_held() || acquired.elapsed() >= Duration::from_millis(1_950),
+        "the default drift cut the hold short"
+    );
 }
 
 /// The servers negotiate the session timeout into their `minSessionTimeout..=maxSessionTimeout`
@@ -121,10 +143,7 @@ fn the_negotiated_session_timeout_is_the_one_a_holder_counts_on() {
 
     let long = target.builder().session_timeout(Duration::from_secs(120)).build().unwrap();
     assert_eq!(long.session_timeout(), Duration::from_secs(60), "the servers' maxSessionTimeout");
-    assert_eq!(
-        long.lease_margin(Duration::from_secs(90)),
-        Duration::from_secs(90) - Duration::from_millis(59_398)
-    );
+    assert_eq!(long.lease_margin(Duration::from_secs(90)), Duration::from_secs(30));
 }
 
 /// The fencing token is the node's creation zxid: it grows across holders and across a new

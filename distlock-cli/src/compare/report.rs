@@ -106,7 +106,7 @@ pub struct RecipeResult {
 pub struct Performance {
     /// How the round trip was measured; `None` in process.
     pub round_trip_description: Option<String>,
-    /// The round trip the workloads are compared with, in ns: the median of those timed after
+    /// The round trip the workloads are compared with, in ns: the mean of those timed after
     /// each W1 pair, or (without W1) the mean of two measured before and after W2.
     pub round_trip_ns: Option<u64>,
     /// Which workload the round trip was measured beside (`W1`, `W2`).

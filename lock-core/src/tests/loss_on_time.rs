@@ -146,7 +146,7 @@ fn renewal_comes_before_what_the_holder_may_count_on_runs_out() {
 }
 
 /// Issue 16 §3: a callback that never returns delays neither its own client's signal nor any
-/// other client's.
+/// other client's, nor any renewal — even with more stuck callbacks than callback threads.
 #[test]
 fn a_callback_that_blocks_forever_delays_no_signal() {
     let (stuck_backend, other_backend) = (FakeBackend::default(), FakeBackend::default());
@@ -161,7 +161,8 @@ fn a_callback_that_blocks_forever_delays_no_signal() {
         .unwrap();
     let stuck = LockClient::with_options(stuck_backend.clone(), blocking.clone());
     let other = LockClient::with_options(other_backend.clone(), blocking);
-    let stuck_guards: Vec<_> = (0..4).map(|_| hold(&stuck, "blocking-callback")).collect();
+    let stuck_count = crate::callbacks::MAX_CALLBACK_THREADS + 4;
+    let stuck_guards: Vec<_> = (0..stuck_count).map(|_| hold(&stuck, "blocking-callback")).collect();
     let other_guard = hold(&other, "other-client");
     thread::sleep(MS * 150);
     stuck_backend.switches.fail_extend.store(true, Ordering::SeqCst);
@@ -171,6 +172,13 @@ fn a_callback_that_blocks_forever_delays_no_signal() {
         assert!(guard.lost_signal().wait_timeout(MS * 2_000));
         assert!(failed_at.elapsed() <= MS * 300 + LATE, "lost {:?} after the failure", failed_at.elapsed());
     }
+    // Renewals go on beside the stuck callbacks: the other client's 300 ms lease is still held
+    // several leases later, renewed all along.
+    let extends = other_backend.switches.extends.load(Ordering::SeqCst);
+    thread::sleep(MS * 1_000);
+    assert!(other_guard.is_held(), "the other client's lease lapsed beside stuck callbacks");
+    let renewed = other_backend.switches.extends.load(Ordering::SeqCst) - extends;
+    assert!(renewed >= 3, "the other client's lease was renewed {renewed} times in 1 s");
     other_backend.switches.fail_extend.store(true, Ordering::SeqCst);
     let other_failed_at = Instant::now();
     assert!(other_guard.lost_signal().wait_timeout(MS * 2_000));

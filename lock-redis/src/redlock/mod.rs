@@ -13,9 +13,9 @@
 //!    to two) — about six node timeouts at worst. Validity always counts the real elapsed time.
 //! 2. The lock is acquired when a quorum (`N/2 + 1`) granted it **and** time is left:
 //!    validity = lease − elapsed − drift, drift = 1 % of the lease + 2 ms
-//!    ([`RedlockBackend::clock_drift`], also the backend's
-//!    [`lease_margin`](lock_core::DistributedLock::lease_margin), so the guard's
-//!    [`is_held`](lock_core::LockGuard::is_held) counts the same validity).
+//!    ([`RedlockBackend::clock_drift`]; the guard's [`is_held`](lock_core::LockGuard::is_held)
+//!    counts the same validity through the core's clock-drift margin,
+//!    `LockOptions::clock_drift`, whose default is this one).
 //! 3. Otherwise the attempt is undone on every node that may hold it: those that granted, and
 //!    those that did not answer (their reply may have been lost). A node whose reply is late gets
 //!    the release written behind the acquisition on the same connection, so it runs the two in
@@ -262,11 +262,6 @@ impl DistributedLock for RedlockBackend {
 
     fn hold_kind(&self) -> HoldKind {
         HoldKind::Lease
-    }
-
-    /// Redlock's drift allowance, [`RedlockBackend::clock_drift`].
-    fn lease_margin(&self, ttl: Duration) -> Duration {
-        Self::clock_drift(ttl)
     }
 
     fn try_acquire(

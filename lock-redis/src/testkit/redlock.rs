@@ -34,9 +34,17 @@ pub const KEY_PREFIX: &str = "distlock";
 const PASSWORD: &str = "correct-horse-battery-staple";
 
 /// Redlock over independent Redis nodes.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RedlockTarget {
     urls: Vec<String>,
+}
+
+impl std::fmt::Debug for RedlockTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URLs may be a user's, with passwords.
+        let urls: Vec<String> = self.urls.iter().map(|url| lock_core::redact_url(url)).collect();
+        f.debug_struct("RedlockTarget").field("urls", &urls).finish()
+    }
 }
 
 impl RedlockTarget {

@@ -27,10 +27,20 @@ const OWN_SERVER_TIMEOUT: Duration = Duration::from_secs(1);
 const PASSWORD: &str = "correct-horse-battery-staple";
 
 /// One [`RedisLockKind`] of the Redis backend, on the shared Redis server.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RedisTarget {
     kind: RedisLockKind,
     url: String,
+}
+
+impl std::fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may be a user's, with a password.
+        f.debug_struct("RedisTarget")
+            .field("kind", &self.kind)
+            .field("url", &lock_core::redact_url(&self.url))
+            .finish()
+    }
 }
 
 impl RedisTarget {

@@ -51,6 +51,11 @@ impl MyPool {
         Self { shared: Arc::new(Shared { opts, settings, state, returned: Condvar::new() }) }
     }
 
+    /// The I/O timeout of each statement.
+    pub(crate) fn io_timeout(&self) -> Duration {
+        self.shared.io_timeout()
+    }
+
     /// A connection, waiting up to the connect timeout for one to come back when all are in use.
     ///
     /// # Errors

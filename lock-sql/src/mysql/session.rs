@@ -322,16 +322,28 @@ mod server_tests {
         assert_ne!(connection.id(), id, "the connection went back to the pool");
     }
 
-    /// `GET_LOCK` granted, then the same round trip failed (here: the fencing sequence is
-    /// missing): the session is ended, so the lock is free for others at once, and the pool never
-    /// hands out a connection still holding it.
+    /// `GET_LOCK` granted, then the same round trip failed (here: the fencing sequence has run
+    /// out, which only the `NEXTVAL` after a granted `GET_LOCK` finds): the session is ended, so
+    /// the lock is free for others at once, and the pool never hands out a connection still
+    /// holding it.
     #[test]
     fn a_failure_after_get_lock_ends_the_session() {
-        let table = format!("nosuch_{}", std::process::id());
+        use mysql::prelude::Queryable;
+        let table = format!("exhausted_{}", std::process::id());
+        let url = MySqlTarget::new(MySqlLockKind::Advisory).url().to_owned();
+        let mut admin = mysql::Conn::new(mysql::Opts::from_url(&url).unwrap()).unwrap();
+        admin
+            .query_drop(format!(
+                "CREATE OR REPLACE SEQUENCE {table}_fence MINVALUE 1 MAXVALUE 2 NOCACHE NOCYCLE"
+            ))
+            .unwrap();
+        admin.query_drop(format!("DO NEXTVAL({table}_fence); DO NEXTVAL({table}_fence)")).unwrap();
         let broken = backend(MySqlLockKind::Advisory, &table, 1);
         let name = unique_name("after-get-lock");
-        let failed = broken.try_acquire(&name, &OwnerToken::random(), TTL);
-        assert!(failed.is_err(), "{failed:?}");
+        let error =
+            broken.try_acquire(&name, &OwnerToken::random(), TTL).expect_err("the sequence has run out");
+        // The failure came after the grant, not before GET_LOCK ran.
+        assert!(error.to_string().contains("run out"), "{error}");
         let rival = backend(MySqlLockKind::Advisory, "distlock_locks", 4);
         rival.ensure_schema().unwrap();
         let started = std::time::Instant::now();
@@ -346,5 +358,6 @@ mod server_tests {
             std::thread::sleep(Duration::from_millis(10));
         };
         assert!(rival.release(taken).unwrap());
+        admin.query_drop(format!("DROP SEQUENCE {table}_fence")).unwrap();
     }
 }

@@ -2,8 +2,9 @@
 //! (InnoDB's row-lock queue, `GET_LOCK`'s queue). A timed wait is one statement, which keeps its
 //! place in the queue until the deadline (to the microsecond: `GET_LOCK` takes fractions of a
 //! second, and `max_statement_time` cuts a row-lock wait); a wait without one re-queues every
-//! [`WAIT_SLICE`]. The socket's read timeout is stretched to each statement's wait plus the I/O
-//! timeout, so no wait is cut short or turned into polling by a short I/O timeout.
+//! I/O timeout (at least [`MIN_WAIT_SLICE`]). The socket's read timeout is stretched to each
+//! statement's wait plus the I/O timeout, so no wait is cut short or turned into polling by a
+//! short I/O timeout.
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result}
 use super::{MySqlBackend, MySqlLease, MySqlLockKind};
 use crate::queue_wait::Wait;
 #[cfg(doc)]
-use crate::queue_wait::WAIT_SLICE;
+use crate::queue_wait::MIN_WAIT_SLICE;
 
 impl NativeWait for MySqlBackend {
     fn acquire_until(
@@ -25,7 +26,7 @@ impl NativeWait for MySqlBackend {
         let _ = owner;
         check_lease(ttl)?;
         loop {
-            let wait = Wait::next(deadline);
+            let wait = Wait::next(deadline, self.inner.pool.io_timeout());
             let granted = match self.inner.kind {
                 MySqlLockKind::Row => self.row_acquire(name, ttl, wait)?,
                 _ => self.advisory_acquire(name, ttl, wait)?,

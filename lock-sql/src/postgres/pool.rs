@@ -1,5 +1,5 @@
 //! [`PgPool`]: the connections of one client, pooled with r2d2 under a connection manager of our
-//! own, which opens [`PgConnection`]s on two background threads shared by every backend.
+//! own, which opens [`PgConnection`]s on two background threads of each pool's own.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,7 +1,8 @@
 //! [`NativeWait`] for the three kinds: lock-table waiters sleep until the release's `NOTIFY`, the
 //! holder's expiry or a one-second re-check; row and advisory waiters queue in the database's own
 //! lock manager (`lock_timeout` bounds each wait). A timed wait is one statement, which keeps its
-//! place in the queue until the deadline; a wait without one re-queues every [`WAIT_SLICE`].
+//! place in the queue until the deadline; a wait without one re-queues every I/O timeout (at
+//! least [`MIN_WAIT_SLICE`]).
 
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ use super::listener::FALLBACK_RECHECK;
 use super::{PostgresBackend, PostgresLease, PostgresLockKind};
 use crate::queue_wait::Wait;
 #[cfg(doc)]
-use crate::queue_wait::WAIT_SLICE;
+use crate::queue_wait::MIN_WAIT_SLICE;
 
 impl NativeWait for PostgresBackend {
     fn acquire_until(
@@ -68,7 +69,7 @@ impl PostgresBackend {
     }
 
     /// Waits in the server's lock queue: until the deadline in one statement, or without one in
-    /// slices of at most [`WAIT_SLICE`] so that a silent server is noticed.
+    /// slices of the I/O timeout (at least [`MIN_WAIT_SLICE`]) so that a silent server is noticed.
     fn queue_wait(
         &self,
         name: &LockName,
@@ -76,7 +77,7 @@ impl PostgresBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired<PostgresLease>>> {
         loop {
-            let wait = Wait::next(deadline);
+            let wait = Wait::next(deadline, self.inner.pool.settings().io_timeout);
             let granted = match self.inner.kind {
                 PostgresLockKind::Row => self.row_acquire(name, ttl, wait)?,
                 _ => self.advisory_acquire(name, ttl, wait)?,

@@ -49,6 +49,7 @@ where
     BackendScenario::new("Q03", "advisory lock bound to the session", move || {
         a_killed_connection_releases_and_the_holder_learns_it(advisory);
         q03_the_pool_never_hands_out_a_connection_still_holding_a_lock(advisory);
+        q02_an_exhausted_pool_is_a_typed_error(advisory);
         q03_advisory_names_long_and_cased(advisory);
     })
 }
@@ -191,9 +192,10 @@ where
     }
 }
 
-/// Q02: held row locks own their connections; with the pool exhausted a `try_` acquisition is
-/// [`Error::PoolExhausted`] at once, a timed wait waits for a connection until its deadline (and
-/// gets one that comes back in time), and a pool with room still opens a connection.
+/// Q02 (and Q03): held row or advisory locks own their connections; with the pool exhausted a
+/// `try_` acquisition is [`Error::PoolExhausted`] at once, a timed wait waits for a connection
+/// until its deadline (and gets one that comes back in time), and a pool with room still opens
+/// a connection.
 fn q02_an_exhausted_pool_is_a_typed_error<K: SqlKind>(kind: K)
 where
     <K::Backend as DistributedLock>::Lease: Debug,

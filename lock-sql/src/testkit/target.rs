@@ -100,10 +100,20 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
 }
 
 /// One kind of an SQL backend on a server.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SqlTarget<K> {
     kind: K,
     url: String,
+}
+
+impl<K: Debug> Debug for SqlTarget<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may be a user's, with a password.
+        f.debug_struct("SqlTarget")
+            .field("kind", &self.kind)
+            .field("url", &lock_core::redact_url(&self.url))
+            .finish()
+    }
 }
 
 impl<K: SqlKind> SqlTarget<K> {
