@@ -348,6 +348,24 @@ fn shared_servers_start_once_and_answer() {
 /// starts.
 const CHILD_VARIABLE: &str = "DISTLOCK_HARNESS_TEST_CHILD";
 
+/// Runs the test `name` of this binary as a child (with [`CHILD_VARIABLE`] set) and returns what
+/// follows `marker` on the line of its output that has it.
+fn run_child(name: &str, marker: &str) -> String {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD_VARIABLE, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        // libtest prints the test's name on the same line first.
+        .find_map(|line| line.split_once(marker).map(|(_, report)| report.to_owned()))
+        .unwrap_or_else(|| {
+            panic!("the child reported no server:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr))
+        })
+}
+
 #[test]
 fn servers_die_with_a_test_binary_that_runs_no_destructors() {
     const NAME: &str = "servers_die_with_a_test_binary_that_runs_no_destructors";
@@ -363,19 +381,7 @@ fn servers_die_with_a_test_binary_that_runs_no_destructors() {
         std::process::exit(0);
     }
 
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
-        .env(CHILD_VARIABLE, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let report = stdout
-        .lines()
-        // libtest prints the test's name on the same line first.
-        .find_map(|line| line.split_once("child-server ").map(|(_, report)| report))
-        .unwrap_or_else(|| {
-            panic!("the child reported no server:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr))
-        });
+    let report = run_child(NAME, "child-server ");
     let (pid, dir) = report.split_once(' ').expect("pid and dir");
     let pid: u32 = pid.parse().unwrap();
     let dir = PathBuf::from(dir);
@@ -390,4 +396,32 @@ fn servers_die_with_a_test_binary_that_runs_no_destructors() {
     // No destructor ran, so the dir is still there: the next run's cleanup removes it.
     assert!(dir.exists());
     fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_paused_server_dies_with_a_test_binary_that_runs_no_destructors() {
+    const NAME: &str = "a_paused_server_dies_with_a_test_binary_that_runs_no_destructors";
+    if std::env::var_os(CHILD_VARIABLE).is_some() {
+        // The child: start a server with helper processes, freeze it all (SIGSTOP), report
+        // every pid, and exit without dropping it — as a run interrupted during S15 does.
+        let server = PostgresServer::start().expect("start PostgreSQL in the child");
+        let pids = server.process().pids();
+        server.process().pause().expect("pause");
+        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+        println!("child-pids {}", pids.join(" "));
+        std::process::exit(0);
+    }
+
+    let pids: Vec<u32> = run_child(NAME, "child-pids ").split(' ').map(|pid| pid.parse().unwrap()).collect();
+    assert!(pids.len() > 2, "expected a postmaster with children, got {pids:?}");
+    // The postmaster gets SIGKILL from the kernel; its frozen helpers must not stay behind.
+    let deadline = Instant::now() + EXIT_TIMEOUT;
+    loop {
+        let alive: Vec<u32> = pids.iter().copied().filter(|&pid| is_alive(pid)).collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the child's frozen server processes {alive:?} outlived it");
+        thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -173,7 +173,7 @@ impl DistributedLock for PostgresBackend {
         match self.inner.kind {
             PostgresLockKind::Table => lock_core::BackendProfile::new(
                 "a per-name counter in the lock row, bumped by the acquiring statement",
-                "NOTIFY from the release statement, on one LISTEN connection per client",
+                "NOTIFY from the release statement while a waiter has noted on the row that it waits, on one LISTEN connection per client",
                 "the row is as durable as the database: a failover to a replica keeps it if the \
                  commit replicated",
             ),

@@ -9,7 +9,9 @@
 //!     hold_count  integer NOT NULL,
 //!     fence       bigint NOT NULL,
 //!     expires_at  timestamptz NOT NULL,
-//!     acquired_at timestamptz NOT NULL);
+//!     acquired_at timestamptz NOT NULL,
+//!     -- Until when some client waits for the name: a release NOTIFYs only before then.
+//!     waiters_until timestamptz NOT NULL DEFAULT '-infinity');
 //! -- The row-lock kind's rows: one per name, inserted before its first lock.
 //! CREATE TABLE IF NOT EXISTS distlock_locks_rows (name text COLLATE "C" PRIMARY KEY);
 //! -- Fencing tokens of the row and advisory kinds. A sequence is never rolled back: a holder
@@ -35,6 +37,9 @@ pub(crate) struct Tables {
     pub(crate) extend_many: String,
     pub(crate) release: String,
     pub(crate) remaining: String,
+    /// A waiter's note that it waits (so that releases `NOTIFY`), and the holder's remaining
+    /// lease in ms (0 when the lock is free).
+    pub(crate) mark_waiting: String,
     pub(crate) mark_free: String,
     /// Deletes the lock-table and row-table rows of names with a prefix (`distlock compare`'s
     /// clean-up on a user's server); returns how many.
@@ -69,7 +74,8 @@ impl Tables {
             ddl: format!(
                 "CREATE TABLE IF NOT EXISTS {t} (name text COLLATE \"C\" PRIMARY KEY, owner text NOT NULL, \
                  hold_count integer NOT NULL, fence bigint NOT NULL, expires_at timestamptz NOT NULL, \
-                 acquired_at timestamptz NOT NULL); \
+                 acquired_at timestamptz NOT NULL, waiters_until timestamptz NOT NULL DEFAULT '-infinity'); \
+                 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS waiters_until timestamptz NOT NULL DEFAULT '-infinity'; \
                  CREATE TABLE IF NOT EXISTS {rows} (name text COLLATE \"C\" PRIMARY KEY); \
                  CREATE SEQUENCE IF NOT EXISTS {fence};"
             ),
@@ -97,17 +103,30 @@ impl Tables {
                  WHERE l.name = v.name AND l.owner = v.owner AND l.expires_at >= clock_timestamp() \
                  RETURNING l.name, l.owner"
             ),
-            // The release itself announces a free lock ($3 = the channel), in the same statement.
+            // The release itself announces a free lock ($3 = the channel), in the same statement,
+            // when a waiter said it waits: a transaction that notifies takes a database-wide lock
+            // at commit, which would serialize the releases of independent names.
             release: format!(
                 "WITH r AS (UPDATE {t} SET hold_count = hold_count - 1, \
                    expires_at = CASE WHEN hold_count > 1 THEN expires_at ELSE '-infinity' END \
-                   WHERE name = $1 AND owner = $2 AND expires_at >= clock_timestamp() RETURNING hold_count) \
+                   WHERE name = $1 AND owner = $2 AND expires_at >= clock_timestamp() \
+                   RETURNING hold_count, waiters_until) \
                  SELECT (SELECT count(*) FROM r), \
-                   (SELECT pg_notify($3, $1) FROM r WHERE hold_count = 0) IS NULL"
+                   (SELECT pg_notify($3, $1) FROM r \
+                    WHERE hold_count = 0 AND waiters_until >= clock_timestamp()) IS NULL"
             ),
             remaining: format!(
                 "SELECT GREATEST(1, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint \
                  FROM {t} WHERE name = $1 AND expires_at > clock_timestamp()"
+            ),
+            // $1 name, $2 how long the note holds in ms. Serialized with the release on the row:
+            // a release before it shows a free lock here, one after it sees the note.
+            mark_waiting: format!(
+                "UPDATE {t} SET waiters_until = \
+                   GREATEST(waiters_until, clock_timestamp() + $2 * interval '1 millisecond') \
+                 WHERE name = $1 \
+                 RETURNING CASE WHEN expires_at > clock_timestamp() \
+                   THEN ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint ELSE 0 END"
             ),
             mark_free: format!("UPDATE {t} SET expires_at = '-infinity' WHERE name = $1"),
             delete_prefixed: format!(

@@ -130,6 +130,18 @@ impl PostgresBackend {
         Ok(rows.first().is_some_and(|row| row.get::<_, i64>(0) == 1))
     }
 
+    /// Notes that a client waits for `name` for the next `note` (releases `NOTIFY` only while
+    /// someone waits); returns the holder's remaining lease, zero when the lock is free.
+    pub(crate) fn table_mark_waiting(&self, name: &LockName, note: Duration) -> Result<Duration> {
+        let connection = self.inner.pool.get()?;
+        let sql = self.inner.tables.mark_waiting.as_str();
+        let (name, ms) = (name.as_str(), millis(note));
+        let rows = connection.rows("note a waiter", sql, &[(&name, Type::TEXT), (&ms, Type::INT8)])?;
+        Ok(rows.first().map_or(Duration::ZERO, |row| {
+            Duration::from_millis(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+        }))
+    }
+
     pub(crate) fn table_remaining(&self, name: &LockName) -> Result<Option<Duration>> {
         let connection = self.inner.pool.get()?;
         let sql = self.inner.tables.remaining.as_str();

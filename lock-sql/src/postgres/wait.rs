@@ -14,6 +14,11 @@ use crate::queue_wait::Wait;
 #[cfg(doc)]
 use crate::queue_wait::MIN_WAIT_SLICE;
 
+/// How long a waiter's note on the row lasts beyond one I/O timeout: it is renewed at each
+/// re-check, at least every [`FALLBACK_RECHECK`]; a note that lapses under a waiter costs that
+/// waiter its wake-up, not its place (it re-checks on its own).
+const WAITER_NOTE: Duration = Duration::from_secs(2);
+
 impl NativeWait for PostgresBackend {
     fn acquire_until(
         &self,
@@ -60,8 +65,9 @@ impl PostgresBackend {
                 self.inner.listener.wait_listening(until);
                 continue;
             };
-            // An expiry sends no notification: re-check when the holder's lease ends.
-            let hint = self.table_remaining(name)?.unwrap_or(Duration::ZERO);
+            // Listening now, say so on the row (a release then notifies); the row also tells when
+            // the holder's lease ends, which sends no notification: re-check then.
+            let hint = self.table_mark_waiting(name, WAITER_NOTE + self.inner.pool.settings().io_timeout)?;
             let wait = hint.min(FALLBACK_RECHECK);
             let until = deadline.map_or(now + wait, |deadline| deadline.min(now + wait));
             waiting.wait(until);

@@ -58,6 +58,9 @@ pub struct ServerProcess {
     log: PathBuf,
     /// `None` once the process is known to be gone: killed, or seen to exit.
     child: Mutex<Option<Child>>,
+    /// While paused: a watchdog process that kills the frozen processes if this process dies
+    /// first ([`pause`](Self::pause)).
+    pause_watchdog: Mutex<Option<Child>>,
     /// `None` only while dropping.
     dir: Option<TempDir>,
     /// Set when a start failed: the error names the log, so the dir must outlive the drop.
@@ -98,6 +101,7 @@ impl ServerProcess {
             readiness,
             log,
             child: Mutex::new(Some(child)),
+            pause_watchdog: Mutex::new(None),
             dir: Some(dir),
             keep_dir: AtomicBool::new(false),
         })
@@ -215,6 +219,7 @@ impl ServerProcess {
     ///
     /// [`HarnessError::Io`] if a signal cannot be sent or a process outlives SIGKILL.
     pub fn kill9(&self) -> Result<(), HarnessError> {
+        self.stop_pause_watchdog();
         let mut child = self.child.lock();
         if let Some(running) = child.as_mut() {
             kill_and_reap(self.kind, running)?;
@@ -226,14 +231,52 @@ impl ServerProcess {
     /// Freezes the server and its descendants with SIGSTOP: connections stay open but nothing
     /// answers, like a long GC pause or a partition. Undo with [`resume`](Self::resume).
     ///
+    /// A frozen process cannot notice that its parent died: PostgreSQL's helpers would outlive a
+    /// test process killed while they are frozen (the kernel kills only the main process, by
+    /// `PR_SET_PDEATHSIG`). So while paused, a watchdog process kills them all once this
+    /// process is gone; resuming, killing or dropping the server stops the watchdog first.
+    ///
     /// # Errors
     ///
     /// [`HarnessError::NotRunning`] if the server is not running; [`HarnessError::Io`] if a
-    /// signal cannot be sent.
+    /// signal cannot be sent or the watchdog cannot be started.
     pub fn pause(&self) -> Result<(), HarnessError> {
         let pid = self.running_pid()?;
+        let mut watchdog = self.pause_watchdog.lock();
+        if watchdog.is_none() {
+            *watchdog = Some(self.start_pause_watchdog(pid)?);
+        }
         tree::stop(pid).map_err(|errno| self.signal_error("SIGSTOP", errno))?;
         Ok(())
+    }
+
+    /// The watchdog of a pause of `pid`'s tree: polls this process, and when it is gone SIGKILLs
+    /// the tree as it was when paused (no process of it can exit or fork while frozen).
+    fn start_pause_watchdog(&self, pid: u32) -> Result<Child, HarnessError> {
+        let pids: Vec<String> =
+            std::iter::once(pid).chain(tree::descendants(pid)).map(|pid| pid.to_string()).collect();
+        let script = format!(
+            "while kill -0 {} 2>/dev/null; do sleep 0.2; done; kill -KILL {} 2>/dev/null",
+            std::process::id(),
+            pids.join(" ")
+        );
+        std::process::Command::new("sh")
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|source| {
+                HarnessError::io(format!("starting the {} server's pause watchdog", self.kind), source)
+            })
+    }
+
+    /// Stops the pause watchdog, if any (before the paused pids could be reused).
+    fn stop_pause_watchdog(&self) {
+        if let Some(mut watchdog) = self.pause_watchdog.lock().take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
     }
 
     /// Resumes a server frozen by [`pause`](Self::pause) (SIGCONT).
@@ -244,7 +287,9 @@ impl ServerProcess {
     /// signal cannot be sent.
     pub fn resume(&self) -> Result<(), HarnessError> {
         let pid = self.running_pid()?;
-        tree::resume(pid).map_err(|errno| self.signal_error("SIGCONT", errno))
+        tree::resume(pid).map_err(|errno| self.signal_error("SIGCONT", errno))?;
+        self.stop_pause_watchdog();
+        Ok(())
     }
 
     /// Starts the server again with the same command, port, config and data dir, killing it
@@ -256,6 +301,7 @@ impl ServerProcess {
     /// As for starting: [`HarnessError::Exited`], [`HarnessError::NotReady`],
     /// [`HarnessError::PortInUse`] (someone took the port meanwhile), [`HarnessError::Io`].
     pub fn restart(&self) -> Result<(), HarnessError> {
+        self.stop_pause_watchdog();
         {
             let mut child = self.child.lock();
             if let Some(running) = child.as_mut() {
@@ -312,6 +358,7 @@ fn kill_and_reap(kind: ServerKind, child: &mut Child) -> Result<(), HarnessError
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
+        self.stop_pause_watchdog();
         if let Some(child) = self.child.get_mut().as_mut() {
             if let Err(error) = kill_and_reap(self.kind, child) {
                 eprintln!("distlock harness: could not stop a server: {error:?}");
