@@ -36,15 +36,16 @@ pub struct Opened {
     /// For kinds compared with a single server (Redlock: "pair p50 ≤ 2 × single-node"), how to
     /// make that single-node target; `distlock bench` measures it.
     pub single_node_reference: Option<Box<dyn Fn() -> Box<dyn KindTarget>>>,
-    /// For kinds whose servers report per-command time (Redis), how to measure the server time
-    /// of one acquire, renewal and release beside the plain recipe's; `distlock bench` prints it.
-    pub server_time: Option<Box<dyn Fn() -> std::result::Result<String, String>>>,
+    /// How to measure where one lock pair's time goes, for kinds that can tell (Redis: the
+    /// server time of one acquire, renewal and release beside the plain recipe's; ZooKeeper: the
+    /// protocol's floor); `distlock bench` prints it.
+    pub time_breakdown: Option<Box<dyn Fn() -> std::result::Result<String, String>>>,
 }
 
 impl Opened {
-    /// `target`, with no single-node reference and no server-time measurement.
+    /// `target`, with no single-node reference and no time breakdown.
     pub fn new(target: impl KindTarget + 'static) -> Self {
-        Self { target: Box::new(target), single_node_reference: None, server_time: None }
+        Self { target: Box::new(target), single_node_reference: None, time_breakdown: None }
     }
 }
 

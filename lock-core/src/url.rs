@@ -26,14 +26,27 @@ use crate::error::{Error, Result};
 /// assert_eq!(redact_url("host=h password='a b' user=u"), "host=h password=*** user=u");
 /// ```
 pub fn redact_url(url: &str) -> String {
-    if !url.contains("://") {
-        return if url.contains('=') {
-            redact_key_values(url)
-        } else {
-            url.rfind('@').map_or_else(|| url.to_owned(), |at| format!("***{}", &url[at..]))
-        };
+    if !starts_with_scheme(url) {
+        // libpq `key=value` (whose values may hold an `@` too), or `user:password@host`.
+        return hide_before_last_at(&redact_key_values(url));
     }
     split_url_list(url).iter().map(|one| redact_one(one)).collect::<Vec<_>>().join(",")
+}
+
+/// Whether `text` starts with `scheme://` (RFC 3986: a letter, then letters, digits, `+`, `-`
+/// or `.`); a `://` later on (in a query, say) makes no URL.
+fn starts_with_scheme(text: &str) -> bool {
+    text.split_once("://").is_some_and(|(scheme, _)| is_scheme(scheme))
+}
+
+fn is_scheme(text: &str) -> bool {
+    text.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+}
+
+/// `text` with all before its last `@` (where a password may be) replaced by `***`.
+fn hide_before_last_at(text: &str) -> String {
+    text.rfind('@').map_or_else(|| text.to_owned(), |at| format!("***{}", &text[at..]))
 }
 
 /// A comma-separated list of URLs as its URLs; a comma not followed by another `scheme://` (a
@@ -44,9 +57,7 @@ pub fn split_url_list(list: &str) -> Vec<&str> {
     for (comma, _) in list.match_indices(',') {
         let next = &list[comma + 1..];
         let scheme_end = next.find("://");
-        let is_scheme = scheme_end.is_some_and(|end| {
-            end > 0 && next[..end].chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-        });
+        let is_scheme = scheme_end.is_some_and(|end| is_scheme(&next[..end]));
         if is_scheme {
             urls.push(&list[start..comma]);
             start = comma + 1;
@@ -58,42 +69,42 @@ pub fn split_url_list(list: &str) -> Vec<&str> {
 
 fn redact_one(url: &str) -> String {
     let Ok(parts) = UrlParts::split(url) else {
-        // No scheme: nothing is known to be userinfo; hide everything after the last `@`'s left.
-        return url.rfind('@').map_or_else(|| url.to_owned(), |at| format!("***{}", &url[at..]));
+        return hide_before_last_at(url);
     };
+    // Query passwords first: an `@` in the query (`?user=me@corp&password=…`) must not hide
+    // the `password=` that follows it from the check.
+    let rest = redact_query(parts.rest);
     let mut shown = format!("{}://", parts.scheme);
-    let rest = if let Some(at) = parts.rest.rfind('@') {
+    if let Some(at) = rest.rfind('@') {
         // An `@` after the authority: in a root path or query (`zk://h:2181/a@b`), or ending a
         // password with a raw `/`, `?` or `#` (`u:12/34@h` reads as host `u`, port `12`). The
         // two cannot be told apart, so all before that `@` is hidden.
         shown.push_str("***");
-        &parts.rest[at..]
-    } else {
-        if let Some(userinfo) = parts.raw_userinfo {
-            match userinfo.split_once(':') {
-                Some((user, _)) => shown.push_str(&format!("{user}:***@")),
-                None => shown.push_str(&format!("{userinfo}@")),
-            }
-        }
-        shown.push_str(parts.hosts);
-        parts.rest
-    };
-    match rest.split_once('?') {
-        Some((path, query)) => {
-            shown.push_str(path);
-            shown.push('?');
-            let pairs: Vec<String> = query
-                .split('&')
-                .map(|pair| match pair.split_once('=') {
-                    Some((key, _)) if is_password_key(key) => format!("{key}=***"),
-                    _ => pair.to_owned(),
-                })
-                .collect();
-            shown.push_str(&pairs.join("&"));
-        }
-        None => shown.push_str(rest),
+        shown.push_str(&rest[at..]);
+        return shown;
     }
+    if let Some(userinfo) = parts.raw_userinfo {
+        match userinfo.split_once(':') {
+            Some((user, _)) => shown.push_str(&format!("{user}:***@")),
+            None => shown.push_str(&format!("{userinfo}@")),
+        }
+    }
+    shown.push_str(parts.hosts);
+    shown.push_str(&rest);
     shown
+}
+
+/// The path, query and fragment `rest` with every password parameter's value replaced by `***`.
+fn redact_query(rest: &str) -> String {
+    let Some((path, query)) = rest.split_once('?') else { return rest.to_owned() };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) if is_password_key(key) => format!("{key}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{path}?{}", pairs.join("&"))
 }
 
 fn is_password_key(key: &str) -> bool {
@@ -106,7 +117,9 @@ fn redact_key_values(text: &str) -> String {
     let mut shown = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(eq) = rest.find('=') {
-        let key_start = rest[..eq].trim_end().rfind(char::is_whitespace).map_or(0, |space| space + 1);
+        // ASCII whitespace only, as libpq: byte offsets stay on character boundaries.
+        let key_start =
+            rest[..eq].trim_end().rfind(|c: char| c.is_ascii_whitespace()).map_or(0, |space| space + 1);
         let key = rest[key_start..eq].trim();
         let value = rest[eq + 1..].trim_start();
         let skipped = rest.len() - (eq + 1) - value.len();
@@ -123,7 +136,7 @@ fn redact_key_values(text: &str) -> String {
                 .map_or(quoted.len(), |(at, _)| at + 1);
             1 + end
         } else {
-            value.find(char::is_whitespace).unwrap_or(value.len())
+            value.find(|c: char| c.is_ascii_whitespace()).unwrap_or(value.len())
         };
         shown.push_str(&rest[..eq + 1 + skipped]);
         if is_password_key(key) {
@@ -263,6 +276,16 @@ mod tests {
         assert_eq!(redact_url("redis://u:pa/ss@h:1/0"), "redis://***@h:1/0");
         assert_eq!(redact_url("redis://u:12/34@h:1/0?password=x"), "redis://***@h:1/0?password=***");
         assert_eq!(redact_url("redis://u:p?w#d@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(
+            redact_url("postgres://h/db?user=me@corp&password=s3"),
+            "postgres://***@corp&password=***"
+        );
+        assert_eq!(redact_url("app:hunter2@db:6379/?db=0"), "***@db:6379/?db=0");
+        assert_eq!(redact_url("u:pw@h/?x=http://y"), "***@h/?x=http://y");
+        // libpq splits at ASCII whitespace only; other whitespace neither splits nor panics.
+        assert_eq!(redact_url("host=h password=ab\u{a0}cd"), "host=h password=***");
+        let _ = redact_url("host=h\u{a0}password=x\u{a0}user=é");
+        assert_eq!(redact_url("host=h user=me@corp password=s3"), "***@corp password=***");
         assert_eq!(redact_url("app:hunter2@db:6379"), "***@db:6379");
         assert_eq!(redact_url("db:6379"), "db:6379");
         assert_eq!(redact_url("zk://u:pw@h1:1,h2:2/root"), "zk://u:***@h1:1,h2:2/root");

@@ -8,6 +8,10 @@ use lock_core::{Error, Result};
 use crate::identifier::TableName;
 use lock_core::redact_url as redact;
 
+/// The longest connect or I/O timeout `build` takes (one hour, as on the Redis and ZooKeeper
+/// backends).
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+
 /// Builds an SQL backend: [`PostgresLockBuilder`](crate::postgres::PostgresLockBuilder) or
 /// [`MySqlLockBuilder`](crate::mysql::MySqlLockBuilder), `K` being the database's kind enum.
 /// Every setter has a default; `build` validates them and opens a first connection (within the
@@ -44,14 +48,14 @@ impl<K> SqlLockBuilder<K> {
     }
 
     /// How long connecting (TCP, handshake, authentication) and waiting for a pooled
-    /// connection may take. Defaults to 5 s.
+    /// connection may take; at most [`MAX_TIMEOUT`]. Defaults to 5 s.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.settings.connect_timeout = timeout;
         self
     }
 
     /// How long one exchange may wait for its reply; a wait in the server's lock queue is
-    /// bounded separately (see the kind). Defaults to 5 s.
+    /// bounded separately (see the kind); at most [`MAX_TIMEOUT`]. Defaults to 5 s.
     pub fn io_timeout(mut self, timeout: Duration) -> Self {
         self.settings.io_timeout = timeout;
         self
@@ -132,6 +136,11 @@ impl Settings {
         if self.connect_timeout.is_zero() || self.io_timeout.is_zero() || self.max_connections == 0 {
             return invalid("timeouts and max_connections must be greater than zero".into());
         }
+        // As on the other backends: an hour is far past any sane timeout, and keeps every
+        // deadline computed from one (a wait slice plus an I/O timeout, say) in range.
+        if self.connect_timeout > MAX_TIMEOUT || self.io_timeout > MAX_TIMEOUT {
+            return invalid(format!("timeouts must be at most {MAX_TIMEOUT:?}"));
+        }
         if self.namespace.is_empty() || self.namespace.contains(':') {
             return invalid("the advisory-lock namespace must be non-empty and without `:`".into());
         }
@@ -150,6 +159,8 @@ mod tests {
             Settings::new("redis://h".into()),
             Settings { table: "x; DROP TABLE y".into(), ..base() },
             Settings { io_timeout: Duration::ZERO, ..base() },
+            Settings { io_timeout: Duration::MAX, ..base() },
+            Settings { connect_timeout: MAX_TIMEOUT + Duration::from_millis(1), ..base() },
             Settings { max_connections: 0, ..base() },
             Settings { namespace: "a:b".into(), ..base() },
         ];

@@ -83,7 +83,7 @@ mod queue_wait;
 mod session_connection;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub use builder::SqlLockBuilder;
+pub use builder::{SqlLockBuilder, MAX_TIMEOUT};
 #[cfg(feature = "postgres")]
 pub use tokio_postgres;
 

@@ -101,3 +101,49 @@ fn a_release_notifies_only_when_someone_waits() {
         "woken {woken_after:?} after the release: by a re-check, not the notification"
     );
 }
+
+/// A lock table made by a version without the waiters column gets it from `ensure_schema`, and
+/// its locks then work; a second `ensure_schema` changes nothing.
+#[test]
+fn ensure_schema_adds_the_waiters_column_to_an_older_table() {
+    let target = SqlTarget::new(PostgresLockKind::Table);
+    let table = format!("older_layout_{}", std::process::id());
+    let query = |sql: String| {
+        let url = target.url().to_owned();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        runtime.block_on(async move {
+            let (client, connection) =
+                tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connect");
+            let driver = tokio::spawn(connection);
+            let rows = client.simple_query(&sql).await.expect("the statement");
+            drop(client);
+            let _ = driver.await;
+            rows.iter()
+                .filter_map(|message| match message {
+                    tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                    _ => None,
+                })
+                .collect::<Vec<String>>()
+        })
+    };
+    query(format!(
+        "CREATE TABLE {table} (name text COLLATE \"C\" PRIMARY KEY, owner text NOT NULL, \
+         hold_count integer NOT NULL, fence bigint NOT NULL, expires_at timestamptz NOT NULL, \
+         acquired_at timestamptz NOT NULL)"
+    ));
+    let locks = lock_sql::postgres::PostgresBackend::builder(target.url())
+        .kind(PostgresLockKind::Table)
+        .table(table.as_str())
+        .build()
+        .expect("a client");
+    locks.ensure_schema().expect("the older table upgraded");
+    locks.ensure_schema().expect("nothing to do the second time");
+    let columns = query(format!(
+        "SELECT attname FROM pg_attribute WHERE attrelid = '{table}'::regclass AND attname = 'waiters_until'"
+    ));
+    assert_eq!(columns, ["waiters_until"]);
+    let name = unique_name("older");
+    let lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    assert!(locks.release(lease).expect("a server"));
+    query(format!("DROP TABLE {table}, {table}_rows; DROP SEQUENCE {table}_fence"));
+}

@@ -168,3 +168,13 @@ fn tokens_are_creation_zxids_in_curator_layout() {
     assert!(second.fencing_token() > first_token);
     assert!(other.release(second).unwrap());
 }
+
+/// `distlock bench`'s request floor times both kinds of pair on one session, and removes its
+/// parent node (which fails while a node of it is left).
+#[test]
+fn the_request_floor_times_both_kinds_of_pair() {
+    let backend = ZooKeeperTarget::new().backend().unwrap();
+    let floor = backend.request_floor(20).unwrap();
+    assert!(floor.write_pair > Duration::ZERO && floor.lock_requests_pair > Duration::ZERO, "{floor:?}");
+    assert!(floor.ceiling() > 0.0, "{floor}");
+}

@@ -11,16 +11,21 @@ use crate::install;
 use crate::TestArgs;
 
 /// The feature sets clippy checks one by one (besides `--all-features`): each backend of the
-/// facade alone, the test support of all of them, the CLI without `compare` (`exec` and
-/// `inspect` only) and the CLI's `compare` with one backend.
-const FEATURE_SETS: [(&str, &str); 7] = [
+/// facade alone, the test support of all of them, Redis without TLS, the SQL test support with
+/// one database, the CLI without `compare` (`exec` and `inspect` only) and the CLI's `compare`
+/// with one backend.
+const FEATURE_SETS: [(&str, &str); 11] = [
     ("distlock", "redis"),
     ("distlock", "postgres"),
     ("distlock", "mysql"),
     ("distlock", "zookeeper"),
     ("distlock", "testkit,redis,postgres,mysql,zookeeper"),
+    ("lock-redis", ""),
+    ("lock-sql", "testkit,postgres"),
+    ("lock-sql", "testkit,mysql"),
     ("distlock-cli", "redis,postgres,mysql,zookeeper"),
     ("distlock-cli", "compare,redis"),
+    ("distlock-cli", "compare,zookeeper"),
 ];
 
 /// One step of the pipeline.
@@ -172,8 +177,12 @@ mod tests {
                 ("clippy (one feature)", one_feature("distlock", "mysql")),
                 ("clippy (one feature)", one_feature("distlock", "zookeeper")),
                 ("clippy (one feature)", one_feature("distlock", "testkit,redis,postgres,mysql,zookeeper")),
+                ("clippy (one feature)", one_feature("lock-redis", "")),
+                ("clippy (one feature)", one_feature("lock-sql", "testkit,postgres")),
+                ("clippy (one feature)", one_feature("lock-sql", "testkit,mysql")),
                 ("clippy (one feature)", one_feature("distlock-cli", "redis,postgres,mysql,zookeeper")),
                 ("clippy (one feature)", one_feature("distlock-cli", "compare,redis")),
+                ("clippy (one feature)", one_feature("distlock-cli", "compare,zookeeper")),
                 (
                     "doc",
                     "RUSTDOCFLAGS=-D warnings cargo doc --workspace --all-features --no-deps --quiet"

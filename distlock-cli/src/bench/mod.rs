@@ -28,8 +28,9 @@ pub struct BenchArgs {
     /// How many times to run the whole set.
     #[arg(long, default_value_t = 1)]
     runs: usize,
-    /// Also measure the server time per operation on the `--url` server (Redis kinds; always
-    /// done on throwaway servers). It resets the server's statistics (`CONFIG RESETSTAT`).
+    /// Also measure where a lock pair's time goes on the `--url` server (always done on throwaway
+    /// servers): the server time per operation on the Redis kinds, which resets the server's
+    /// statistics (`CONFIG RESETSTAT`); the request floor on ZooKeeper (nodes under the root).
     #[arg(long)]
     server_time: bool,
     /// Which workloads to run.
@@ -92,14 +93,14 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         if args.runs > 1 {
             println!("-- run {run} of {}", args.runs);
         }
-        if let Some(server_time) =
-            opened.server_time.as_ref().filter(|_| args.url.is_none() || args.server_time)
+        if let Some(breakdown) =
+            opened.time_breakdown.as_ref().filter(|_| args.url.is_none() || args.server_time)
         {
             // A measurement, not a workload: its failure (CONFIG refused on a managed server,
             // say) is reported and the workloads still run.
-            match server_time() {
+            match breakdown() {
                 Ok(report) => println!("{report}"),
-                Err(error) => println!("server time: not measured: {error}"),
+                Err(error) => println!("time breakdown: not measured: {error}"),
             }
         }
         for &workload in &args.workloads {

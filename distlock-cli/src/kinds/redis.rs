@@ -32,7 +32,7 @@ fn single_node(kind: RedisLockKind, servers: Servers<'_>) -> Result<Opened, Stri
     };
     let target = RedisTarget::at(kind, url.clone());
     let mut opened = Opened::new(target.clone());
-    opened.server_time = Some(Box::new(move || {
+    opened.time_breakdown = Some(Box::new(move || {
         let backend = target.backend().map_err(|e| e.to_string())?;
         Ok(server_time::measure(&backend, std::slice::from_ref(&url), SERVER_TIME_OPS, SERVER_TIME_ROUNDS)?
             .to_string())
@@ -61,7 +61,7 @@ pub(super) fn redlock(servers: Servers<'_>) -> Result<Opened, String> {
     let first = urls.first().cloned().ok_or("no Redlock node URLs")?;
     let target = RedlockTarget::new(urls.clone());
     let mut opened = Opened::new(target.clone());
-    opened.server_time = Some(Box::new(move || {
+    opened.time_breakdown = Some(Box::new(move || {
         let backend = target.backend().map_err(|e| e.to_string())?;
         Ok(server_time::measure(&backend, &urls, SERVER_TIME_OPS, SERVER_TIME_ROUNDS)?.to_string())
     }));

@@ -3,8 +3,12 @@
 
 use distlock::zookeeper::testkit::ZooKeeperTarget;
 use lock_testkit::harness::shared;
+use lock_testkit::suite::SuiteTarget as _;
 
 use super::{Opened, Servers};
+
+/// Pairs of each kind the request floor times (after as many to warm up).
+const FLOOR_PAIRS: usize = 1_000;
 
 pub(super) fn curator_mutex(servers: Servers<'_>) -> Result<Opened, String> {
     let target = match servers {
@@ -18,7 +22,13 @@ pub(super) fn curator_mutex(servers: Servers<'_>) -> Result<Opened, String> {
             ZooKeeperTarget::from_url(url).map_err(|e| e.to_string())?
         }
     };
-    Ok(Opened::new(target))
+    let floor_target = target.clone();
+    let mut opened = Opened::new(target);
+    opened.time_breakdown = Some(Box::new(move || {
+        let backend = floor_target.backend().map_err(|e| e.to_string())?;
+        Ok(backend.request_floor(FLOOR_PAIRS).map_err(|e| e.to_string())?.to_string())
+    }));
+    Ok(opened)
 }
 
 /// Z01–Z03 (harness servers of their own: the shared standalone server, an ensemble, a Curator

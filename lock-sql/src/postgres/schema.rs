@@ -68,6 +68,9 @@ impl Tables {
         let rows = table.derived("_rows", MAX_IDENTIFIER)?.double_quoted();
         let fence = table.derived("_fence", MAX_IDENTIFIER)?.double_quoted();
         let channel = channel(table);
+        // A table made by an earlier version gets the waiters column; only then is it altered (an
+        // ALTER TABLE takes the table's strongest lock and needs its owner, even when it changes
+        // nothing).
         // $1 name, $2 owner, $3 lease in ms. One clock reading per statement.
         let same_owner_valid = "l.owner = EXCLUDED.owner AND l.expires_at >= EXCLUDED.acquired_at";
         Ok(Self {
@@ -75,7 +78,10 @@ impl Tables {
                 "CREATE TABLE IF NOT EXISTS {t} (name text COLLATE \"C\" PRIMARY KEY, owner text NOT NULL, \
                  hold_count integer NOT NULL, fence bigint NOT NULL, expires_at timestamptz NOT NULL, \
                  acquired_at timestamptz NOT NULL, waiters_until timestamptz NOT NULL DEFAULT '-infinity'); \
-                 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS waiters_until timestamptz NOT NULL DEFAULT '-infinity'; \
+                 DO $distlock$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_attribute \
+                   WHERE attrelid = '{t}'::regclass AND attname = 'waiters_until' AND NOT attisdropped) \
+                 THEN ALTER TABLE {t} ADD COLUMN IF NOT EXISTS waiters_until timestamptz NOT NULL DEFAULT '-infinity'; \
+                 END IF; END $distlock$; \
                  CREATE TABLE IF NOT EXISTS {rows} (name text COLLATE \"C\" PRIMARY KEY); \
                  CREATE SEQUENCE IF NOT EXISTS {fence};"
             ),

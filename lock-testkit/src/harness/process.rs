@@ -242,19 +242,19 @@ impl ServerProcess {
     /// signal cannot be sent or the watchdog cannot be started.
     pub fn pause(&self) -> Result<(), HarnessError> {
         let pid = self.running_pid()?;
+        let frozen = tree::stop(pid).map_err(|errno| self.signal_error("SIGSTOP", errno))?;
         let mut watchdog = self.pause_watchdog.lock();
-        if watchdog.is_none() {
-            *watchdog = Some(self.start_pause_watchdog(pid)?);
+        if watchdog.is_none() && !frozen.is_empty() {
+            *watchdog = Some(self.start_pause_watchdog(&frozen)?);
         }
-        tree::stop(pid).map_err(|errno| self.signal_error("SIGSTOP", errno))?;
         Ok(())
     }
 
-    /// The watchdog of a pause of `pid`'s tree: polls this process, and when it is gone SIGKILLs
-    /// the tree as it was when paused (no process of it can exit or fork while frozen).
-    fn start_pause_watchdog(&self, pid: u32) -> Result<Child, HarnessError> {
-        let pids: Vec<String> =
-            std::iter::once(pid).chain(tree::descendants(pid)).map(|pid| pid.to_string()).collect();
+    /// The watchdog of a paused tree's `descendants` (frozen: none of them can exit or fork):
+    /// polls this process, and once it is gone SIGKILLs them. The main process is not among
+    /// them: the kernel kills it with this process, and its pid may be reused by then.
+    fn start_pause_watchdog(&self, descendants: &[u32]) -> Result<Child, HarnessError> {
+        let pids: Vec<String> = descendants.iter().map(u32::to_string).collect();
         let script = format!(
             "while kill -0 {} 2>/dev/null; do sleep 0.2; done; kill -KILL {} 2>/dev/null",
             std::process::id(),

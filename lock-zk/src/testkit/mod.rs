@@ -15,7 +15,10 @@ use zookeeper_client as zk;
 use crate::{ZooKeeperBackend, ZooKeeperLockBuilder};
 
 mod curator;
+mod request_floor;
 mod scenarios;
+
+pub use request_floor::RequestFloor;
 
 /// The ZooKeeper scenarios of `docs/scenarios.md`: Z01 (no herd, FIFO), Z02 (session expiry, ensemble
 /// member loss), Z03 (interop with Apache Curator).
