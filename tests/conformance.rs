@@ -20,6 +20,9 @@ mod redis {
     // Both single-node layouts, on the shared harness server (or `DISTLOCK_REDIS_URL`).
     lock_testkit::conformance_tests!(set_nx, RedisTarget::set_nx());
     lock_testkit::conformance_tests!(hash, RedisTarget::reentrant_hash());
+    // Both layouts with non-fair waiters (`fair(false)`): a release wakes every waiter.
+    lock_testkit::conformance_tests!(set_nx_non_fair, RedisTarget::set_nx().non_fair());
+    lock_testkit::conformance_tests!(hash_non_fair, RedisTarget::reentrant_hash().non_fair());
     // Redlock over five independent shared harness nodes (or `DISTLOCK_REDIS_NODES`).
     lock_testkit::conformance_tests!(redlock, RedlockTarget::shared());
 }

@@ -133,6 +133,8 @@ pub const KINDS: &[Kind] = &[
     },
     kind!("redis", "redis", Redis, "Redis, one server, SET NX PX layout", redis::set_nx, recipes: redis::single_node_recipes, scenarios: redis::set_nx_scenarios),
     kind!("redis-hash", "redis", Redis, "Redis, one server, reentrant-hash layout", redis::reentrant_hash, scenarios: redis::reentrant_hash_scenarios),
+    kind!("redis-nonfair", "redis", Redis, "Redis, one server, SET NX PX layout, non-fair waiters", redis::set_nx_non_fair),
+    kind!("redis-hash-nonfair", "redis", Redis, "Redis, one server, reentrant-hash layout, non-fair waiters", redis::reentrant_hash_non_fair),
     kind!("redlock", "redis", Redlock, "Redlock over five independent Redis servers", redis::redlock, recipes: redis::redlock_recipes, scenarios: redis::redlock_scenarios),
     kind!("pg-table", "postgres", Postgres, "PostgreSQL lock table on the database clock", postgres::table, scenarios: postgres::table_scenarios),
     kind!("pg-row", "postgres", Postgres, "PostgreSQL SELECT ... FOR UPDATE row lock", postgres::row, scenarios: postgres::row_scenarios),

@@ -239,6 +239,46 @@ fn a_waiter_that_gives_up_leaves_the_queue() {
     assert!(locks.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap().is_some());
 }
 
+/// Non-fair waiters (`fair(false)`), on both layouts: nobody queues while they wait, and a
+/// release wakes them by its message (long before the one-second re-check).
+#[test]
+fn non_fair_waiters_do_not_queue_and_are_woken_by_the_release() {
+    let url = shared_url();
+    let mut raw = connection(&url);
+    for kind in [RedisLockKind::SetNx, RedisLockKind::ReentrantHash] {
+        let non_fair = || {
+            RedisBackend::builder(url.as_str())
+                .kind(kind)
+                .fair(false)
+                .connect_timeout(2 * SECOND)
+                .build()
+                .unwrap()
+        };
+        let (holder, waiter) = (non_fair(), non_fair());
+        assert!(!waiter.is_fair());
+        let name = unique_name("non-fair");
+        let keys = holder.keys(&name);
+        let lease = holder.try_acquire(&name, &OwnerToken::random(), 10 * SECOND).unwrap().unwrap();
+        thread::scope(|s| {
+            let waiting = s.spawn(|| {
+                let deadline = Instant::now() + 5 * SECOND;
+                let acquired =
+                    waiter.acquire_until(&name, &OwnerToken::random(), 10 * SECOND, Some(deadline));
+                (acquired.unwrap().expect("granted after the release"), Instant::now())
+            });
+            thread::sleep(Duration::from_millis(300));
+            let queued: i64 = raw.zcard(keys.queue()).unwrap();
+            assert_eq!(queued, 0, "{kind:?}: a non-fair waiter queued");
+            let released_at = Instant::now();
+            assert!(holder.release(lease).unwrap());
+            let (acquired, acquired_at) = waiting.join().unwrap();
+            let woken = acquired_at - released_at;
+            assert!(woken < Duration::from_millis(250), "{kind:?}: acquired {woken:?} after the release");
+            assert!(waiter.release(acquired.lease).unwrap());
+        });
+    }
+}
+
 /// Under 8-way contention every worker gets a fair share: the releaser cannot re-lock ahead of
 /// the queue.
 #[test]

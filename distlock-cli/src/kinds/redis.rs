@@ -1,4 +1,5 @@
-//! The Redis kinds: `redis` (SET NX PX), `redis-hash` (reentrant hash) and `redlock`.
+//! The Redis kinds: `redis` (SET NX PX), `redis-hash` (reentrant hash), both also with non-fair
+//! waiters (`-nonfair`), and `redlock`.
 
 use distlock::redis::testkit::{server_time, RedisTarget, RedlockTarget, NODES};
 use distlock::redis::RedisLockKind;
@@ -9,14 +10,22 @@ use lock_testkit::suite::SuiteTarget;
 use super::{KindTarget, Opened, Servers};
 
 pub(super) fn set_nx(servers: Servers<'_>) -> Result<Opened, String> {
-    single_node(RedisLockKind::SetNx, servers)
+    single_node(RedisLockKind::SetNx, true, servers)
 }
 
 pub(super) fn reentrant_hash(servers: Servers<'_>) -> Result<Opened, String> {
-    single_node(RedisLockKind::ReentrantHash, servers)
+    single_node(RedisLockKind::ReentrantHash, true, servers)
 }
 
-fn single_node(kind: RedisLockKind, servers: Servers<'_>) -> Result<Opened, String> {
+pub(super) fn set_nx_non_fair(servers: Servers<'_>) -> Result<Opened, String> {
+    single_node(RedisLockKind::SetNx, false, servers)
+}
+
+pub(super) fn reentrant_hash_non_fair(servers: Servers<'_>) -> Result<Opened, String> {
+    single_node(RedisLockKind::ReentrantHash, false, servers)
+}
+
+fn single_node(kind: RedisLockKind, fair: bool, servers: Servers<'_>) -> Result<Opened, String> {
     let url = match servers {
         Servers::Harness => {
             shared::redis().map_err(|e| format!("starting redis-server: {e}"))?.address().to_owned()
@@ -31,6 +40,7 @@ fn single_node(kind: RedisLockKind, servers: Servers<'_>) -> Result<Opened, Stri
         }
     };
     let target = RedisTarget::at(kind, url.clone());
+    let target = if fair { target } else { target.non_fair() };
     let mut opened = Opened::new(target.clone());
     opened.time_breakdown = Some(Box::new(move || {
         let backend = target.backend().map_err(|e| e.to_string())?;

@@ -73,6 +73,8 @@ pub(crate) struct Inner {
     pub(crate) pool: ConnectionPool,
     pub(crate) prefix: String,
     pub(crate) kind: RedisLockKind,
+    /// Waiters queue and are served in arrival order (`RedisLockBuilder::fair`).
+    pub(crate) fair: bool,
     pub(crate) replicas: Option<ReplicaWait>,
     pub(crate) hub: WaitHub,
     /// Undos of failed calls still to be sent (`cleanup.rs`).
@@ -132,6 +134,11 @@ impl RedisBackend {
     /// The data layout this backend uses.
     pub fn kind(&self) -> RedisLockKind {
         self.inner.kind
+    }
+
+    /// Whether waiters are served in arrival order (see [`RedisLockBuilder::fair`]).
+    pub fn is_fair(&self) -> bool {
+        self.inner.fair
     }
 
     /// The Redis keys of the lock `name` (for operators and tests: inspecting `PTTL`, the hold
@@ -298,10 +305,13 @@ impl RedisBackend {
     fn release_on(&self, connection: &mut PooledConnection, lease: &RedisLease) -> RedisResult<i64> {
         connection.run(|c| {
             let script = &self.scripts().release;
+            // Non-fair waiters do not queue: with no queue, a non-fair client's release still
+            // tells them (`1`), where a fair one's has nobody to tell.
             let command = script
                 .invoke(&[lease.keys.lock(), lease.keys.queue(), lease.keys.queue_timeouts()])
                 .arg(&lease.token)
                 .arg(lease.keys.channel())
+                .arg(if self.inner.fair { 0 } else { 1 })
                 .to_owned();
             script.query(c, &command)
         })
@@ -316,9 +326,14 @@ impl DistributedLock for RedisBackend {
     }
 
     fn profile(&self) -> lock_core::BackendProfile {
+        let wake_up = if self.inner.fair {
+            "pub/sub message on release, to the head of a fair wait queue"
+        } else {
+            "pub/sub message on every release, to every waiter: non-fair, whoever asks first gets it"
+        };
         let profile = lock_core::BackendProfile::new(
             "INCR of a per-name counter, atomic with the acquisition (one round trip)",
-            "pub/sub message on release, to the head of a fair wait queue",
+            wake_up,
             "the counter and the lock replicate asynchronously: a failover may lose the lock \
              (WAIT option: acquire returns only once replicas have it)",
         );

@@ -87,17 +87,17 @@ impl Waiter for QueueWaiter<'_> {
     type Lease = RedisLease;
 
     fn attempt(&mut self) -> Result<std::result::Result<RedisLease, Refusal>> {
-        // The first attempt is the cheap uncontended one; after a refusal the waiter queues.
-        let route = if self.attempts == 0 {
-            Route::Uncontended { waiting: true }
-        } else {
-            Route::Queued { waiting: true }
-        };
+        // The first attempt is the cheap uncontended one; after a refusal a fair waiter queues,
+        // a non-fair one asks the script too (its refusal says when the holder's lease ends)
+        // but never joins the queue.
+        let waiting = self.backend.inner.fair;
+        let route =
+            if self.attempts == 0 { Route::Uncontended { waiting } } else { Route::Queued { waiting } };
         self.attempts += 1;
         Ok(match self.backend.attempt(self.name, self.keys, self.owner, self.ttl, route)? {
             Attempt::Acquired(lease) => Ok(lease),
             Attempt::Held { retry_in } => {
-                self.refused = true;
+                self.refused = waiting;
                 Err(Refusal { retry_in, back_off: None })
             }
         })

@@ -30,6 +30,8 @@ const PASSWORD: &str = "correct-horse-battery-staple";
 #[derive(Clone)]
 pub struct RedisTarget {
     kind: RedisLockKind,
+    /// Waiters served in arrival order ([`crate::RedisLockBuilder::fair`]).
+    fair: bool,
     url: String,
 }
 
@@ -38,6 +40,7 @@ impl std::fmt::Debug for RedisTarget {
         // The URL may be a user's, with a password.
         f.debug_struct("RedisTarget")
             .field("kind", &self.kind)
+            .field("fair", &self.fair)
             .field("url", &lock_core::redact_url(&self.url))
             .finish()
     }
@@ -72,7 +75,14 @@ impl RedisTarget {
     /// `kind` on the server at `url` (a user's own server: the suite and workloads use fresh
     /// random names under the backend's key prefix).
     pub fn at(kind: RedisLockKind, url: impl Into<String>) -> Self {
-        Self { kind, url: url.into() }
+        Self { kind, fair: true, url: url.into() }
+    }
+
+    /// The same target with non-fair waiters (`fair(false)`): a released lock goes to whoever
+    /// asks first.
+    pub fn non_fair(mut self) -> Self {
+        self.fair = false;
+        self
     }
 
     /// The server's URL.
@@ -107,14 +117,23 @@ impl SuiteTarget for RedisTarget {
     }
 
     fn label(&self) -> String {
-        match self.kind {
-            RedisLockKind::ReentrantHash => "redis reentrant-hash".into(),
-            _ => "redis set-nx".into(),
+        let layout = match self.kind {
+            RedisLockKind::ReentrantHash => "redis reentrant-hash",
+            _ => "redis set-nx",
+        };
+        if self.fair {
+            layout.into()
+        } else {
+            format!("{layout} non-fair")
         }
     }
 
     fn backend(&self) -> lock_core::Result<RedisBackend> {
-        RedisBackend::builder(self.url.as_str()).kind(self.kind).connect_timeout(CONNECT_TIMEOUT).build()
+        RedisBackend::builder(self.url.as_str())
+            .kind(self.kind)
+            .fair(self.fair)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
     }
 
     fn remaining_lease(&self, name: &LockName) -> Result<lock_core::Result<Option<Duration>>, NotApplicable> {
@@ -149,6 +168,7 @@ impl SuiteTarget for RedisTarget {
         };
         Ok(RedisBackend::builder(format!("redis://{address}/"))
             .kind(self.kind)
+            .fair(self.fair)
             .connect_timeout(CONNECT_TIMEOUT)
             .io_timeout(CONNECT_TIMEOUT)
             .build())
@@ -164,7 +184,12 @@ impl SuiteTarget for RedisTarget {
         // A call checks out one connection (at most one connect timeout) and exchanges one
         // request (one I/O timeout): the default call bound holds.
         Ok(routed_url(&self.url, route).and_then(|url| {
-            RedisBackend::builder(url).kind(self.kind).connect_timeout(timeout).io_timeout(timeout).build()
+            RedisBackend::builder(url)
+                .kind(self.kind)
+                .fair(self.fair)
+                .connect_timeout(timeout)
+                .io_timeout(timeout)
+                .build()
         }))
     }
 
@@ -179,6 +204,7 @@ impl SuiteTarget for RedisTarget {
         };
         Ok(RedisBackend::builder(format!("redis://:wrong-password@127.0.0.1:{port}/"))
             .kind(self.kind)
+            .fair(self.fair)
             .connect_timeout(CONNECT_TIMEOUT)
             .build())
     }
@@ -194,6 +220,7 @@ impl SuiteTarget for RedisTarget {
         };
         let backend = RedisBackend::builder(server.url())
             .kind(self.kind)
+            .fair(self.fair)
             .connect_timeout(OWN_SERVER_TIMEOUT)
             .io_timeout(OWN_SERVER_TIMEOUT)
             .build();
