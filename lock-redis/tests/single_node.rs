@@ -649,3 +649,17 @@ fn scripts_are_reloaded_after_script_flush() {
         assert!(locks.release(lease).unwrap());
     }
 }
+
+/// `distlock bench`'s comparison with the plain recipe times both kinds of pair and leaves no
+/// key of its own behind.
+#[test]
+fn the_plain_pair_comparison_times_both_and_cleans_up() {
+    let url = shared_url();
+    let locks = backend(&url, RedisLockKind::SetNx);
+    let pairs = lock_redis::testkit::plain_pair::measure(&locks, &url, 50).expect("a working server");
+    assert!(pairs.lock_p50 > Duration::ZERO && pairs.plain_p50 > Duration::ZERO, "{pairs}");
+    let mut raw = connection(&url);
+    let left: Vec<String> = raw.keys("*plain-pair-*").unwrap();
+    let plain_left: Vec<String> = raw.keys("distlock-plain:*").unwrap();
+    assert!(left.is_empty() && plain_left.is_empty(), "left behind: {left:?} {plain_left:?}");
+}

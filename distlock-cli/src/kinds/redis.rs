@@ -1,7 +1,7 @@
 //! The Redis kinds: `redis` (SET NX PX), `redis-hash` (reentrant hash), both also with non-fair
 //! waiters (`-nonfair`), and `redlock`.
 
-use distlock::redis::testkit::{server_time, RedisTarget, RedlockTarget, NODES};
+use distlock::redis::testkit::{plain_pair, server_time, RedisTarget, RedlockTarget, NODES};
 use distlock::redis::RedisLockKind;
 use lock_testkit::harness::shared;
 use lock_testkit::negative::BrokenRecipe;
@@ -44,8 +44,10 @@ fn single_node(kind: RedisLockKind, fair: bool, servers: Servers<'_>) -> Result<
     let mut opened = Opened::new(target.clone());
     opened.time_breakdown = Some(Box::new(move || {
         let backend = target.backend().map_err(|e| e.to_string())?;
-        Ok(server_time::measure(&backend, std::slice::from_ref(&url), SERVER_TIME_OPS, SERVER_TIME_ROUNDS)?
-            .to_string())
+        let server_time =
+            server_time::measure(&backend, std::slice::from_ref(&url), SERVER_TIME_OPS, SERVER_TIME_ROUNDS)?;
+        let pairs = plain_pair::measure(&backend, &url, PLAIN_PAIRS)?;
+        Ok(format!("{server_time}\n{pairs}"))
     }));
     Ok(opened)
 }
@@ -54,6 +56,9 @@ fn single_node(kind: RedisLockKind, fair: bool, servers: Servers<'_>) -> Result<
 /// seconds on loopback.
 const SERVER_TIME_OPS: usize = 2_000;
 const SERVER_TIME_ROUNDS: usize = 5;
+
+/// Uncontended pairs of each kind (the lock's, the plain recipe's) timed beside each other.
+const PLAIN_PAIRS: usize = 2_000;
 
 /// Redlock, with its yardstick for `distlock bench`: the single-node kind on its first node.
 pub(super) fn redlock(servers: Servers<'_>) -> Result<Opened, String> {

@@ -12,6 +12,7 @@
 //!   backend-neutral frame of [`lock_testkit::negative`].
 
 pub mod negative;
+pub mod plain_pair;
 pub mod redlock;
 mod scenarios;
 pub mod server_time;
