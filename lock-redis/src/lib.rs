@@ -54,7 +54,9 @@
 //!   the undo described under *Limits*); one that dies leaves it within 3 s, and holds up a free
 //!   lock for at most its turn (250 ms): the head of the queue must take a free lock within that
 //!   time or lapse, and a turn never goes to a lapsed entry. A lost message delays a waiter by
-//!   at most a second.
+//!   at most a second. That is the default; [`RedisLockBuilder::fair`]`(false)` (Redisson's
+//!   `RLock` rather than its `RFairLock`) skips the queue: every release of a non-fair client
+//!   wakes the lock's waiters, and whoever asks first gets it.
 //! - **Renewal** of many leases is one pipeline per batch, read with one deadline: a batch
 //!   against a server that stopped answering fails after one read timeout, whatever its size.
 //! - **Connections**: an r2d2 pool with connect, read and write timeouts; a connection that hit
