@@ -34,6 +34,8 @@ mod postgres {
 
     // The three kinds on the shared harness server (or `DISTLOCK_POSTGRES_URL`).
     lock_testkit::conformance_tests!(table, PostgresTarget::new(PostgresLockKind::Table));
+    // The lock table with non-fair waiters (`fair(false)`): a woken waiter races new callers.
+    lock_testkit::conformance_tests!(table_non_fair, PostgresTarget::new(PostgresLockKind::Table).non_fair());
     lock_testkit::conformance_tests!(row, PostgresTarget::new(PostgresLockKind::Row));
     lock_testkit::conformance_tests!(advisory, PostgresTarget::new(PostgresLockKind::Advisory));
 }

@@ -137,6 +137,7 @@ pub const KINDS: &[Kind] = &[
     kind!("redis-hash-nonfair", "redis", Redis, "Redis, one server, reentrant-hash layout, non-fair waiters", redis::reentrant_hash_non_fair),
     kind!("redlock", "redis", Redlock, "Redlock over five independent Redis servers", redis::redlock, recipes: redis::redlock_recipes, scenarios: redis::redlock_scenarios),
     kind!("pg-table", "postgres", Postgres, "PostgreSQL lock table on the database clock", postgres::table, scenarios: postgres::table_scenarios),
+    kind!("pg-table-nonfair", "postgres", Postgres, "PostgreSQL lock table on the database clock, non-fair waiters", postgres::table_non_fair),
     kind!("pg-row", "postgres", Postgres, "PostgreSQL SELECT ... FOR UPDATE row lock", postgres::row, scenarios: postgres::row_scenarios),
     kind!("pg-advisory", "postgres", Postgres, "PostgreSQL advisory lock", postgres::advisory, scenarios: postgres::advisory_scenarios),
     kind!("mysql-table", "mysql", MySql, "MySQL/MariaDB lock table on the database clock", mysql::table, recipes: mysql::broken_recipes, scenarios: mysql::table_scenarios),

@@ -1,21 +1,24 @@
-//! The PostgreSQL lock table notifies only when someone waits: releases of locks nobody waits for
-//! send no `NOTIFY` (a notifying transaction takes a database-wide lock at commit, which would
-//! serialize the releases of independent names), and a release with a waiter does, waking it.
+//! The PostgreSQL lock table's waiter queue: waiters queue in the lock row, a release notifies
+//! the oldest waiting client only (and nobody when nobody waits), a fair lock serves waiters in
+//! arrival order, a waiter that gives up leaves the queue, and a crashed waiter's entry lapses.
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_core::{DistributedLock, OwnerToken};
-use lock_sql::postgres::PostgresLockKind;
+use lock_core::{DistributedLock, LockName, OwnerToken};
+use lock_sql::postgres::{PostgresBackend, PostgresLockKind};
 use lock_sql::testkit::SqlTarget;
 use lock_testkit::suite::unique_name;
 
 const TTL: Duration = Duration::from_secs(30);
 
-/// Listens on the lock table's channel (`distlock_` + the default table, `distlock_locks`) on a
-/// connection of its own; every payload goes to the returned receiver. The listener runs until
-/// the test process ends.
+/// Well under the waiters' one-second re-check: a waiter served this soon was woken by the
+/// release's notification.
+const WOKEN: Duration = Duration::from_millis(500);
+
+/// Listens on `channel` on a connection of its own; every payload goes to the returned receiver.
+/// The listener runs until the test process ends.
 fn listen(url: &str, channel: &str) -> mpsc::Receiver<String> {
     let (payloads, received) = mpsc::channel();
     let (listening, ready) = mpsc::channel();
@@ -45,87 +48,206 @@ fn listen(url: &str, channel: &str) -> mpsc::Receiver<String> {
     received
 }
 
-#[test]
-fn a_release_notifies_only_when_someone_waits() {
-    let target = SqlTarget::new(PostgresLockKind::Table);
-    let locks = target.backend_with(Duration::from_secs(2), 4).expect("a client");
-    locks.ensure_schema().expect("the tables");
-    let notifications = listen(target.url(), "distlock_distlock_locks");
+/// Runs `sql` on a connection of its own; the first column of each row, as text.
+fn query(url: &str, sql: &str) -> Vec<String> {
+    let (url, sql) = (url.to_owned(), sql.to_owned());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    runtime.block_on(async move {
+        let (client, connection) =
+            tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connect");
+        let driver = tokio::spawn(connection);
+        let rows = client.simple_query(&sql).await.expect("the statement");
+        drop(client);
+        let _ = driver.await;
+        rows.iter()
+            .filter_map(|message| match message {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .collect()
+    })
+}
 
-    // Nobody waits: no notification, however many releases.
-    let alone = unique_name("alone");
-    for _ in 0..20 {
-        let lease = locks.try_acquire(&alone, &OwnerToken::random(), TTL).expect("a server").expect("free");
-        assert!(locks.release(lease).expect("a server"));
-    }
-    // A waiter: the release notifies, and the waiter gets the lock by that notification (long
-    // before its one-second re-check).
-    let waited = unique_name("waited");
-    let lease = locks.try_acquire(&waited, &OwnerToken::random(), TTL).expect("a server").expect("free");
-    let (got, acquired) = mpsc::channel();
-    let waiter = {
-        let (target, waited) = (target.clone(), waited.clone());
-        thread::spawn(move || {
-            let waiting = target.backend_with(Duration::from_secs(2), 2).expect("a client");
-            let native = waiting.native_wait().expect("lock-table waiters are woken");
-            let deadline = Instant::now() + Duration::from_secs(20);
-            let lease = native
-                .acquire_until(&waited, &OwnerToken::random(), TTL, Some(deadline))
-                .expect("a server")
-                .expect("granted before the deadline")
-                .lease;
-            got.send(Instant::now()).expect("the test waits");
-            assert!(waiting.release(lease).expect("a server"));
-        })
-    };
-    // Let the waiter fail its attempts, listen and note on the row that it waits.
-    thread::sleep(Duration::from_millis(1_500));
-    let released_at = Instant::now();
-    assert!(locks.release(lease).expect("a server"));
-    let woken_after =
-        acquired.recv_timeout(Duration::from_secs(10)).expect("the waiter got the lock") - released_at;
-    waiter.join().expect("the waiter");
-
-    let seen: Vec<String> = notifications.try_iter().collect();
-    assert!(
-        !seen.iter().any(|payload| payload == alone.as_str()),
-        "releases nobody waited for notified: {seen:?}"
-    );
-    assert!(
-        seen.iter().any(|payload| payload == waited.as_str()),
-        "the release with a waiter did not notify: {seen:?}"
-    );
-    println!("the waiter got the lock {woken_after:?} after the release");
-    assert!(
-        woken_after < Duration::from_millis(500),
-        "woken {woken_after:?} after the release: by a re-check, not the notification"
+/// Puts a queue entry for `channel` on `name`'s row (which must exist), living `ms` from now
+/// (negative: already lapsed), as a waiting client would.
+fn enqueue(url: &str, name: &LockName, channel: &str, ms: i64) {
+    query(
+        url,
+        &format!(
+            "UPDATE distlock_locks SET waiters = waiters || \
+             ((round(extract(epoch FROM clock_timestamp()) * 1000)::bigint + {ms})::text || ':{channel}') \
+             WHERE name = '{}'",
+            name.as_str()
+        ),
     );
 }
 
-/// A lock table made by a version without the waiters column gets it from `ensure_schema`, and
-/// its locks then work; a second `ensure_schema` changes nothing.
+fn table(target: &SqlTarget<PostgresLockKind>, fair: bool) -> PostgresBackend {
+    let locks = PostgresBackend::builder(target.url())
+        .kind(PostgresLockKind::Table)
+        .io_timeout(Duration::from_secs(2))
+        .fair(fair)
+        .build()
+        .expect("a client");
+    locks.ensure_schema().expect("the tables");
+    locks
+}
+
+#[test]
+fn a_release_notifies_the_oldest_live_waiter_and_nobody_else() {
+    let target = SqlTarget::new(PostgresLockKind::Table);
+    let locks = table(&target, true);
+    let (first, second) =
+        (format!("distlock_t_{}a", std::process::id()), format!("distlock_t_{}b", std::process::id()));
+    let (to_first, to_second) = (listen(target.url(), &first), listen(target.url(), &second));
+
+    // Nobody waits: no notification, however many releases.
+    let name = unique_name("notified");
+    for _ in 0..5 {
+        let lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
+        assert!(locks.release(lease).expect("a server"));
+    }
+    // A lapsed entry is nobody: still no notification.
+    let lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    enqueue(target.url(), &name, &first, -1);
+    assert!(locks.release(lease).expect("a server"));
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(to_first.try_iter().count(), 0, "a lapsed entry was notified");
+
+    // Two live entries: the release notifies the older one only, with the lock's name.
+    let lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    enqueue(target.url(), &name, &first, 60_000);
+    enqueue(target.url(), &name, &second, 60_000);
+    assert!(locks.release(lease).expect("a server"));
+    assert_eq!(to_first.recv_timeout(Duration::from_secs(5)).expect("notified"), name.as_str());
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(to_second.try_iter().count(), 0, "the second waiter was notified too");
+}
+
+#[test]
+fn a_fair_lock_is_taken_only_by_the_queue_head_until_its_entry_lapses() {
+    let target = SqlTarget::new(PostgresLockKind::Table);
+    let (fair, unfair) = (table(&target, true), table(&target, false));
+    let name = unique_name("head");
+    let lease = fair.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    // A waiter that crashed: its entry lives 1.5 s.
+    enqueue(target.url(), &name, &format!("distlock_t_{}gone", std::process::id()), 1_500);
+    assert!(fair.release(lease).expect("a server"));
+
+    assert!(
+        fair.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").is_none(),
+        "fair: the head's turn"
+    );
+    let barged = unfair
+        .try_acquire(&name, &OwnerToken::random(), TTL)
+        .expect("a server")
+        .expect("non-fair: first come");
+    assert!(unfair.release(barged).expect("a server"));
+    // The entry lapses and the fair lock is free for anyone again.
+    thread::sleep(Duration::from_millis(1_700));
+    let lease =
+        fair.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("the entry lapsed");
+    assert!(fair.release(lease).expect("a server"));
+}
+
+/// Three clients queue one after another behind a holder; each release wakes the next, in
+/// arrival order, by its notification.
+#[test]
+fn fair_waiters_are_served_in_arrival_order_each_woken_by_a_release() {
+    let target = SqlTarget::new(PostgresLockKind::Table);
+    let locks = table(&target, true);
+    let name = unique_name("fifo");
+    let lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let waiters: Vec<_> = (0..3)
+        .map(|index| {
+            let (target, name, served) = (target.clone(), name.clone(), Arc::clone(&served));
+            let waiter = thread::spawn(move || {
+                let locks = table(&target, true);
+                let native = locks.native_wait().expect("lock-table waiters are woken");
+                let deadline = Instant::now() + Duration::from_secs(20);
+                let acquired = native
+                    .acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline))
+                    .expect("a server")
+                    .expect("served before the deadline");
+                served.lock().unwrap().push((index, Instant::now()));
+                thread::sleep(Duration::from_millis(100));
+                let released_at = Instant::now();
+                assert!(locks.release(acquired.lease).expect("a server"));
+                released_at
+            });
+            // Let this one queue before the next arrives.
+            thread::sleep(Duration::from_millis(700));
+            waiter
+        })
+        .collect();
+    let released_at = Instant::now();
+    assert!(locks.release(lease).expect("a server"));
+    let releases: Vec<Instant> = std::iter::once(released_at)
+        .chain(waiters.into_iter().map(|waiter| waiter.join().expect("a waiter")))
+        .collect();
+    let served = served.lock().unwrap().clone();
+    assert_eq!(served.iter().map(|(index, _)| *index).collect::<Vec<_>>(), [0, 1, 2], "arrival order");
+    for (position, (index, at)) in served.iter().enumerate() {
+        let after = *at - releases[position];
+        println!("waiter {index} served {after:?} after the release before it");
+        assert!(after < WOKEN, "waiter {index} served {after:?} after the release: by a re-check");
+    }
+}
+
+/// A fair waiter that runs out of time leaves the queue: the next waiter is served at the next
+/// release, not when the first one's entry would have lapsed.
+#[test]
+fn a_waiter_that_gives_up_leaves_the_queue() {
+    let target = SqlTarget::new(PostgresLockKind::Table);
+    let locks = table(&target, true);
+    let name = unique_name("gives-up");
+    let lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    let impatient = {
+        let (target, name) = (target.clone(), name.clone());
+        thread::spawn(move || {
+            let locks = table(&target, true);
+            let deadline = Instant::now() + Duration::from_millis(800);
+            let native = locks.native_wait().expect("woken");
+            assert!(native
+                .acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline))
+                .expect("a server")
+                .is_none());
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    let (got, acquired) = mpsc::channel();
+    let patient = {
+        let (target, name) = (target.clone(), name.clone());
+        thread::spawn(move || {
+            let locks = table(&target, true);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let native = locks.native_wait().expect("woken");
+            let acquired = native
+                .acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline))
+                .expect("a server")
+                .expect("served");
+            got.send(Instant::now()).expect("the test waits");
+            assert!(locks.release(acquired.lease).expect("a server"));
+        })
+    };
+    impatient.join().expect("the impatient waiter");
+    thread::sleep(Duration::from_millis(300));
+    let released_at = Instant::now();
+    assert!(locks.release(lease).expect("a server"));
+    let after = acquired.recv_timeout(Duration::from_secs(10)).expect("served") - released_at;
+    patient.join().expect("the patient waiter");
+    println!("the patient waiter was served {after:?} after the release");
+    assert!(after < WOKEN, "served {after:?} after the release: the leaver's entry held up the queue");
+}
+
+/// A lock table made by a version without the waiter queue gets it from `ensure_schema`, and its
+/// locks then work; a second `ensure_schema` changes nothing.
 #[test]
 fn ensure_schema_adds_the_waiters_column_to_an_older_table() {
     let target = SqlTarget::new(PostgresLockKind::Table);
     let table = format!("older_layout_{}", std::process::id());
-    let query = |sql: String| {
-        let url = target.url().to_owned();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-        runtime.block_on(async move {
-            let (client, connection) =
-                tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("connect");
-            let driver = tokio::spawn(connection);
-            let rows = client.simple_query(&sql).await.expect("the statement");
-            drop(client);
-            let _ = driver.await;
-            rows.iter()
-                .filter_map(|message| match message {
-                    tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
-                    _ => None,
-                })
-                .collect::<Vec<String>>()
-        })
-    };
+    let query = |sql: String| query(target.url(), &sql);
     query(format!(
         "CREATE TABLE {table} (name text COLLATE \"C\" PRIMARY KEY, owner text NOT NULL, \
          hold_count integer NOT NULL, fence bigint NOT NULL, expires_at timestamptz NOT NULL, \
@@ -139,9 +261,9 @@ fn ensure_schema_adds_the_waiters_column_to_an_older_table() {
     locks.ensure_schema().expect("the older table upgraded");
     locks.ensure_schema().expect("nothing to do the second time");
     let columns = query(format!(
-        "SELECT attname FROM pg_attribute WHERE attrelid = '{table}'::regclass AND attname = 'waiters_until'"
+        "SELECT attname FROM pg_attribute WHERE attrelid = '{table}'::regclass AND attname = 'waiters'"
     ));
-    assert_eq!(columns, ["waiters_until"]);
+    assert_eq!(columns, ["waiters"]);
     let name = unique_name("older");
     let lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
     assert!(locks.release(lease).expect("a server"));

@@ -1,5 +1,5 @@
-//! The PostgreSQL kinds: `pg-table` (lock table), `pg-row` (`SELECT … FOR UPDATE`) and
-//! `pg-advisory` (`pg_advisory_lock`).
+//! The PostgreSQL kinds: `pg-table` (lock table; `pg-table-nonfair` with non-fair waiters),
+//! `pg-row` (`SELECT … FOR UPDATE`) and `pg-advisory` (`pg_advisory_lock`).
 
 use distlock::postgres::testkit::PostgresTarget;
 use distlock::postgres::PostgresLockKind;
@@ -14,6 +14,10 @@ pub(super) fn table(servers: Servers<'_>) -> Result<Opened, String> {
     open(PostgresLockKind::Table, servers)
 }
 
+pub(super) fn table_non_fair(servers: Servers<'_>) -> Result<Opened, String> {
+    open_target(PostgresLockKind::Table, servers, false)
+}
+
 pub(super) fn row(servers: Servers<'_>) -> Result<Opened, String> {
     open(PostgresLockKind::Row, servers)
 }
@@ -23,6 +27,10 @@ pub(super) fn advisory(servers: Servers<'_>) -> Result<Opened, String> {
 }
 
 fn open(kind: PostgresLockKind, servers: Servers<'_>) -> Result<Opened, String> {
+    open_target(kind, servers, true)
+}
+
+fn open_target(kind: PostgresLockKind, servers: Servers<'_>, fair: bool) -> Result<Opened, String> {
     let target = match servers {
         Servers::Harness => {
             let server = shared::postgres().map_err(|e| format!("starting PostgreSQL: {e}"))?;
@@ -38,7 +46,7 @@ fn open(kind: PostgresLockKind, servers: Servers<'_>) -> Result<Opened, String> 
             PostgresTarget::at(kind, url)
         }
     };
-    Ok(Opened::new(target))
+    Ok(Opened::new(if fair { target } else { target.non_fair() }))
 }
 
 /// Q01 (lock table), Q02 (row lock), Q03 (advisory lock), each under its kind's column.

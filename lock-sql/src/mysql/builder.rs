@@ -22,7 +22,7 @@ impl MySqlLockBuilder {
     /// identifiers), zero timeouts or pool size; [`Error::Connection`], [`Error::Timeout`] or
     /// [`Error::Authentication`] when the server cannot be reached or refuses the credentials.
     pub fn build(self) -> Result<MySqlBackend> {
-        let table = self.settings.validate(&["mysql"], false)?;
+        let table = self.settings.validate(&["mysql"], false, self.kind == MySqlLockKind::Table)?;
         let settings = &self.settings;
         let address = settings.address();
         let tables = Tables::new(&table)?;

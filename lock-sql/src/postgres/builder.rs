@@ -20,10 +20,14 @@ impl PostgresLockBuilder {
     /// # Errors
     /// [`Error::InvalidConfig`] for a malformed URL, a table name that is not a plain identifier
     /// (or longer than 57 bytes: `<table>_fence` must fit PostgreSQL's 63-byte identifiers), zero
-    /// timeouts or pool size; [`Error::Connection`], [`Error::Timeout`] or
+    /// timeouts or pool size, `fair(false)` on the row or advisory kind; [`Error::Connection`], [`Error::Timeout`] or
     /// [`Error::Authentication`] when the server cannot be reached or refuses the credentials.
     pub fn build(self) -> Result<PostgresBackend> {
-        let table = self.settings.validate(&["postgres", "postgresql"], true)?;
+        let table = self.settings.validate(
+            &["postgres", "postgresql"],
+            true,
+            self.kind == PostgresLockKind::Table,
+        )?;
         let settings = &self.settings;
         let address = settings.address();
         let mut config = tokio_postgres::Config::from_str(&settings.url)
@@ -38,7 +42,7 @@ impl PostgresLockBuilder {
                 io_timeout: settings.io_timeout,
             },
         )?;
-        let mut tables = Tables::new(&table)?;
+        let mut tables = Tables::new(&table, settings.fair)?;
         // Connect once now: a wrong password or an unreachable server is reported here.
         let probe = pool.open_unpooled(None)?;
         let version: String = probe
@@ -51,10 +55,11 @@ impl PostgresLockBuilder {
         }
         Ok(PostgresBackend {
             inner: Arc::new(Inner {
-                listener: Listener::new(pool.clone(), &tables.channel),
+                listener: Listener::new(pool.clone()),
                 tables,
                 pool,
                 kind: self.kind,
+                fair: self.settings.fair,
                 namespace: self.settings.namespace,
                 address,
             }),

@@ -1,6 +1,8 @@
 //! The lock-table kind's wake-ups: one `LISTEN` connection per backend (shared by its clones)
-//! multiplexes every waited name. A release's statement `NOTIFY`s the channel with the lock's
-//! name; the listener wakes the threads waiting for that name.
+//! on a channel of its own, which the backend's waiters leave in the lock row's queue. A
+//! release's statement `NOTIFY`s the oldest waiting client's channel with the lock's name; that
+//! client's listener wakes its longest-waiting thread for the name (one thread: one release can
+//! be taken once). A woken thread that stops waiting passes the wake-up on.
 //!
 //! The connection lives on a thread of its own ([`LISTENER_THREAD_NAME`]), started by the first
 //! wait and stopped when the backend is dropped: a connection's socket is only read while some
@@ -35,6 +37,7 @@ pub(crate) struct Listener {
 
 struct Shared {
     pool: PgPool,
+    channel: String,
     listen: String,
     waiters: Mutex<HashMap<String, Vec<Weak<Slot>>>>,
     /// Whether `LISTEN` is in force on a live connection.
@@ -45,12 +48,14 @@ struct Shared {
 }
 
 impl Listener {
-    /// A listener of `channel` (the lock table's, a validated identifier).
-    pub(crate) fn new(pool: PgPool, channel: &str) -> Self {
+    /// A listener on a new channel of its own (`distlock_w_` and 16 random hex digits).
+    pub(crate) fn new(pool: PgPool) -> Self {
+        let channel = format!("distlock_w_{}", &lock_core::OwnerToken::random().to_hex()[..16]);
         Self {
             shared: Arc::new(Shared {
                 pool,
                 listen: format!("LISTEN \"{channel}\""),
+                channel,
                 waiters: Mutex::default(),
                 listening: Mutex::new(false),
                 changed: Condvar::new(),
@@ -58,6 +63,16 @@ impl Listener {
                 stop: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// The channel this listener's client waits on (its waiters' queue entries name it).
+    pub(crate) fn channel(&self) -> &str {
+        &self.shared.channel
+    }
+
+    /// Whether `LISTEN` is in force now.
+    pub(crate) fn is_listening(&self) -> bool {
+        *self.shared.listening.lock()
     }
 
     /// Registers a waiter for `name`, starting the listening thread on first use.
@@ -133,10 +148,14 @@ fn set_listening(shared: &Shared, listening: bool) {
     shared.changed.notify_all();
 }
 
+/// Wakes the longest-waiting thread for `name`.
 fn wake(shared: &Shared, name: &str) {
     let mut waiters = shared.waiters.lock();
     if let Some(slots) = waiters.get_mut(name) {
-        slots.retain(|slot| slot.upgrade().map(|slot| slot.wake()).is_some());
+        slots.retain(|slot| slot.strong_count() > 0);
+        if let Some(slot) = slots.first().and_then(Weak::upgrade) {
+            slot.wake();
+        }
         if slots.is_empty() {
             waiters.remove(name);
         }
@@ -176,6 +195,17 @@ impl Registration<'_> {
         *self.slot.woken.lock() = false;
     }
 
+    /// Whether other threads of this client wait for the same name (then the client stays in
+    /// the lock's queue when this one takes the lock).
+    pub(crate) fn others_waiting(&self) -> bool {
+        let waiters = self.listener.shared.waiters.lock();
+        waiters.get(&self.name).is_some_and(|slots| {
+            slots
+                .iter()
+                .any(|slot| slot.strong_count() > 0 && !std::ptr::eq(slot.as_ptr(), Arc::as_ptr(&self.slot)))
+        })
+    }
+
     /// Sleeps until notified or `until`.
     pub(crate) fn wait(&self, until: Instant) {
         let mut woken = self.slot.woken.lock();
@@ -188,12 +218,19 @@ impl Registration<'_> {
 }
 
 impl Drop for Registration<'_> {
+    /// Unregisters; a wake-up this thread took and did not act on goes to the next thread.
     fn drop(&mut self) {
+        let unanswered = *self.slot.woken.lock();
         let mut waiters = self.listener.shared.waiters.lock();
         if let Some(slots) = waiters.get_mut(&self.name) {
             slots.retain(|slot| {
                 slot.strong_count() > 0 && !std::ptr::eq(slot.as_ptr(), Arc::as_ptr(&self.slot))
             });
+            if unanswered {
+                if let Some(next) = slots.first().and_then(Weak::upgrade) {
+                    next.wake();
+                }
+            }
             if slots.is_empty() {
                 waiters.remove(&self.name);
             }

@@ -16,6 +16,7 @@ mod schema;
 mod session;
 mod table;
 mod wait;
+mod waiter_queue;
 
 pub use builder::PostgresLockBuilder;
 pub use lease::PostgresLease;
@@ -99,6 +100,8 @@ pub(crate) struct Inner {
     pub(crate) tables: Tables,
     pub(crate) listener: Listener,
     pub(crate) kind: PostgresLockKind,
+    /// Lock-table kind: whether waiters are served in arrival order.
+    pub(crate) fair: bool,
     pub(crate) namespace: String,
     /// The URL without its password, for `Debug`.
     pub(crate) address: String,
@@ -114,6 +117,13 @@ impl PostgresBackend {
     /// The kind of lock this backend takes.
     pub fn kind(&self) -> PostgresLockKind {
         self.inner.kind
+    }
+
+    /// Whether a lock-table waiter is served in arrival order (see
+    /// [`SqlLockBuilder::fair`](crate::SqlLockBuilder::fair)); the row and advisory kinds are
+    /// always fair.
+    pub fn is_fair(&self) -> bool {
+        self.inner.fair
     }
 
     /// Creates the lock table, the row table and the fencing sequence if they do not exist
@@ -173,7 +183,11 @@ impl DistributedLock for PostgresBackend {
         match self.inner.kind {
             PostgresLockKind::Table => lock_core::BackendProfile::new(
                 "a per-name counter in the lock row, bumped by the acquiring statement",
-                "NOTIFY from the release statement while a waiter has noted on the row that it waits, on one LISTEN connection per client",
+                if self.inner.fair {
+                    "FIFO queue in the lock row; the release NOTIFYs the oldest waiter's client (one LISTEN connection per client), and only it may take the lock"
+                } else {
+                    "queue in the lock row; the release NOTIFYs the oldest waiter's client (one LISTEN connection per client), which races new callers for the lock"
+                },
                 "the row is as durable as the database: a failover to a replica keeps it if the \
                  commit replicated",
             ),
@@ -256,6 +270,7 @@ impl fmt::Debug for PostgresBackend {
         f.debug_struct("PostgresBackend")
             .field("address", &self.inner.address)
             .field("kind", &self.inner.kind)
+            .field("fair", &self.inner.fair)
             .finish_non_exhaustive()
     }
 }

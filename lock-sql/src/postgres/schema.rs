@@ -10,8 +10,9 @@
 //!     fence       bigint NOT NULL,
 //!     expires_at  timestamptz NOT NULL,
 //!     acquired_at timestamptz NOT NULL,
-//!     -- Until when some client waits for the name: a release NOTIFYs only before then.
-//!     waiters_until timestamptz NOT NULL DEFAULT '-infinity');
+//!     -- The clients waiting for the name, oldest first: `<until ms>:<LISTEN channel>` each
+//!     -- (see `waiter_queue.rs`). A release NOTIFYs the oldest only.
+//!     waiters     text[] NOT NULL DEFAULT '{}');
 //! -- The row-lock kind's rows: one per name, inserted before its first lock.
 //! CREATE TABLE IF NOT EXISTS distlock_locks_rows (name text COLLATE "C" PRIMARY KEY);
 //! -- Fencing tokens of the row and advisory kinds. A sequence is never rolled back: a holder
@@ -21,6 +22,7 @@
 
 use lock_core::Result;
 
+use super::waiter_queue::{contains, entry, head, noted, without};
 use crate::identifier::TableName;
 
 /// PostgreSQL's identifier limit (`NAMEDATALEN - 1`): a longer name is silently truncated.
@@ -30,16 +32,18 @@ const MAX_IDENTIFIER: usize = 63;
 #[derive(Debug)]
 pub(crate) struct Tables {
     pub(crate) ddl: String,
-    pub(crate) channel: String,
     // Lock table.
     pub(crate) acquire: String,
+    /// A waiter's attempt: takes the lock, or queues the waiter (renewing its place) and
+    /// returns the holder's remaining lease.
+    pub(crate) acquire_or_queue: String,
+    /// A waiter that stops waiting leaves the queue, and passes a wake-up it may have taken on
+    /// to the next waiter.
+    pub(crate) leave_queue: String,
     pub(crate) extend: String,
     pub(crate) extend_many: String,
     pub(crate) release: String,
     pub(crate) remaining: String,
-    /// A waiter's note that it waits (so that releases `NOTIFY`), and the holder's remaining
-    /// lease in ms (0 when the lock is free).
-    pub(crate) mark_waiting: String,
     pub(crate) mark_free: String,
     /// Deletes the lock-table and row-table rows of names with a prefix (`distlock compare`'s
     /// clean-up on a user's server); returns how many.
@@ -60,27 +64,49 @@ pub(crate) struct Tables {
 }
 
 impl Tables {
+    /// `fair`: a free lock goes to the oldest waiter (others, and new callers, queue behind
+    /// it); otherwise to whoever asks first.
+    ///
     /// # Errors
     /// [`Error::InvalidConfig`](lock_core::Error::InvalidConfig) when a derived name (`_rows`,
     /// `_fence`) would be over PostgreSQL's 63-byte identifier limit.
-    pub(crate) fn new(table: &TableName) -> Result<Self> {
+    pub(crate) fn new(table: &TableName, fair: bool) -> Result<Self> {
         let t = table.double_quoted();
         let rows = table.derived("_rows", MAX_IDENTIFIER)?.double_quoted();
         let fence = table.derived("_fence", MAX_IDENTIFIER)?.double_quoted();
-        let channel = channel(table);
-        // A table made by an earlier version gets the waiters column; only then is it altered (an
-        // ALTER TABLE takes the table's strongest lock and needs its owner, even when it changes
-        // nothing).
-        // $1 name, $2 owner, $3 lease in ms. One clock reading per statement.
+        // $1 name, $2 owner, $3 lease in ms. One clock reading per statement: the new row's
+        // `acquired_at` (EXCLUDED.acquired_at) is "now" in the conflict branch.
+        let now = "EXCLUDED.acquired_at";
         let same_owner_valid = "l.owner = EXCLUDED.owner AND l.expires_at >= EXCLUDED.acquired_at";
+        let expired = "l.expires_at < EXCLUDED.acquired_at";
+        // Fair: a caller outside the queue takes a free lock only when nobody waits; a waiter
+        // ($4 its channel) only at the head of the queue. Re-entry never waits.
+        let (free_for_caller, free_for_waiter) = if fair {
+            (
+                format!("{expired} AND {} IS NULL", head("l.waiters", now)),
+                format!("{expired} AND coalesce({}, $4) = $4", head("l.waiters", now)),
+            )
+        } else {
+            (expired.to_owned(), expired.to_owned())
+        };
+        let waiter_takes = format!("({same_owner_valid}) OR ({free_for_waiter})");
+        // `SELECT`s a notification of `r`'s queue head (`$1` the name) where `condition` holds
+        // and someone waits.
+        let wake_head = |condition: &str| {
+            format!(
+                "SELECT pg_notify(x.h, $1) FROM r, LATERAL (SELECT {} AS h) AS x \
+                 WHERE x.h IS NOT NULL AND {condition}",
+                head("r.waiters", "clock_timestamp()")
+            )
+        };
         Ok(Self {
             ddl: format!(
                 "CREATE TABLE IF NOT EXISTS {t} (name text COLLATE \"C\" PRIMARY KEY, owner text NOT NULL, \
                  hold_count integer NOT NULL, fence bigint NOT NULL, expires_at timestamptz NOT NULL, \
-                 acquired_at timestamptz NOT NULL, waiters_until timestamptz NOT NULL DEFAULT '-infinity'); \
+                 acquired_at timestamptz NOT NULL, waiters text[] NOT NULL DEFAULT '{{}}'); \
                  DO $distlock$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_attribute \
-                   WHERE attrelid = '{t}'::regclass AND attname = 'waiters_until' AND NOT attisdropped) \
-                 THEN ALTER TABLE {t} ADD COLUMN IF NOT EXISTS waiters_until timestamptz NOT NULL DEFAULT '-infinity'; \
+                   WHERE attrelid = '{t}'::regclass AND attname = 'waiters' AND NOT attisdropped) \
+                 THEN ALTER TABLE {t} ADD COLUMN IF NOT EXISTS waiters text[] NOT NULL DEFAULT '{{}}'; \
                  END IF; END $distlock$; \
                  CREATE TABLE IF NOT EXISTS {rows} (name text COLLATE \"C\" PRIMARY KEY); \
                  CREATE SEQUENCE IF NOT EXISTS {fence};"
@@ -96,8 +122,48 @@ impl Tables {
                      THEN GREATEST(l.expires_at, EXCLUDED.expires_at) ELSE EXCLUDED.expires_at END, \
                    acquired_at = CASE WHEN {same_owner_valid} THEN l.acquired_at ELSE EXCLUDED.acquired_at END, \
                    owner = EXCLUDED.owner \
-                 WHERE l.expires_at < EXCLUDED.acquired_at OR l.owner = EXCLUDED.owner \
+                 WHERE ({same_owner_valid}) OR ({free_for_caller}) \
                  RETURNING fence"
+            ),
+            // $4 the waiter's channel, $5 how long its queue entry lives in ms, $6 whether the
+            // client has other threads waiting for the name (then it stays queued, at the
+            // tail). Always updates the row (which a waiter's queue entry needs), so it returns
+            // a row whether or not it took the lock: (fence, taken, holder's remaining ms); the
+            // decision is computed once (`d`). Taken: the row is ours and valid (an own lapsed
+            // lease the queue kept us from retaking is not).
+            acquire_or_queue: format!(
+                "WITH now AS (SELECT clock_timestamp() AS t) \
+                 INSERT INTO {t} AS l (name, owner, hold_count, fence, expires_at, acquired_at, waiters) \
+                 SELECT $1, $2, 1, 1, now.t + $3 * interval '1 millisecond', now.t, \
+                   CASE WHEN $6 THEN ARRAY[{new_entry}] ELSE '{{}}'::text[] END FROM now \
+                 ON CONFLICT (name) DO UPDATE SET \
+                   (hold_count, fence, expires_at, acquired_at, owner, waiters) = (SELECT \
+                     CASE WHEN d.reenters THEN l.hold_count + 1 WHEN d.takes THEN 1 ELSE l.hold_count END, \
+                     CASE WHEN d.takes AND NOT d.reenters THEN l.fence + 1 ELSE l.fence END, \
+                     CASE WHEN d.reenters THEN GREATEST(l.expires_at, EXCLUDED.expires_at) \
+                       WHEN d.takes THEN EXCLUDED.expires_at ELSE l.expires_at END, \
+                     CASE WHEN d.takes AND NOT d.reenters THEN EXCLUDED.acquired_at ELSE l.acquired_at END, \
+                     CASE WHEN d.takes THEN EXCLUDED.owner ELSE l.owner END, \
+                     CASE WHEN NOT d.takes THEN {queued} \
+                       WHEN $6 THEN {left} || ARRAY[{requeued}] ELSE {left} END \
+                   FROM (SELECT {same_owner_valid} AS reenters, {waiter_takes} AS takes) AS d) \
+                 RETURNING fence, owner = $2 AND expires_at >= clock_timestamp(), \
+                   CASE WHEN expires_at > clock_timestamp() \
+                     THEN ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint ELSE 0 END",
+                new_entry = entry("now.t", "$4", "$5"),
+                queued = noted("l.waiters", now, "$4", "$5"),
+                left = without("l.waiters", now, "$4"),
+                requeued = entry(now, "$4", "$5"),
+            ),
+            // $1 name, $2 the waiter's channel. Notifies the new head when the lock is free: the
+            // leaving waiter may have been notified of that release and will not take it.
+            leave_queue: format!(
+                "WITH r AS (UPDATE {t} SET waiters = {left} \
+                   WHERE name = $1 AND {mine} RETURNING expires_at, waiters) \
+                 {wake}",
+                left = without("waiters", "clock_timestamp()", "$2"),
+                mine = contains("waiters", "$2"),
+                wake = wake_head("r.expires_at < clock_timestamp()"),
             ),
             extend: format!(
                 "UPDATE {t} SET expires_at = clock_timestamp() + $3 * interval '1 millisecond' \
@@ -109,32 +175,27 @@ impl Tables {
                  WHERE l.name = v.name AND l.owner = v.owner AND l.expires_at >= clock_timestamp() \
                  RETURNING l.name, l.owner"
             ),
-            // The release itself announces a free lock ($3 = the channel), in the same statement,
-            // when a waiter said it waits: a transaction that notifies takes a database-wide lock
-            // at commit, which would serialize the releases of independent names.
+            // The release itself wakes the queue's head, in the same statement, and only when
+            // someone waits: a transaction that notifies takes a database-wide lock at commit,
+            // which would serialize the releases of independent names.
             release: format!(
                 "WITH r AS (UPDATE {t} SET hold_count = hold_count - 1, \
                    expires_at = CASE WHEN hold_count > 1 THEN expires_at ELSE '-infinity' END \
                    WHERE name = $1 AND owner = $2 AND expires_at >= clock_timestamp() \
-                   RETURNING hold_count, waiters_until) \
+                   RETURNING hold_count, waiters) \
                  SELECT (SELECT count(*) FROM r), \
-                   (SELECT pg_notify($3, $1) FROM r \
-                    WHERE hold_count = 0 AND waiters_until >= clock_timestamp()) IS NULL"
+                   ({wake}) IS NULL",
+                wake = wake_head("r.hold_count = 0"),
             ),
             remaining: format!(
                 "SELECT GREATEST(1, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint \
                  FROM {t} WHERE name = $1 AND expires_at > clock_timestamp()"
             ),
-            // $1 name, $2 how long the note holds in ms. Serialized with the release on the row:
-            // a release before it shows a free lock here, one after it sees the note.
-            mark_waiting: format!(
-                "UPDATE {t} SET waiters_until = \
-                   GREATEST(waiters_until, clock_timestamp() + $2 * interval '1 millisecond') \
-                 WHERE name = $1 \
-                 RETURNING CASE WHEN expires_at > clock_timestamp() \
-                   THEN ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint ELSE 0 END"
+            mark_free: format!(
+                "WITH r AS (UPDATE {t} SET expires_at = '-infinity' WHERE name = $1 RETURNING waiters) \
+                 {wake}",
+                wake = wake_head("true"),
             ),
-            mark_free: format!("UPDATE {t} SET expires_at = '-infinity' WHERE name = $1"),
             delete_prefixed: format!(
                 "WITH a AS (DELETE FROM {t} WHERE starts_with(name, $1) RETURNING 1), \
                       b AS (DELETE FROM {rows} WHERE starts_with(name, $1) RETURNING 1) \
@@ -176,7 +237,6 @@ impl Tables {
                  SELECT nextval('{fence}'), {WAITED}, set_config('{IDLE_SESSION}', $2, false) \
                  FROM c, LATERAL (SELECT pg_advisory_lock($1) WHERE c.t IS NOT NULL) AS g"
             ),
-            channel,
             idle_session_setting: IDLE_SESSION,
         })
     }
@@ -198,18 +258,6 @@ const IDLE_SESSION: &str = "idle_session_timeout";
 /// Microseconds since `t0` (read before the wait), rounded down.
 const WAITED: &str = "floor(extract(epoch FROM clock_timestamp() - t0) * 1000000)::bigint";
 
-/// The `NOTIFY` channel of the lock table: `distlock_<table>`, or for a table name too long for
-/// that to stay within the identifier limit, its first 37 bytes and a stable hash of the whole
-/// (a truncated channel would be shared by tables whose names differ only at the end).
-fn channel(table: &TableName) -> String {
-    let name = table.as_str();
-    let full = format!("distlock_{name}");
-    if full.len() <= MAX_IDENTIFIER {
-        return full;
-    }
-    format!("distlock_{}_{:016x}", &name[..37], crate::key_hash::key("channel", name))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,20 +265,14 @@ mod tests {
     #[test]
     fn derived_names_fit_or_the_table_name_is_refused() {
         let longest = TableName::new(&"t".repeat(57)).unwrap();
-        let tables = Tables::new(&longest).unwrap();
-        assert!(tables.channel.len() <= MAX_IDENTIFIER, "{}", tables.channel);
+        assert!(Tables::new(&longest, true).is_ok());
         // 58 to 63 bytes: accepted as a name, but `<name>_fence` would be truncated.
         for length in 58..=63 {
             let table = TableName::new(&"t".repeat(length)).unwrap();
-            assert!(matches!(Tables::new(&table), Err(lock_core::Error::InvalidConfig { .. })), "{length}");
+            assert!(
+                matches!(Tables::new(&table, true), Err(lock_core::Error::InvalidConfig { .. })),
+                "{length}"
+            );
         }
-    }
-
-    #[test]
-    fn long_channels_stay_distinct() {
-        let a = TableName::new(&format!("{}a", "t".repeat(56))).unwrap();
-        let b = TableName::new(&format!("{}b", "t".repeat(56))).unwrap();
-        assert_ne!(channel(&a), channel(&b));
-        assert!(channel(&a).len() <= MAX_IDENTIFIER);
     }
 }

@@ -348,15 +348,16 @@ mod server_tests {
     #[test]
     fn advisory_holds_work_without_idle_session_timeout() {
         let base = PostgresTarget::new(PostgresLockKind::Advisory).backend().unwrap();
-        let mut tables = Tables::new(&TableName::new("distlock_locks").unwrap()).unwrap();
+        let mut tables = Tables::new(&TableName::new("distlock_locks").unwrap(), true).unwrap();
         tables.without_idle_session_timeout();
         let pool = base.inner.pool.clone();
         let locks = PostgresBackend {
             inner: Arc::new(Inner {
-                listener: Listener::new(pool.clone(), &tables.channel),
+                listener: Listener::new(pool.clone()),
                 pool,
                 tables,
                 kind: PostgresLockKind::Advisory,
+                fair: true,
                 namespace: "distlock".into(),
                 address: String::new(),
             }),

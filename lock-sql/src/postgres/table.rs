@@ -1,6 +1,6 @@
 //! The lock-table kind (source 003's primary-key insert, made safe): acquire, fencing and expiry
 //! in one statement on the database clock; extend and release compare the owner in the same
-//! statement; a release marks the row free and `NOTIFY`s waiters.
+//! statement; a release marks the row free and `NOTIFY`s the oldest waiter (`waiter_queue.rs`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -120,26 +120,55 @@ impl PostgresBackend {
         let Hold::Table { owner } = &lease.hold else { unreachable!("a lock-table lease") };
         let connection = self.inner.pool.get()?;
         let sql = self.inner.tables.release.as_str();
-        let channel = self.inner.tables.channel.as_str();
         let name = lease.name.as_str();
-        let rows = connection.rows(
-            "release",
-            sql,
-            &[(&name, Type::TEXT), (&owner.as_str(), Type::TEXT), (&channel, Type::TEXT)],
-        )?;
+        let rows = connection.rows("release", sql, &[(&name, Type::TEXT), (&owner.as_str(), Type::TEXT)])?;
         Ok(rows.first().is_some_and(|row| row.get::<_, i64>(0) == 1))
     }
 
-    /// Notes that a client waits for `name` for the next `note` (releases `NOTIFY` only while
-    /// someone waits); returns the holder's remaining lease, zero when the lock is free.
-    pub(crate) fn table_mark_waiting(&self, name: &LockName, note: Duration) -> Result<Duration> {
+    /// A waiter's attempt: takes the lock, or puts this client in the lock's queue (renewing
+    /// its entry, which then lives `note`) and returns the holder's remaining lease (zero when
+    /// the lock is free but the queue's head may take it first). `others_waiting`: other
+    /// threads of this client wait for the name, so the client stays queued when this one wins.
+    pub(crate) fn table_try_or_queue(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+        note: Duration,
+        others_waiting: bool,
+    ) -> Result<std::result::Result<PostgresLease, Duration>> {
         let connection = self.inner.pool.get()?;
-        let sql = self.inner.tables.mark_waiting.as_str();
-        let (name, ms) = (name.as_str(), millis(note));
-        let rows = connection.rows("note a waiter", sql, &[(&name, Type::TEXT), (&ms, Type::INT8)])?;
-        Ok(rows.first().map_or(Duration::ZERO, |row| {
-            Duration::from_millis(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
-        }))
+        let sql = self.inner.tables.acquire_or_queue.as_str();
+        let token = owner.to_hex();
+        let (ms, note_ms) = (millis(ttl), millis(note));
+        let (name_text, token_text, channel) = (name.as_str(), token.as_str(), self.inner.listener.channel());
+        let rows = connection.rows(
+            "acquire",
+            sql,
+            &[
+                (&name_text, Type::TEXT),
+                (&token_text, Type::TEXT),
+                (&ms, Type::INT8),
+                (&channel, Type::TEXT),
+                (&note_ms, Type::INT8),
+                (&others_waiting, Type::BOOL),
+            ],
+        )?;
+        let row =
+            rows.first().ok_or_else(|| PgFailure::Reply { operation: "acquire", detail: "no row".into() })?;
+        if row.get::<_, bool>(1) {
+            return Ok(Ok(PostgresLease::new(name, unsigned(row.get(0)), ttl, Hold::Table { owner: token })));
+        }
+        Ok(Err(Duration::from_millis(u64::try_from(row.get::<_, i64>(2)).unwrap_or(0))))
+    }
+
+    /// Takes this client out of `name`'s queue; when the lock is free, wakes the next waiter
+    /// (this client may have been woken for it).
+    pub(crate) fn table_leave_queue(&self, name: &LockName) -> Result<()> {
+        let connection = self.inner.pool.get()?;
+        let sql = self.inner.tables.leave_queue.as_str();
+        let (name, channel) = (name.as_str(), self.inner.listener.channel());
+        connection.rows("leave the queue", sql, &[(&name, Type::TEXT), (&channel, Type::TEXT)]).map(drop)
     }
 
     pub(crate) fn table_remaining(&self, name: &LockName) -> Result<Option<Duration>> {
@@ -163,11 +192,6 @@ impl PostgresBackend {
         let connection = self.inner.pool.get()?;
         let sql = self.inner.tables.mark_free.as_str();
         let name = name.as_str();
-        connection
-            .run(
-                "break the lock",
-                |client| async move { client.execute_typed(sql, &[(&name, Type::TEXT)]).await },
-            )
-            .map(drop)
+        connection.rows("break the lock", sql, &[(&name, Type::TEXT)]).map(drop)
     }
 }

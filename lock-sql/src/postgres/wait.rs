@@ -1,5 +1,6 @@
-//! [`NativeWait`] for the three kinds: lock-table waiters sleep until the release's `NOTIFY`, the
-//! holder's expiry or a one-second re-check; row and advisory waiters queue in the database's own
+//! [`NativeWait`] for the three kinds: lock-table waiters queue in the lock row and sleep until a
+//! release's `NOTIFY` (to the oldest waiter's client), the holder's expiry or a one-second
+//! re-check; row and advisory waiters queue in the database's own
 //! lock manager (`lock_timeout` bounds each wait). A timed wait is one statement, which keeps its
 //! place in the queue until the deadline; a wait without one re-queues every I/O timeout (at
 //! least [`MIN_WAIT_SLICE`]).
@@ -8,15 +9,15 @@ use std::time::{Duration, Instant};
 
 use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result};
 
-use super::listener::FALLBACK_RECHECK;
+use super::listener::{Registration, FALLBACK_RECHECK};
 use super::{PostgresBackend, PostgresLease, PostgresLockKind};
 use crate::queue_wait::Wait;
 #[cfg(doc)]
 use crate::queue_wait::MIN_WAIT_SLICE;
 
-/// How long a waiter's note on the row lasts beyond one I/O timeout: it is renewed at each
-/// re-check, at least every [`FALLBACK_RECHECK`]; a note that lapses under a waiter costs that
-/// waiter its wake-up, not its place (it re-checks on its own).
+/// How long a waiter's queue entry lasts beyond one I/O timeout: it is renewed at each re-check,
+/// at least every [`FALLBACK_RECHECK`]; an entry that lapses under a waiter costs that waiter its
+/// place (it queues again at its next re-check).
 const WAITER_NOTE: Duration = Duration::from_secs(2);
 
 impl NativeWait for PostgresBackend {
@@ -43,34 +44,60 @@ impl PostgresBackend {
         ttl: Duration,
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired<PostgresLease>>> {
-        let mut registration = None;
-        loop {
-            if let Some(registration) = &registration {
-                // Notifications so far are answered by this attempt.
-                super::listener::Registration::clear(registration);
-            }
+        let listener = &self.inner.listener;
+        if !listener.is_listening() {
+            // A first attempt that does not queue: an uncontended lock needs no LISTEN connection.
             let sent_at = Instant::now();
             if let Some(lease) = self.table_try(name, owner, ttl)? {
                 return Ok(Some(Acquired::new(lease, sent_at)));
             }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Ok(None);
+            }
+        }
+        let registration = listener.register(name.as_str());
+        // Queue only with LISTEN in force: a release after the queue entry would otherwise be
+        // missed.
+        let now = Instant::now();
+        listener.wait_listening(deadline.map_or(now + FALLBACK_RECHECK, |d| d.min(now + FALLBACK_RECHECK)));
+        let outcome = self.table_wait_queued(&registration, name, owner, ttl, deadline);
+        if matches!(outcome, Ok(None)) && !registration.others_waiting() {
+            // Out of time: leave the queue rather than hold it up until the entry lapses (a fair
+            // lock serves nobody behind a waiter that left). After an error the entry lapses on
+            // its own: one more statement would stretch the call past its bound.
+            if let Err(error) = self.table_leave_queue(name) {
+                tracing::debug!(%error, "could not leave the lock's queue; the entry lapses on its own");
+            }
+        }
+        outcome
+    }
+
+    fn table_wait_queued(
+        &self,
+        registration: &Registration<'_>,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<PostgresLease>>> {
+        let note = WAITER_NOTE + self.inner.pool.settings().io_timeout;
+        loop {
+            // Notifications so far are answered by this attempt.
+            registration.clear();
+            let sent_at = Instant::now();
+            let remaining =
+                match self.table_try_or_queue(name, owner, ttl, note, registration.others_waiting())? {
+                    Ok(lease) => return Ok(Some(Acquired::new(lease, sent_at))),
+                    Err(remaining) => remaining,
+                };
             let now = Instant::now();
             if deadline.is_some_and(|deadline| now >= deadline) {
                 return Ok(None);
             }
-            let Some(waiting) = &registration else {
-                // Listen first, then re-check: a release in between would otherwise be missed.
-                registration = Some(self.inner.listener.register(name.as_str()));
-                let until =
-                    deadline.map_or(now + FALLBACK_RECHECK, |deadline| deadline.min(now + FALLBACK_RECHECK));
-                self.inner.listener.wait_listening(until);
-                continue;
-            };
-            // Listening now, say so on the row (a release then notifies); the row also tells when
-            // the holder's lease ends, which sends no notification: re-check then.
-            let hint = self.table_mark_waiting(name, WAITER_NOTE + self.inner.pool.settings().io_timeout)?;
-            let wait = hint.min(FALLBACK_RECHECK);
-            let until = deadline.map_or(now + wait, |deadline| deadline.min(now + wait));
-            waiting.wait(until);
+            // The holder's expiry sends no notification: re-check then. A free lock that was not
+            // ours (a fair queue's head takes it) is announced by its next release.
+            let wait = if remaining.is_zero() { FALLBACK_RECHECK } else { remaining.min(FALLBACK_RECHECK) };
+            registration.wait(deadline.map_or(now + wait, |deadline| deadline.min(now + wait)));
         }
     }
 

@@ -43,12 +43,19 @@ impl SqlKind for MySqlLockKind {
         Ok((server.url(), Box::new(vec![server])))
     }
 
-    fn build(self, url: &str, timeout: Duration, max_connections: u32) -> lock_core::Result<MySqlBackend> {
+    fn build(
+        self,
+        url: &str,
+        timeout: Duration,
+        max_connections: u32,
+        fair: bool,
+    ) -> lock_core::Result<MySqlBackend> {
         MySqlBackend::builder(url)
             .kind(self)
             .connect_timeout(timeout)
             .io_timeout(timeout)
             .max_connections(max_connections)
+            .fair(fair)
             .build()
     }
 

@@ -41,12 +41,19 @@ impl SqlKind for PostgresLockKind {
         Ok((server.url(), Box::new(vec![server])))
     }
 
-    fn build(self, url: &str, timeout: Duration, max_connections: u32) -> lock_core::Result<PostgresBackend> {
+    fn build(
+        self,
+        url: &str,
+        timeout: Duration,
+        max_connections: u32,
+        fair: bool,
+    ) -> lock_core::Result<PostgresBackend> {
         PostgresBackend::builder(url)
             .kind(self)
             .connect_timeout(timeout)
             .io_timeout(timeout)
             .max_connections(max_connections)
+            .fair(fair)
             .build()
     }
 

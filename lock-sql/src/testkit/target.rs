@@ -57,11 +57,17 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
     /// When the server cannot be started.
     fn start_server() -> Result<(String, Box<dyn PausableServers>), String>;
 
-    /// A client of `url` with these timeouts and pool size.
+    /// A client of `url` with these timeouts and pool size; `fair` as the builder's.
     ///
     /// # Errors
     /// As the backend's `build`.
-    fn build(self, url: &str, timeout: Duration, max_connections: u32) -> lock_core::Result<Self::Backend>;
+    fn build(
+        self,
+        url: &str,
+        timeout: Duration,
+        max_connections: u32,
+        fair: bool,
+    ) -> lock_core::Result<Self::Backend>;
 
     /// The backend's `ensure_schema`.
     ///
@@ -103,6 +109,8 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
 #[derive(Clone)]
 pub struct SqlTarget<K> {
     kind: K,
+    /// Lock-table waiters served in arrival order ([`crate::SqlLockBuilder::fair`]).
+    fair: bool,
     url: String,
 }
 
@@ -111,6 +119,7 @@ impl<K: Debug> Debug for SqlTarget<K> {
         // The URL may be a user's, with a password.
         f.debug_struct("SqlTarget")
             .field("kind", &self.kind)
+            .field("fair", &self.fair)
             .field("url", &lock_core::redact_url(&self.url))
             .finish()
     }
@@ -128,7 +137,14 @@ impl<K: SqlKind> SqlTarget<K> {
 
     /// `kind` on the server at `url` (tables are created on first use).
     pub fn at(kind: K, url: impl Into<String>) -> Self {
-        Self { kind, url: url.into() }
+        Self { kind, fair: true, url: url.into() }
+    }
+
+    /// The same target with non-fair lock-table waiters (`fair(false)`): a released lock goes to
+    /// whoever asks first.
+    pub fn non_fair(mut self) -> Self {
+        self.fair = false;
+        self
     }
 
     /// The server's URL.
@@ -145,7 +161,7 @@ impl<K: SqlKind> SqlTarget<K> {
     }
 
     fn build(&self, url: &str, timeout: Duration, max_connections: u32) -> lock_core::Result<K::Backend> {
-        let backend = self.kind.build(url, timeout, max_connections)?;
+        let backend = self.kind.build(url, timeout, max_connections, self.fair)?;
         // Once per server and process: the tables exist from then on.
         static READY: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
         let ready = READY.get_or_init(Mutex::default);
@@ -194,7 +210,11 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
     }
 
     fn label(&self) -> String {
-        self.kind.label().into()
+        if self.fair {
+            self.kind.label().into()
+        } else {
+            format!("{} non-fair", self.kind.label())
+        }
     }
 
     fn backend(&self) -> lock_core::Result<K::Backend> {
@@ -223,7 +243,7 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
             return Ok(Err(Error::invalid_config("no server address")));
         };
         let url = format!("{}://distlock:distlock@{address}/distlock", K::SCHEME);
-        Ok(self.kind.build(&url, TIMEOUT, POOL))
+        Ok(self.kind.build(&url, TIMEOUT, POOL, self.fair))
     }
 
     fn wrong_password_backend(&self) -> Result<lock_core::Result<K::Backend>, NotApplicable> {
@@ -231,7 +251,7 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
             Some(at) => format!("{}://{}:wrong-password{}", K::SCHEME, K::USER, &self.url[at..]),
             None => return Err(NotApplicable("the server's URL carries no credentials")),
         };
-        Ok(self.kind.build(&url, TIMEOUT, POOL))
+        Ok(self.kind.build(&url, TIMEOUT, POOL, self.fair))
     }
 
     fn unreachable_report_bound(&self) -> Duration {
