@@ -47,6 +47,8 @@ mod mysql {
 
     // The three kinds on the shared harness MariaDB server (or `DISTLOCK_MYSQL_URL`).
     lock_testkit::conformance_tests!(table, MySqlTarget::new(MySqlLockKind::Table));
+    // The lock table with non-fair waiters (`fair(false)`): a rung waiter races new callers.
+    lock_testkit::conformance_tests!(table_non_fair, MySqlTarget::new(MySqlLockKind::Table).non_fair());
     lock_testkit::conformance_tests!(row, MySqlTarget::new(MySqlLockKind::Row));
     lock_testkit::conformance_tests!(advisory, MySqlTarget::new(MySqlLockKind::Advisory));
 }

@@ -141,6 +141,7 @@ pub const KINDS: &[Kind] = &[
     kind!("pg-row", "postgres", Postgres, "PostgreSQL SELECT ... FOR UPDATE row lock", postgres::row, scenarios: postgres::row_scenarios),
     kind!("pg-advisory", "postgres", Postgres, "PostgreSQL advisory lock", postgres::advisory, scenarios: postgres::advisory_scenarios),
     kind!("mysql-table", "mysql", MySql, "MySQL/MariaDB lock table on the database clock", mysql::table, recipes: mysql::broken_recipes, scenarios: mysql::table_scenarios),
+    kind!("mysql-table-nonfair", "mysql", MySql, "MySQL/MariaDB lock table on the database clock, non-fair waiters", mysql::table_non_fair),
     kind!("mysql-row", "mysql", MySql, "MySQL/MariaDB SELECT ... FOR UPDATE row lock", mysql::row, scenarios: mysql::row_scenarios),
     kind!("mysql-advisory", "mysql", MySql, "MySQL/MariaDB GET_LOCK advisory lock", mysql::advisory, scenarios: mysql::advisory_scenarios),
     kind!("zookeeper", "zookeeper", ZooKeeper, "ZooKeeper, Curator-compatible ephemeral-sequential lock", zookeeper::curator_mutex, scenarios: zookeeper::scenarios),

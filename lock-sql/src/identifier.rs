@@ -63,6 +63,7 @@ impl TableName {
     }
 
     /// The bare name (safe: validated).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn as_str(&self) -> &str {
         &self.0
     }

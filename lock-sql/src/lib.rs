@@ -81,6 +81,8 @@ mod lease;
 mod queue_wait;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod session_connection;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod waiters;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use builder::{SqlLockBuilder, MAX_TIMEOUT};

@@ -1,10 +1,10 @@
-//! The PostgreSQL lock table's waiter queue: waiters queue in the lock row, a release notifies
-//! the oldest waiting client only (and nobody when nobody waits), a fair lock serves waiters in
-//! arrival order, a waiter that gives up leaves the queue, and a crashed waiter's entry lapses.
+//! The PostgreSQL lock table's waiter queue in the lock row: a release notifies the oldest live
+//! waiting client only (and nobody when nobody waits), and a fair lock is the head's until a
+//! crashed waiter's entry lapses. (Arrival order and leaving the queue: `table_queue.rs`.)
 
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lock_core::{DistributedLock, LockName, OwnerToken};
 use lock_sql::postgres::{PostgresBackend, PostgresLockKind};
@@ -12,10 +12,6 @@ use lock_sql::testkit::SqlTarget;
 use lock_testkit::suite::unique_name;
 
 const TTL: Duration = Duration::from_secs(30);
-
-/// Well under the waiters' one-second re-check: a waiter served this soon was woken by the
-/// release's notification.
-const WOKEN: Duration = Duration::from_millis(500);
 
 /// Listens on `channel` on a connection of its own; every payload goes to the returned receiver.
 /// The listener runs until the test process ends.
@@ -148,97 +144,6 @@ fn a_fair_lock_is_taken_only_by_the_queue_head_until_its_entry_lapses() {
     let lease =
         fair.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("the entry lapsed");
     assert!(fair.release(lease).expect("a server"));
-}
-
-/// Three clients queue one after another behind a holder; each release wakes the next, in
-/// arrival order, by its notification.
-#[test]
-fn fair_waiters_are_served_in_arrival_order_each_woken_by_a_release() {
-    let target = SqlTarget::new(PostgresLockKind::Table);
-    let locks = table(&target, true);
-    let name = unique_name("fifo");
-    let lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
-    let served = Arc::new(Mutex::new(Vec::new()));
-    let waiters: Vec<_> = (0..3)
-        .map(|index| {
-            let (target, name, served) = (target.clone(), name.clone(), Arc::clone(&served));
-            let waiter = thread::spawn(move || {
-                let locks = table(&target, true);
-                let native = locks.native_wait().expect("lock-table waiters are woken");
-                let deadline = Instant::now() + Duration::from_secs(20);
-                let acquired = native
-                    .acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline))
-                    .expect("a server")
-                    .expect("served before the deadline");
-                served.lock().unwrap().push((index, Instant::now()));
-                thread::sleep(Duration::from_millis(100));
-                let released_at = Instant::now();
-                assert!(locks.release(acquired.lease).expect("a server"));
-                released_at
-            });
-            // Let this one queue before the next arrives.
-            thread::sleep(Duration::from_millis(700));
-            waiter
-        })
-        .collect();
-    let released_at = Instant::now();
-    assert!(locks.release(lease).expect("a server"));
-    let releases: Vec<Instant> = std::iter::once(released_at)
-        .chain(waiters.into_iter().map(|waiter| waiter.join().expect("a waiter")))
-        .collect();
-    let served = served.lock().unwrap().clone();
-    assert_eq!(served.iter().map(|(index, _)| *index).collect::<Vec<_>>(), [0, 1, 2], "arrival order");
-    for (position, (index, at)) in served.iter().enumerate() {
-        let after = *at - releases[position];
-        println!("waiter {index} served {after:?} after the release before it");
-        assert!(after < WOKEN, "waiter {index} served {after:?} after the release: by a re-check");
-    }
-}
-
-/// A fair waiter that runs out of time leaves the queue: the next waiter is served at the next
-/// release, not when the first one's entry would have lapsed.
-#[test]
-fn a_waiter_that_gives_up_leaves_the_queue() {
-    let target = SqlTarget::new(PostgresLockKind::Table);
-    let locks = table(&target, true);
-    let name = unique_name("gives-up");
-    let lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
-    let impatient = {
-        let (target, name) = (target.clone(), name.clone());
-        thread::spawn(move || {
-            let locks = table(&target, true);
-            let deadline = Instant::now() + Duration::from_millis(800);
-            let native = locks.native_wait().expect("woken");
-            assert!(native
-                .acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline))
-                .expect("a server")
-                .is_none());
-        })
-    };
-    thread::sleep(Duration::from_millis(300));
-    let (got, acquired) = mpsc::channel();
-    let patient = {
-        let (target, name) = (target.clone(), name.clone());
-        thread::spawn(move || {
-            let locks = table(&target, true);
-            let deadline = Instant::now() + Duration::from_secs(20);
-            let native = locks.native_wait().expect("woken");
-            let acquired = native
-                .acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline))
-                .expect("a server")
-                .expect("served");
-            got.send(Instant::now()).expect("the test waits");
-            assert!(locks.release(acquired.lease).expect("a server"));
-        })
-    };
-    impatient.join().expect("the impatient waiter");
-    thread::sleep(Duration::from_millis(300));
-    let released_at = Instant::now();
-    assert!(locks.release(lease).expect("a server"));
-    let after = acquired.recv_timeout(Duration::from_secs(10)).expect("served") - released_at;
-    patient.join().expect("the patient waiter");
-    println!("the patient waiter was served {after:?} after the release");
-    assert!(after < WOKEN, "served {after:?} after the release: the leaver's entry held up the queue");
 }
 
 /// A lock table made by a version without the waiter queue gets it from `ensure_schema`, and its

@@ -1,5 +1,5 @@
-//! The MySQL/MariaDB kinds: `mysql-table` (lock table), `mysql-row` (`SELECT … FOR UPDATE`) and
-//! `mysql-advisory` (`GET_LOCK`).
+//! The MySQL/MariaDB kinds: `mysql-table` (lock table; `mysql-table-nonfair` with non-fair
+//! waiters), `mysql-row` (`SELECT … FOR UPDATE`) and `mysql-advisory` (`GET_LOCK`).
 
 use distlock::mysql::testkit::MySqlTarget;
 use distlock::mysql::MySqlLockKind;
@@ -14,6 +14,10 @@ pub(super) fn table(servers: Servers<'_>) -> Result<Opened, String> {
     open(MySqlLockKind::Table, servers)
 }
 
+pub(super) fn table_non_fair(servers: Servers<'_>) -> Result<Opened, String> {
+    open_target(MySqlLockKind::Table, servers, false)
+}
+
 pub(super) fn row(servers: Servers<'_>) -> Result<Opened, String> {
     open(MySqlLockKind::Row, servers)
 }
@@ -23,6 +27,10 @@ pub(super) fn advisory(servers: Servers<'_>) -> Result<Opened, String> {
 }
 
 fn open(kind: MySqlLockKind, servers: Servers<'_>) -> Result<Opened, String> {
+    open_target(kind, servers, true)
+}
+
+fn open_target(kind: MySqlLockKind, servers: Servers<'_>, fair: bool) -> Result<Opened, String> {
     let target = match servers {
         Servers::Harness => {
             let server = shared::mariadb().map_err(|e| format!("starting MariaDB: {e}"))?;
@@ -38,7 +46,7 @@ fn open(kind: MySqlLockKind, servers: Servers<'_>) -> Result<Opened, String> {
             MySqlTarget::at(kind, url)
         }
     };
-    Ok(Opened::new(target))
+    Ok(Opened::new(if fair { target } else { target.non_fair() }))
 }
 
 /// The docs' broken SQL recipe N05 (a primary-key lock without expiry, against S04).

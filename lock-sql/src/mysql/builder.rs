@@ -5,6 +5,7 @@ use std::sync::Arc;
 use lock_core::{Error, Result};
 use mysql::{Opts, OptsBuilder};
 
+use super::doorbell::Doorbell;
 use super::pool::{MyPool, MySettings};
 use super::schema::Tables;
 use super::{Inner, MySqlBackend, MySqlLockKind};
@@ -25,7 +26,7 @@ impl MySqlLockBuilder {
         let table = self.settings.validate(&["mysql"], false, self.kind == MySqlLockKind::Table)?;
         let settings = &self.settings;
         let address = settings.address();
-        let tables = Tables::new(&table)?;
+        let tables = Tables::new(&table, settings.fair)?;
         let opts = Opts::from_url(&settings.url)
             .map_err(|e| Error::InvalidConfig { reason: format!("bad mysql URL {address}: {e}") })?;
         let opts = OptsBuilder::from_opts(opts)
@@ -35,8 +36,10 @@ impl MySqlLockBuilder {
             // Row locks: a locking read of an absent key takes no gap lock under READ COMMITTED
             // (under REPEATABLE READ it would block unrelated inserts and deadlock).
             .init(vec!["SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"]);
+        let opts: mysql::Opts = opts.into();
+        let doorbell = Doorbell::new(opts.clone(), settings.io_timeout);
         let pool = MyPool::new(
-            opts.into(),
+            opts,
             MySettings {
                 max_connections: settings.max_connections,
                 connect_timeout: settings.connect_timeout,
@@ -49,7 +52,9 @@ impl MySqlLockBuilder {
             inner: Arc::new(Inner {
                 pool,
                 tables,
+                doorbell,
                 kind: self.kind,
+                fair: self.settings.fair,
                 namespace: self.settings.namespace,
                 address,
             }),

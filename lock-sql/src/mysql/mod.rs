@@ -1,8 +1,9 @@
 //! [`MySqlBackend`]: three kinds of lock on one MySQL or MariaDB server (see [`MySqlLockKind`]).
 //!
 //! `schema.rs` holds the tables and statements, `table.rs` the lock-table kind, `session.rs`
-//! the row and advisory kinds (holds that own a connection), `wait.rs` their waits in the
-//! server's lock queue, `pool.rs` the pool and `connection.rs` one connection.
+//! the row and advisory kinds (holds that own a connection), `wait.rs` the waits (lock-table
+//! waiters queue in a table and are rung by `doorbell.rs`; the others wait in the server's lock
+//! queue), `pool.rs` the pool and `connection.rs` one connection.
 //!
 //! Tested on MariaDB 10.11. MySQL 8 differences the statements avoid: no `INSERT … RETURNING`
 //! (the winner is told by affected rows and `LAST_INSERT_ID(expr)`), error 3572 for `NOWAIT`,
@@ -13,6 +14,7 @@
 
 mod builder;
 mod connection;
+mod doorbell;
 pub(crate) mod error;
 mod lease;
 mod pool;
@@ -22,6 +24,7 @@ mod table;
 mod wait;
 
 pub use builder::MySqlLockBuilder;
+pub use doorbell::DOORBELL_THREAD_NAME;
 pub use lease::MySqlLease;
 
 use std::fmt;
@@ -45,7 +48,8 @@ use schema::Tables;
 pub enum MySqlLockKind {
     /// A row per name in the lock table, with an owner, a fence and an expiry on the database
     /// clock ([`HoldKind::Lease`]): acquire, expiry and fencing in one `INSERT … ON DUPLICATE
-    /// KEY UPDATE`. MySQL has no notifications: waiters back off (the suite's S11 says so).
+    /// KEY UPDATE`. MySQL has no notifications: waiters queue in a table and a release rings
+    /// the oldest one's doorbell connection (`KILL QUERY` of its `SLEEP`; same user needed).
     #[default]
     Table,
     /// `SELECT … FOR UPDATE` on the name's row, held by an open transaction on a connection the
@@ -72,10 +76,10 @@ impl MySqlLockKind {
 ///
 /// Build it with [`MySqlBackend::builder`], create the tables once with
 /// [`ensure_schema`](Self::ensure_schema), and hand it to a [`LockClient`](lock_core::LockClient).
-/// Clones share the connection pool.
+/// Clones share the connection pool and the doorbell connection.
 ///
 /// Abilities: [`Fencing`] (lock table: a per-name counter bumped by the acquiring statement; row
-/// and advisory: a sequence, never rolled back); [`NativeWait`] for the row and advisory kinds.
+/// and advisory: a sequence, never rolled back) and [`NativeWait`].
 ///
 /// ```no_run
 /// use lock_core::LockClient;
@@ -98,7 +102,11 @@ pub struct MySqlBackend {
 pub(crate) struct Inner {
     pub(crate) pool: MyPool,
     pub(crate) tables: Tables,
+    /// The lock-table kind's wake-ups.
+    pub(crate) doorbell: doorbell::Doorbell,
     pub(crate) kind: MySqlLockKind,
+    /// Lock-table kind: whether waiters are served in arrival order.
+    pub(crate) fair: bool,
     pub(crate) namespace: String,
     /// The URL without its password, for `Debug`.
     pub(crate) address: String,
@@ -130,7 +138,7 @@ impl MySqlBackend {
         // Look before creating: `CREATE … IF NOT EXISTS` on a table waits for its metadata lock,
         // which every open row-lock transaction holds.
         let existing = connection.run("look for the lock tables", &self.inner.tables.existing())?;
-        if existing.sets.last().is_some_and(|set| set.1.len() == 3) {
+        if existing.sets.last().is_some_and(|set| set.1.len() == Tables::COUNT) {
             return Ok(());
         }
         connection.run("create the lock tables", &self.inner.tables.ddl()).map(drop)
@@ -142,6 +150,13 @@ impl MySqlBackend {
     /// As any statement.
     pub fn remaining_lease(&self, name: &LockName) -> Result<Option<Duration>> {
         self.table_remaining(name)
+    }
+
+    /// Whether a lock-table waiter is served in arrival order (see
+    /// [`SqlLockBuilder::fair`](crate::SqlLockBuilder::fair)); the row and advisory kinds are
+    /// always fair.
+    pub fn is_fair(&self) -> bool {
+        self.inner.fair
     }
 
     /// Takes `name` away from its holder, as an administrator would: the lock-table row is marked
@@ -187,7 +202,11 @@ impl DistributedLock for MySqlBackend {
             MySqlLockKind::Table => lock_core::BackendProfile::new(
                 "a per-name counter in the lock row, bumped by the acquiring statement \
                  (LAST_INSERT_ID(expr))",
-                "none: MySQL has no notifications",
+                if self.inner.fair {
+                    "FIFO queue table; the release rings the oldest waiter's doorbell connection (KILL QUERY of its SLEEP), and only it may take the lock"
+                } else {
+                    "queue table; the release rings the oldest waiter's doorbell connection (KILL QUERY of its SLEEP), which races new callers for the lock"
+                },
                 "the row is as durable as the database: a failover to a replica keeps it if the \
                  commit replicated",
             ),
@@ -247,9 +266,7 @@ impl DistributedLock for MySqlBackend {
 
     fn native_wait(&self) -> Option<&dyn NativeWait<Lease = MySqlLease>> {
         match self.inner.kind {
-            // No server-side wake-up that does not cost a connection per held lease.
-            MySqlLockKind::Table => None,
-            MySqlLockKind::Row | MySqlLockKind::Advisory => Some(self),
+            MySqlLockKind::Table | MySqlLockKind::Row | MySqlLockKind::Advisory => Some(self),
         }
     }
 
@@ -269,6 +286,7 @@ impl fmt::Debug for MySqlBackend {
         f.debug_struct("MySqlBackend")
             .field("address", &self.inner.address)
             .field("kind", &self.inner.kind)
+            .field("fair", &self.inner.fair)
             .finish_non_exhaustive()
     }
 }

@@ -12,7 +12,19 @@
 //!     hold_count  INT            NOT NULL,
 //!     fence       BIGINT         NOT NULL,
 //!     expires_at  DATETIME(6)    NOT NULL,   -- UTC_TIMESTAMP(6): no time zone, no DST
-//!     acquired_at DATETIME(6)    NOT NULL) ENGINE=InnoDB;
+//!     acquired_at DATETIME(6)    NOT NULL,
+//!     -- The oldest waiter's doorbell and until when its entry lives (kept by the waiters'
+//!     -- own transactions): a release reads them from the row it updates, at no extra cost.
+//!     ring        BIGINT UNSIGNED NULL,
+//!     ring_until  DATETIME(6)    NULL) ENGINE=InnoDB;
+//! -- The lock table's waiters, oldest first (seq): one entry per waiting client, naming its
+//! -- doorbell connection (see `doorbell.rs`), which lapses at `until` unless renewed.
+//! CREATE TABLE IF NOT EXISTS distlock_locks_queue (
+//!     seq    BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
+//!     name   VARBINARY(255)  NOT NULL,
+//!     waiter BIGINT UNSIGNED NOT NULL,
+//!     until  DATETIME(6)     NOT NULL,
+//!     UNIQUE KEY name_waiter (name, waiter)) ENGINE=InnoDB;
 //! -- The row-lock kind's rows; `holder` is the holding connection's id, written inside the
 //! -- holding transaction (visible to READ UNCOMMITTED readers: who holds it).
 //! CREATE TABLE IF NOT EXISTS distlock_locks_rows (
@@ -55,8 +67,11 @@ pub(crate) struct Tables {
     locks: String,
     rows: String,
     fence: String,
-    /// The three names, unquoted (validated identifiers).
-    names: [String; 3],
+    queue: String,
+    /// Lock table: a free lock goes to the oldest waiter (else to whoever asks first).
+    fair: bool,
+    /// The four names, unquoted (validated identifiers).
+    names: [String; 4],
 }
 
 /// The current time on the database clock, constant within a statement.
@@ -66,36 +81,56 @@ impl Tables {
     /// # Errors
     /// [`Error::InvalidConfig`](lock_core::Error::InvalidConfig) when a derived name (`_rows`,
     /// `_fence`) would be over the 64-character identifier limit.
-    pub(crate) fn new(table: &TableName) -> Result<Self> {
+    pub(crate) fn new(table: &TableName, fair: bool) -> Result<Self> {
         let t = table.as_str();
         let rows = table.derived("_rows", MAX_IDENTIFIER)?;
         let fence = table.derived("_fence", MAX_IDENTIFIER)?;
+        let queue = table.derived("_queue", MAX_IDENTIFIER)?;
         Ok(Self {
             locks: format!("`{t}`"),
             rows: format!("`{}`", rows.as_str()),
             fence: format!("`{}`", fence.as_str()),
-            names: [t.to_owned(), rows.as_str().to_owned(), fence.as_str().to_owned()],
+            queue: format!("`{}`", queue.as_str()),
+            fair,
+            names: [
+                t.to_owned(),
+                rows.as_str().to_owned(),
+                fence.as_str().to_owned(),
+                queue.as_str().to_owned(),
+            ],
         })
     }
 
-    /// Which of the three exist in the current database (sequences are listed as tables).
+    /// How many rows [`existing`](Self::existing) lists when the schema is up to date.
+    pub(crate) const COUNT: usize = 5;
+
+    /// Which of the tables (and the sequence) exist in the current database (sequences are
+    /// listed as tables), and the lock table's newest column.
     pub(crate) fn existing(&self) -> String {
-        let [locks, rows, fence] = &self.names;
+        let [locks, rows, fence, queue] = &self.names;
         format!(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() \
-             AND table_name IN ('{locks}', '{rows}', '{fence}')"
+             AND table_name IN ('{locks}', '{rows}', '{fence}', '{queue}') \
+             UNION ALL SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() \
+             AND table_name = '{locks}' AND column_name = 'ring_until'"
         )
     }
 
     pub(crate) fn ddl(&self) -> String {
-        let Self { locks, rows, fence, .. } = self;
+        let Self { locks, rows, fence, queue, .. } = self;
         format!(
             "CREATE TABLE IF NOT EXISTS {locks} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
              owner VARBINARY(64) NOT NULL, hold_count INT NOT NULL, fence BIGINT NOT NULL, \
-             expires_at DATETIME(6) NOT NULL, acquired_at DATETIME(6) NOT NULL) ENGINE=InnoDB; \
+             expires_at DATETIME(6) NOT NULL, acquired_at DATETIME(6) NOT NULL, \
+             ring BIGINT UNSIGNED NULL, ring_until DATETIME(6) NULL) ENGINE=InnoDB; \
+             ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS ring BIGINT UNSIGNED NULL, \
+             ADD COLUMN IF NOT EXISTS ring_until DATETIME(6) NULL; \
              CREATE TABLE IF NOT EXISTS {rows} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
              holder BIGINT UNSIGNED NULL) ENGINE=InnoDB; \
-             CREATE SEQUENCE IF NOT EXISTS {fence}"
+             CREATE SEQUENCE IF NOT EXISTS {fence}; \
+             CREATE TABLE IF NOT EXISTS {queue} (seq BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, \
+             name VARBINARY(255) NOT NULL, waiter BIGINT UNSIGNED NOT NULL, until DATETIME(6) NOT NULL, \
+             UNIQUE KEY name_waiter (name, waiter)) ENGINE=InnoDB"
         )
     }
 
@@ -103,12 +138,18 @@ impl Tables {
     /// UPDATE` assignments run left to right, each seeing the columns assigned before it:
     /// `owner` is decided from the old `expires_at`, and `expires_at` is assigned last (assigned
     /// first, the later tests would see the new expiry and report a false win). A refused
-    /// attempt changes nothing: 0 affected rows; a win is 1 (insert) or 2 (update).
+    /// attempt changes nothing: 0 affected rows; a win is 1 (insert) or 2 (update). Fair: an
+    /// expired lock is taken only while nobody is queued for it (the row's `ring_until`).
     pub(crate) fn acquire(&self, name: &str, owner: &str, ttl: Duration) -> String {
         let locks = &self.locks;
         let us = micros(ttl);
         let valid_mine = format!("owner = VALUES(owner) AND expires_at >= {NOW}");
-        let expired = format!("expires_at < {NOW}");
+        // Fair: an expired lock is not free while its oldest waiter's entry lives.
+        let expired = if self.fair {
+            format!("(expires_at < {NOW} AND NOT COALESCE(ring_until >= {NOW}, FALSE))")
+        } else {
+            format!("expires_at < {NOW}")
+        };
         format!(
             "INSERT INTO {locks} (name, owner, hold_count, fence, expires_at, acquired_at) \
              VALUES ({name}, {owner}, 1, LAST_INSERT_ID(1), {NOW} + INTERVAL {us} MICROSECOND, {NOW}) \
@@ -117,9 +158,95 @@ impl Tables {
                fence = IF({valid_mine}, LAST_INSERT_ID(fence), IF({expired}, LAST_INSERT_ID(fence + 1), fence)), \
                acquired_at = IF({expired}, VALUES(acquired_at), acquired_at), \
                owner = IF({expired}, VALUES(owner), owner), \
-               expires_at = IF(owner = VALUES(owner), \
-                 IF({expired}, VALUES(expires_at), GREATEST(expires_at, VALUES(expires_at))), expires_at); \
+               expires_at = IF(owner = VALUES(owner), IF({expired}, VALUES(expires_at), \
+                 IF(expires_at >= {NOW}, GREATEST(expires_at, VALUES(expires_at)), expires_at)), expires_at); \
              SELECT LAST_INSERT_ID()"
+        )
+    }
+
+    /// A waiter's attempt (`waiter`: its doorbell connection's id), one round trip: in one
+    /// transaction, lock the lock's row (serializing with releases and other waiters), take or
+    /// re-enter the lock when it is free (fair: and this waiter is the oldest queued), then
+    /// leave the queue on a win (or move to its tail, `keep`: other threads of the client still
+    /// wait) or join it — renewing the entry, which keeps its place — on a loss. The last row:
+    /// (row found, won, fence, holder's remaining ms). No row: the caller takes the plain path.
+    pub(crate) fn acquire_or_queue(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        waiter: u32,
+        note: Duration,
+        keep: bool,
+    ) -> String {
+        let Self { locks, queue, .. } = self;
+        let (us, note_us) = (micros(ttl), micros(note));
+        let ahead = if self.fair {
+            format!(
+                "SET @distlock_take = @distlock_take AND NOT EXISTS (SELECT 1 FROM {queue} q \
+                 WHERE q.name = {name} AND q.until >= {NOW} AND q.waiter <> {waiter} \
+                 AND q.seq < COALESCE((SELECT m.seq FROM {queue} m \
+                   WHERE m.name = {name} AND m.waiter = {waiter} AND m.until >= {NOW}), 18446744073709551615)); "
+            )
+        } else {
+            String::new()
+        };
+        let refresh = self.refresh_ring(name);
+        format!(
+            "START TRANSACTION; \
+             SET @distlock_found = FALSE, @distlock_take = FALSE, @distlock_reenter = FALSE; \
+             SELECT TRUE, owner = {owner} AND expires_at >= {NOW}, expires_at < {NOW} \
+               INTO @distlock_found, @distlock_reenter, @distlock_take \
+               FROM {locks} WHERE name = {name} FOR UPDATE; \
+             {ahead}\
+             UPDATE {locks} SET hold_count = IF(@distlock_reenter, hold_count + 1, 1), \
+               fence = IF(@distlock_reenter, fence, fence + 1), \
+               acquired_at = IF(@distlock_reenter, acquired_at, {NOW}), owner = {owner}, \
+               expires_at = IF(@distlock_reenter, GREATEST(expires_at, {NOW} + INTERVAL {us} MICROSECOND), \
+                 {NOW} + INTERVAL {us} MICROSECOND) \
+             WHERE name = {name} AND (@distlock_take OR @distlock_reenter); \
+             SET @distlock_won = @distlock_take OR @distlock_reenter; \
+             DELETE FROM {queue} WHERE name = {name} AND waiter = {waiter} AND (until < {NOW} OR @distlock_won); \
+             INSERT INTO {queue} (name, waiter, until) \
+               SELECT {name}, {waiter}, {NOW} + INTERVAL {note_us} MICROSECOND FROM DUAL \
+               WHERE @distlock_found AND (NOT @distlock_won OR {keep}) \
+               ON DUPLICATE KEY UPDATE until = VALUES(until); \
+             {refresh}; \
+             COMMIT; \
+             SELECT @distlock_found, @distlock_won, fence, \
+               GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at) / 1000)) \
+             FROM {locks} WHERE name = {name}"
+        )
+    }
+
+    /// A waiter (`waiter`) that stops waiting leaves the queue; the last row names the next
+    /// waiter to ring when the lock is free (it may have been rung for a release this one will
+    /// not take).
+    pub(crate) fn leave_queue(&self, name: &str, waiter: u32) -> String {
+        let Self { locks, queue, .. } = self;
+        format!(
+            "START TRANSACTION; \
+             SELECT TRUE INTO @distlock_found FROM {locks} WHERE name = {name} FOR UPDATE; \
+             DELETE FROM {queue} WHERE name = {name} AND waiter = {waiter}; \
+             {}; COMMIT; {}",
+            self.refresh_ring(name),
+            self.next_waiter(name)
+        )
+    }
+
+    /// Copies the queue's oldest live entry into the lock row (inside a transaction that locked
+    /// the row and changed the queue).
+    fn refresh_ring(&self, name: &str) -> String {
+        let Self { locks, queue, .. } = self;
+        let head = format!("FROM {queue} WHERE name = {name} AND until >= {NOW} ORDER BY seq LIMIT 1");
+        format!("UPDATE {locks} SET ring = (SELECT waiter {head}), ring_until = (SELECT until {head}) WHERE name = {name}")
+    }
+
+    /// The oldest live waiter for `name` when the lock is free: its doorbell id, or `NULL`.
+    fn next_waiter(&self, name: &str) -> String {
+        format!(
+            "SELECT IF(expires_at < {NOW} AND ring_until >= {NOW}, ring, NULL) FROM {} WHERE name = {name}",
+            self.locks
         )
     }
 
@@ -153,12 +280,17 @@ impl Tables {
         )
     }
 
-    /// `expires_at` first: it must see the hold count before the decrement.
+    /// `expires_at` first: it must see the hold count before the decrement. The same statement
+    /// reads the waiter to ring, when the lock is now free and someone waits, from the row it
+    /// updates (`ring` is assigned itself: an `UPDATE` returns no rows).
     pub(crate) fn release(&self, name: &str, owner: &str) -> String {
         format!(
-            "UPDATE {} SET expires_at = IF(hold_count > 1, expires_at, '1970-01-01 00:00:01'), \
-             hold_count = hold_count - 1 \
-             WHERE name = {name} AND owner = {owner} AND expires_at >= {NOW}",
+            "SET @distlock_ring = NULL; \
+             UPDATE {} SET expires_at = IF(hold_count > 1, expires_at, '1970-01-01 00:00:01'), \
+             hold_count = hold_count - 1, \
+             ring = COALESCE(@distlock_ring := IF(hold_count = 0 AND ring_until >= {NOW}, ring, NULL), ring) \
+             WHERE name = {name} AND owner = {owner} AND expires_at >= {NOW}; \
+             SELECT @distlock_ring",
             self.locks
         )
     }
@@ -177,13 +309,19 @@ impl Tables {
     pub(crate) fn delete_prefixed(&self, prefix: &[u8]) -> String {
         let (length, literal) = (prefix.len(), hex(prefix));
         format!(
-            "DELETE FROM {} WHERE LEFT(name, {length}) = {literal}; DELETE FROM {} WHERE LEFT(name, {length}) = {literal}",
-            self.locks, self.rows
+            "DELETE FROM {} WHERE LEFT(name, {length}) = {literal}; DELETE FROM {} WHERE LEFT(name, {length}) = {literal}; \
+             DELETE FROM {} WHERE LEFT(name, {length}) = {literal}",
+            self.locks, self.rows, self.queue
         )
     }
 
+    /// Frees the lock; then the waiter to ring, as [`release`](Self::release).
     pub(crate) fn mark_free(&self, name: &str) -> String {
-        format!("UPDATE {} SET expires_at = '1970-01-01 00:00:01' WHERE name = {name}", self.locks)
+        format!(
+            "UPDATE {} SET expires_at = '1970-01-01 00:00:01' WHERE name = {name}; {}",
+            self.locks,
+            self.next_waiter(name)
+        )
     }
 
     /// Creates the row of a name about to be locked for the first time, waiting at most
@@ -278,16 +416,16 @@ mod tests {
     fn waits_are_written_to_the_microsecond() {
         assert_eq!(seconds(Duration::from_millis(1500)), "1.500000");
         assert_eq!(seconds(Duration::ZERO), "0.000001");
-        let tables = Tables::new(&TableName::new("t").unwrap()).unwrap();
+        let tables = Tables::new(&TableName::new("t").unwrap(), true).unwrap();
         let sql = tables.lock_row("X'61'", Some(Duration::from_millis(1500)), 3);
         assert!(sql.contains("innodb_lock_wait_timeout = 2, max_statement_time = 1.500000"), "{sql}");
     }
 
     #[test]
     fn derived_names_must_fit_64_characters() {
-        assert!(Tables::new(&TableName::new(&"t".repeat(58)).unwrap()).is_ok());
+        assert!(Tables::new(&TableName::new(&"t".repeat(58)).unwrap(), true).is_ok());
         let long = TableName::new(&"t".repeat(59)).unwrap();
-        assert!(matches!(Tables::new(&long), Err(lock_core::Error::InvalidConfig { .. })));
+        assert!(matches!(Tables::new(&long, true), Err(lock_core::Error::InvalidConfig { .. })));
     }
 
     #[test]

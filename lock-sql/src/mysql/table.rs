@@ -1,6 +1,6 @@
 //! The lock-table kind: acquire, fencing and expiry in one `INSERT … ON DUPLICATE KEY UPDATE`
 //! on the database clock; extend and release compare the owner in the same statement; a
-//! release marks the row free. No wake-up: waiters back off (lock-core's generic wait).
+//! release marks the row free and rings the oldest waiter's doorbell (`doorbell.rs`).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -26,9 +26,10 @@ impl MySqlBackend {
         let owner = hex(owner.to_hex().as_bytes());
         let sql = self.inner.tables.acquire(&hex(name.as_str().as_bytes()), &owner, ttl);
         let results = connection.run("acquire", &sql)?;
-        // 0 affected rows: the row is someone else's and nothing changed — contention, not an
-        // error. 1: inserted; 2: taken over (expired) or re-entered.
-        if results.affected(0) == 0 {
+        // The insert's affected rows (the statement before the last, which reads the fence): 0,
+        // the row is someone else's and nothing changed — contention, not an error. 1: inserted;
+        // 2: taken over (expired) or re-entered.
+        if results.affected(results.sets.len().saturating_sub(2)) == 0 {
             return Ok(None);
         }
         let fence: u64 = results
@@ -104,7 +105,71 @@ impl MySqlBackend {
         let Hold::Table { owner } = &lease.hold else { unreachable!("a lock-table lease") };
         let mut connection = self.inner.pool.get()?;
         let sql = self.inner.tables.release(&hex(lease.name.as_str().as_bytes()), owner);
-        Ok(connection.run("release", &sql)?.affected(0) == 1)
+        let results = connection.run("release", &sql)?;
+        ring(&mut connection, &results);
+        Ok(results.affected(1) == 1)
+    }
+
+    /// A waiter's attempt: takes the lock, or puts this client in the lock's queue (renewing
+    /// its entry, which then lives `note`) and returns the holder's remaining lease (zero when
+    /// the lock is free but the queue's head may take it first); `None` when the lock has no
+    /// row yet (the caller makes a plain attempt). `others_waiting`: other threads of this
+    /// client wait for the name, so the client stays queued when this one wins.
+    pub(crate) fn table_try_or_queue(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+        waiter: u32,
+        note: Duration,
+        others_waiting: bool,
+    ) -> Result<Option<std::result::Result<MySqlLease, Duration>>> {
+        let mut connection = self.inner.pool.get()?;
+        let owner = hex(owner.to_hex().as_bytes());
+        let sql = self.inner.tables.acquire_or_queue(
+            &hex(name.as_str().as_bytes()),
+            &owner,
+            ttl,
+            waiter,
+            note,
+            others_waiting,
+        );
+        let results = match connection.try_run(&sql) {
+            Ok(results) => results,
+            Err(error) => {
+                // The batch stopped inside its transaction: end the session, which rolls it
+                // back, rather than pool a connection in an open transaction.
+                connection.poison();
+                return Err(super::error::map("acquire", error));
+            }
+        };
+        let Some(row) = results.sets.last().and_then(|set| set.1.first()) else { return Ok(None) };
+        let value = |index: usize| row.get::<Option<i64>, _>(index).flatten().unwrap_or(0);
+        if value(0) == 0 {
+            return Ok(None);
+        }
+        if value(1) != 0 {
+            let fence = u64::try_from(value(2)).unwrap_or(0);
+            return Ok(Some(Ok(MySqlLease::new(name, fence, ttl, Hold::Table { owner }))));
+        }
+        Ok(Some(Err(Duration::from_millis(u64::try_from(value(3)).unwrap_or(0)))))
+    }
+
+    /// Takes waiter `waiter` out of `name`'s queue; when the lock is free, rings the next
+    /// waiter (this one may have been rung for it).
+    pub(crate) fn table_leave_queue(&self, name: &LockName, waiter: u32) -> Result<()> {
+        let mut connection = self.inner.pool.get()?;
+        let sql = self.inner.tables.leave_queue(&hex(name.as_str().as_bytes()), waiter);
+        match connection.try_run(&sql) {
+            Ok(results) => {
+                ring(&mut connection, &results);
+                Ok(())
+            }
+            Err(error) => {
+                connection.poison();
+                Err(super::error::map("leave the queue", error))
+            }
+        }
     }
 
     pub(crate) fn table_remaining(&self, name: &LockName) -> Result<Option<Duration>> {
@@ -124,9 +189,26 @@ impl MySqlBackend {
 
     pub(crate) fn table_mark_free(&self, name: &LockName) -> Result<()> {
         let mut connection = self.inner.pool.get()?;
-        connection
-            .run("break the lock", &self.inner.tables.mark_free(&hex(name.as_str().as_bytes())))
-            .map(drop)
+        let results =
+            connection.run("break the lock", &self.inner.tables.mark_free(&hex(name.as_str().as_bytes())))?;
+        ring(&mut connection, &results);
+        Ok(())
+    }
+}
+
+/// Rings the doorbell of the waiter that a statement's last result names, if any. A ring the
+/// server refuses (another user's connection, one gone since) is left to the waiter's re-check.
+fn ring(connection: &mut super::connection::MyConnection, results: &super::connection::Results) {
+    let Some(waiter) = results
+        .sets
+        .last()
+        .and_then(|set| set.1.first())
+        .and_then(|row| row.get::<Option<u64>, _>(0).flatten())
+    else {
+        return;
+    };
+    if let Err(error) = connection.try_run(&format!("KILL QUERY {waiter}")) {
+        tracing::debug!(%error, waiter, "could not ring a waiter's doorbell; it re-checks on its own");
     }
 }
 

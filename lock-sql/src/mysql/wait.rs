@@ -1,5 +1,7 @@
-//! [`NativeWait`] for the row and advisory kinds: waiters queue in the server's lock manager
-//! (InnoDB's row-lock queue, `GET_LOCK`'s queue). A timed wait is one statement, which keeps its
+//! [`NativeWait`] for the three kinds: lock-table waiters queue in the queue table and sleep
+//! until their doorbell rings (a release), the holder's expiry or a one-second re-check; row and
+//! advisory waiters queue in the server's lock manager (InnoDB's row-lock queue, `GET_LOCK`'s
+//! queue). A timed wait is one statement, which keeps its
 //! place in the queue until the deadline (to the microsecond: `GET_LOCK` takes fractions of a
 //! second, and `max_statement_time` cuts a row-lock wait); a wait without one re-queues every
 //! I/O timeout (at least [`MIN_WAIT_SLICE`]). The socket's read timeout is stretched to each
@@ -10,8 +12,15 @@ use std::time::{Duration, Instant};
 
 use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result};
 
+use super::doorbell::FALLBACK_RECHECK;
 use super::{MySqlBackend, MySqlLease, MySqlLockKind};
 use crate::queue_wait::Wait;
+use crate::waiters::Registration;
+
+/// How long a waiter's queue entry lasts beyond one I/O timeout: it is renewed at each re-check,
+/// at least every [`FALLBACK_RECHECK`]; an entry that lapses under a waiter costs that waiter its
+/// place (it queues again at its next re-check).
+const WAITER_NOTE: Duration = Duration::from_secs(2);
 #[cfg(doc)]
 use crate::queue_wait::MIN_WAIT_SLICE;
 
@@ -23,8 +32,10 @@ impl NativeWait for MySqlBackend {
         ttl: Duration,
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired<MySqlLease>>> {
-        let _ = owner;
         check_lease(ttl)?;
+        if self.inner.kind == MySqlLockKind::Table {
+            return self.table_wait(name, owner, ttl, deadline);
+        }
         loop {
             let wait = Wait::next(deadline, self.inner.pool.io_timeout());
             let granted = match self.inner.kind {
@@ -37,6 +48,110 @@ impl NativeWait for MySqlBackend {
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Ok(None);
             }
+        }
+    }
+}
+
+impl MySqlBackend {
+    fn table_wait(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<MySqlLease>>> {
+        let doorbell = &self.inner.doorbell;
+        // A first attempt that does not queue (one light statement): an uncontended lock, or
+        // one that a non-fair caller takes at once, needs no doorbell.
+        let sent_at = Instant::now();
+        if let Some(lease) = self.table_try(name, owner, ttl)? {
+            return Ok(Some(Acquired::new(lease, sent_at)));
+        }
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            return Ok(None);
+        }
+        let registration = doorbell.register(name.as_str());
+        let now = Instant::now();
+        let until = deadline.map_or(now + FALLBACK_RECHECK, |d| d.min(now + FALLBACK_RECHECK));
+        // Queue only with the doorbell connected: its id is what a release rings.
+        let Some(waiter) = doorbell.wait_ready(until) else {
+            return self.table_wait_unqueued(&registration, name, owner, ttl, deadline);
+        };
+        let outcome = self.table_wait_queued(&registration, name, owner, ttl, waiter, deadline);
+        if matches!(outcome, Ok(None)) && !registration.others_waiting() {
+            // Out of time: leave the queue rather than hold it up until the entry lapses (a fair
+            // lock serves nobody behind a waiter that left). After an error the entry lapses on
+            // its own: one more statement would stretch the call past its bound.
+            if let Err(error) = self.table_leave_queue(name, waiter) {
+                tracing::debug!(%error, "could not leave the lock's queue; the entry lapses on its own");
+            }
+        }
+        outcome
+    }
+
+    fn table_wait_queued(
+        &self,
+        registration: &Registration<'_>,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+        waiter: u32,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<MySqlLease>>> {
+        let note = WAITER_NOTE + self.inner.pool.io_timeout();
+        loop {
+            // Rings so far are answered by this attempt.
+            registration.clear();
+            let sent_at = Instant::now();
+            let remaining = match self.table_try_or_queue(
+                name,
+                owner,
+                ttl,
+                waiter,
+                note,
+                registration.others_waiting(),
+            )? {
+                Some(Ok(lease)) => return Ok(Some(Acquired::new(lease, sent_at))),
+                Some(Err(remaining)) => remaining,
+                // No row yet: the plain statement creates it.
+                None => match self.table_try(name, owner, ttl)? {
+                    Some(lease) => return Ok(Some(Acquired::new(lease, sent_at))),
+                    None => Duration::ZERO,
+                },
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return Ok(None);
+            }
+            // The holder's expiry rings nobody: re-check then. A free lock that was not ours (a
+            // fair queue's head takes it) is announced by its next release.
+            let wait = if remaining.is_zero() { FALLBACK_RECHECK } else { remaining.min(FALLBACK_RECHECK) };
+            registration.wait(deadline.map_or(now + wait, |deadline| deadline.min(now + wait)));
+        }
+    }
+
+    /// Without a doorbell (it could not connect): plain attempts, at the holder's expiry and at
+    /// least every [`FALLBACK_RECHECK`].
+    fn table_wait_unqueued(
+        &self,
+        registration: &Registration<'_>,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<MySqlLease>>> {
+        loop {
+            let sent_at = Instant::now();
+            if let Some(lease) = self.table_try(name, owner, ttl)? {
+                return Ok(Some(Acquired::new(lease, sent_at)));
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return Ok(None);
+            }
+            let remaining = self.table_remaining(name)?.unwrap_or(FALLBACK_RECHECK);
+            let wait = remaining.min(FALLBACK_RECHECK);
+            registration.wait(deadline.map_or(now + wait, |deadline| deadline.min(now + wait)));
         }
     }
 }

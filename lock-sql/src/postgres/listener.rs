@@ -1,8 +1,7 @@
 //! The lock-table kind's wake-ups: one `LISTEN` connection per backend (shared by its clones)
 //! on a channel of its own, which the backend's waiters leave in the lock row's queue. A
 //! release's statement `NOTIFY`s the oldest waiting client's channel with the lock's name; that
-//! client's listener wakes its longest-waiting thread for the name (one thread: one release can
-//! be taken once). A woken thread that stops waiting passes the wake-up on.
+//! client's listener wakes its longest-waiting thread for the name ([`Waiters`]).
 //!
 //! The connection lives on a thread of its own ([`LISTENER_THREAD_NAME`]), started by the first
 //! wait and stopped when the backend is dropped: a connection's socket is only read while some
@@ -10,15 +9,15 @@
 //! waiters also re-check at the holder's expiry — an expiry sends no `NOTIFY` — and at least
 //! every [`FALLBACK_RECHECK`].
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 use super::pool::PgPool;
+use crate::waiters::{Registration, Waiters};
 
 /// The longest a waiter sleeps without a notification before it re-checks on its own.
 pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
@@ -39,7 +38,7 @@ struct Shared {
     pool: PgPool,
     channel: String,
     listen: String,
-    waiters: Mutex<HashMap<String, Vec<Weak<Slot>>>>,
+    waiters: Waiters,
     /// Whether `LISTEN` is in force on a live connection.
     listening: Mutex<bool>,
     changed: Condvar,
@@ -56,7 +55,7 @@ impl Listener {
                 pool,
                 listen: format!("LISTEN \"{channel}\""),
                 channel,
-                waiters: Mutex::default(),
+                waiters: Waiters::default(),
                 listening: Mutex::new(false),
                 changed: Condvar::new(),
                 started: AtomicBool::new(false),
@@ -70,15 +69,9 @@ impl Listener {
         &self.shared.channel
     }
 
-    /// Whether `LISTEN` is in force now.
-    pub(crate) fn is_listening(&self) -> bool {
-        *self.shared.listening.lock()
-    }
-
     /// Registers a waiter for `name`, starting the listening thread on first use.
     pub(crate) fn register(&self, name: &str) -> Registration<'_> {
-        let slot = Arc::new(Slot::default());
-        self.shared.waiters.lock().entry(name.to_owned()).or_default().push(Arc::downgrade(&slot));
+        let registration = self.shared.waiters.register(name);
         if !self.shared.started.swap(true, Ordering::AcqRel) {
             let shared = Arc::clone(&self.shared);
             let spawned =
@@ -89,7 +82,7 @@ impl Listener {
                 self.shared.started.store(false, Ordering::Release);
             }
         }
-        Registration { listener: self, name: name.to_owned(), slot }
+        registration
     }
 
     /// Waits until `LISTEN` is in force, or `until`.
@@ -112,10 +105,10 @@ impl Drop for Listener {
 /// The listening thread: (re)connects, `LISTEN`s, and reads notifications until told to stop.
 fn listen(shared: &Arc<Shared>) {
     while !shared.stop.load(Ordering::Acquire) {
-        let waiters = Arc::downgrade(shared);
+        let weak = Arc::downgrade(shared);
         let sink = Box::new(move |notification: tokio_postgres::Notification| {
-            if let Some(shared) = waiters.upgrade() {
-                wake(&shared, notification.payload());
+            if let Some(shared) = weak.upgrade() {
+                shared.waiters.wake(notification.payload());
             }
         });
         let listen = shared.listen.as_str();
@@ -133,7 +126,7 @@ fn listen(shared: &Arc<Shared>) {
         };
         set_listening(shared, true);
         // A notification sent while nobody listened is lost: wake everyone to re-check.
-        wake_all(shared);
+        shared.waiters.wake_all();
         while !shared.stop.load(Ordering::Acquire) {
             if connection.wait_for_notifications(TICK).is_err() {
                 break;
@@ -146,94 +139,4 @@ fn listen(shared: &Arc<Shared>) {
 fn set_listening(shared: &Shared, listening: bool) {
     *shared.listening.lock() = listening;
     shared.changed.notify_all();
-}
-
-/// Wakes the longest-waiting thread for `name`.
-fn wake(shared: &Shared, name: &str) {
-    let mut waiters = shared.waiters.lock();
-    if let Some(slots) = waiters.get_mut(name) {
-        slots.retain(|slot| slot.strong_count() > 0);
-        if let Some(slot) = slots.first().and_then(Weak::upgrade) {
-            slot.wake();
-        }
-        if slots.is_empty() {
-            waiters.remove(name);
-        }
-    }
-}
-
-fn wake_all(shared: &Shared) {
-    for slot in shared.waiters.lock().values().flatten().filter_map(Weak::upgrade) {
-        slot.wake();
-    }
-}
-
-/// One waiting thread's wake-up flag.
-#[derive(Default)]
-pub(crate) struct Slot {
-    woken: Mutex<bool>,
-    changed: Condvar,
-}
-
-impl Slot {
-    fn wake(&self) {
-        *self.woken.lock() = true;
-        self.changed.notify_all();
-    }
-}
-
-/// A waiter's registration; dropping it unregisters.
-pub(crate) struct Registration<'a> {
-    listener: &'a Listener,
-    name: String,
-    slot: Arc<Slot>,
-}
-
-impl Registration<'_> {
-    /// Forgets notifications received so far.
-    pub(crate) fn clear(&self) {
-        *self.slot.woken.lock() = false;
-    }
-
-    /// Whether other threads of this client wait for the same name (then the client stays in
-    /// the lock's queue when this one takes the lock).
-    pub(crate) fn others_waiting(&self) -> bool {
-        let waiters = self.listener.shared.waiters.lock();
-        waiters.get(&self.name).is_some_and(|slots| {
-            slots
-                .iter()
-                .any(|slot| slot.strong_count() > 0 && !std::ptr::eq(slot.as_ptr(), Arc::as_ptr(&self.slot)))
-        })
-    }
-
-    /// Sleeps until notified or `until`.
-    pub(crate) fn wait(&self, until: Instant) {
-        let mut woken = self.slot.woken.lock();
-        while !*woken {
-            if self.slot.changed.wait_until(&mut woken, until).timed_out() {
-                break;
-            }
-        }
-    }
-}
-
-impl Drop for Registration<'_> {
-    /// Unregisters; a wake-up this thread took and did not act on goes to the next thread.
-    fn drop(&mut self) {
-        let unanswered = *self.slot.woken.lock();
-        let mut waiters = self.listener.shared.waiters.lock();
-        if let Some(slots) = waiters.get_mut(&self.name) {
-            slots.retain(|slot| {
-                slot.strong_count() > 0 && !std::ptr::eq(slot.as_ptr(), Arc::as_ptr(&self.slot))
-            });
-            if unanswered {
-                if let Some(next) = slots.first().and_then(Weak::upgrade) {
-                    next.wake();
-                }
-            }
-            if slots.is_empty() {
-                waiters.remove(&self.name);
-            }
-        }
-    }
 }

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result};
 
-use super::listener::{Registration, FALLBACK_RECHECK};
+use super::listener::FALLBACK_RECHECK;
 use super::{PostgresBackend, PostgresLease, PostgresLockKind};
 use crate::queue_wait::Wait;
 #[cfg(doc)]
 use crate::queue_wait::MIN_WAIT_SLICE;
+use crate::waiters::Registration;
 
 /// How long a waiter's queue entry lasts beyond one I/O timeout: it is renewed at each re-check,
 /// at least every [`FALLBACK_RECHECK`]; an entry that lapses under a waiter costs that waiter its
@@ -45,15 +46,14 @@ impl PostgresBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired<PostgresLease>>> {
         let listener = &self.inner.listener;
-        if !listener.is_listening() {
-            // A first attempt that does not queue: an uncontended lock needs no LISTEN connection.
-            let sent_at = Instant::now();
-            if let Some(lease) = self.table_try(name, owner, ttl)? {
-                return Ok(Some(Acquired::new(lease, sent_at)));
-            }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                return Ok(None);
-            }
+        // A first attempt that does not queue (one light statement): an uncontended lock, or
+        // one that a non-fair caller takes at once, needs no LISTEN connection.
+        let sent_at = Instant::now();
+        if let Some(lease) = self.table_try(name, owner, ttl)? {
+            return Ok(Some(Acquired::new(lease, sent_at)));
+        }
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            return Ok(None);
         }
         let registration = listener.register(name.as_str());
         // Queue only with LISTEN in force: a release after the queue entry would otherwise be

@@ -31,7 +31,7 @@ impl SqlKind for MySqlLockKind {
     }
 
     fn wakes_waiters(self) -> bool {
-        self != MySqlLockKind::Table
+        true
     }
 
     fn shared_url() -> Result<String, String> {

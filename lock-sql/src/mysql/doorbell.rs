@@ -1,0 +1,149 @@
+//! The lock-table kind's wake-ups on MariaDB, which has no `LISTEN`: a doorbell. Each backend
+//! (shared by its clones) keeps one connection of its own that sleeps in `SELECT SLEEP(1)` while
+//! any of its threads waits; its waiters' queue entries name that connection's id. A release
+//! that frees a lock with a queue rings the oldest waiter's doorbell with `KILL QUERY <id>`,
+//! which ends the sleep at once (MariaDB: error 1317; MySQL: `SLEEP` returns 1); the doorbell
+//! then wakes its client's longest-waiting thread of each name ([`Waiters`]), which re-checks.
+//!
+//! `KILL QUERY` needs the same user, or `CONNECTION ADMIN`; a ring the server refuses, or one
+//! that lands between two sleeps, is lost, and the waiters' own re-check (at the holder's
+//! expiry, at least every [`FALLBACK_RECHECK`]) serves instead. A connection id is not reused
+//! while its entries live (ids only grow), so a ring never interrupts a stranger's statement.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use mysql::prelude::Queryable as _;
+use mysql::{Conn, Error as MySqlError, Opts, OptsBuilder};
+use parking_lot::{Condvar, Mutex};
+
+use crate::waiters::{Registration, Waiters};
+
+/// The longest a waiter sleeps without a ring before it re-checks on its own.
+pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
+
+/// The name of the doorbell thread (one per backend that has waited).
+pub const DOORBELL_THREAD_NAME: &str = "distlock-mydoorbell";
+
+/// One sleep of the doorbell connection.
+const SLEEP: Duration = Duration::from_secs(1);
+
+/// How often an idle doorbell thread looks up to see whether it should stop, and how long it
+/// waits before reconnecting.
+const TICK: Duration = Duration::from_millis(250);
+
+/// `ER_QUERY_INTERRUPTED`: MariaDB's answer to a `SLEEP` that `KILL QUERY` ended.
+const QUERY_INTERRUPTED: u16 = 1317;
+
+/// The doorbell of one backend (and its clones).
+pub(crate) struct Doorbell {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    opts: Opts,
+    waiters: Waiters,
+    /// The doorbell connection's id while it is connected.
+    id: Mutex<Option<u32>>,
+    changed: Condvar,
+    started: AtomicBool,
+    stop: AtomicBool,
+}
+
+impl Doorbell {
+    /// A doorbell connecting with `opts` (the pool's), its reads allowed a sleep beyond
+    /// `io_timeout`.
+    pub(crate) fn new(opts: Opts, io_timeout: Duration) -> Self {
+        let opts = OptsBuilder::from_opts(opts).read_timeout(Some(SLEEP + io_timeout)).into();
+        Self {
+            shared: Arc::new(Shared {
+                opts,
+                waiters: Waiters::default(),
+                id: Mutex::new(None),
+                changed: Condvar::new(),
+                started: AtomicBool::new(false),
+                stop: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Registers a waiter for `name`, starting the doorbell thread on first use.
+    pub(crate) fn register(&self, name: &str) -> Registration<'_> {
+        let registration = self.shared.waiters.register(name);
+        if !self.shared.started.swap(true, Ordering::AcqRel) {
+            let shared = Arc::clone(&self.shared);
+            let spawned =
+                thread::Builder::new().name(DOORBELL_THREAD_NAME.into()).spawn(move || ring_loop(&shared));
+            if let Err(error) = spawned {
+                // Waiters still re-check on their own.
+                tracing::warn!(%error, "could not start the mysql doorbell thread");
+                self.shared.started.store(false, Ordering::Release);
+            }
+        }
+        registration
+    }
+
+    /// The doorbell connection's id, waiting until `until` for it to connect.
+    pub(crate) fn wait_ready(&self, until: Instant) -> Option<u32> {
+        let mut id = self.shared.id.lock();
+        while id.is_none() {
+            if self.shared.changed.wait_until(&mut id, until).timed_out() {
+                break;
+            }
+        }
+        *id
+    }
+}
+
+impl Drop for Doorbell {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+    }
+}
+
+/// The doorbell thread: (re)connects, and sleeps on the connection while anyone waits.
+fn ring_loop(shared: &Shared) {
+    while !shared.stop.load(Ordering::Acquire) {
+        if !shared.waiters.wait_for_any(Instant::now() + TICK) {
+            continue;
+        }
+        let mut conn = match Conn::new(shared.opts.clone()) {
+            Ok(conn) => conn,
+            Err(error) => {
+                tracing::debug!(%error, "the mysql doorbell connection failed; waiters re-check on their own");
+                thread::sleep(TICK);
+                continue;
+            }
+        };
+        set_id(shared, Some(conn.connection_id()));
+        // Rings sent while nobody slept are lost: everyone re-checks.
+        shared.waiters.wake_all();
+        let sleep = format!("SELECT SLEEP({})", SLEEP.as_secs_f64());
+        while !shared.stop.load(Ordering::Acquire) {
+            if !shared.waiters.wait_for_any(Instant::now() + TICK) {
+                continue;
+            }
+            match conn.query_first::<i64, _>(sleep.as_str()) {
+                // Slept the whole second: nobody rang.
+                Ok(Some(0)) => {}
+                // MySQL ends a killed SLEEP with 1, MariaDB with error 1317.
+                Ok(_) => shared.waiters.wake_each_name(),
+                Err(MySqlError::MySqlError(error)) if error.code == QUERY_INTERRUPTED => {
+                    shared.waiters.wake_each_name();
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "the mysql doorbell connection broke; reconnecting");
+                    break;
+                }
+            }
+        }
+        set_id(shared, None);
+    }
+}
+
+fn set_id(shared: &Shared, id: Option<u32>) {
+    *shared.id.lock() = id;
+    shared.changed.notify_all();
+}

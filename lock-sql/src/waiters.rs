@@ -1,0 +1,178 @@
+//! [`Waiters`]: the threads of one client that wait for lock-table names, in arrival order per
+//! name, and their wake-ups. The server's wake-up (PostgreSQL's `NOTIFY`, MariaDB's doorbell)
+//! reaches the client, which wakes the longest-waiting thread of the name: one release can be
+//! taken once, so one wake-up per release. A woken thread that stops waiting passes the wake-up
+//! on to the next.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex};
+
+/// The waiting threads of one client, by lock name.
+#[derive(Default)]
+pub(crate) struct Waiters {
+    by_name: Mutex<HashMap<String, Vec<Weak<Slot>>>>,
+    /// Signalled when a thread registers (a doorbell sleeps while nobody waits).
+    registered: Condvar,
+}
+
+impl Waiters {
+    /// Registers a thread waiting for `name`, behind those already waiting for it.
+    pub(crate) fn register(&self, name: &str) -> Registration<'_> {
+        let slot = Arc::new(Slot::default());
+        self.by_name.lock().entry(name.to_owned()).or_default().push(Arc::downgrade(&slot));
+        self.registered.notify_all();
+        Registration { waiters: self, name: name.to_owned(), slot }
+    }
+
+    /// Wakes the longest-waiting thread for `name`.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn wake(&self, name: &str) {
+        let mut by_name = self.by_name.lock();
+        if let Some(slots) = by_name.get_mut(name) {
+            slots.retain(|slot| slot.strong_count() > 0);
+            if let Some(slot) = slots.first().and_then(Weak::upgrade) {
+                slot.wake();
+            }
+            if slots.is_empty() {
+                by_name.remove(name);
+            }
+        }
+    }
+
+    /// Wakes the longest-waiting thread of every name (a wake-up that does not say which name).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) fn wake_each_name(&self) {
+        for slots in self.by_name.lock().values() {
+            if let Some(slot) = slots.iter().find_map(Weak::upgrade) {
+                slot.wake();
+            }
+        }
+    }
+
+    /// Wakes every waiting thread (wake-ups may have been lost: each re-checks).
+    pub(crate) fn wake_all(&self) {
+        for slot in self.by_name.lock().values().flatten().filter_map(Weak::upgrade) {
+            slot.wake();
+        }
+    }
+
+    /// Waits until some thread is registered, or `until`; whether one is.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) fn wait_for_any(&self, until: Instant) -> bool {
+        let mut by_name = self.by_name.lock();
+        by_name.retain(|_, slots| slots.iter().any(|slot| slot.strong_count() > 0));
+        if by_name.is_empty() {
+            let _ = self.registered.wait_until(&mut by_name, until);
+        }
+        !by_name.is_empty()
+    }
+}
+
+/// One waiting thread's wake-up flag.
+#[derive(Default)]
+struct Slot {
+    woken: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Slot {
+    fn wake(&self) {
+        *self.woken.lock() = true;
+        self.changed.notify_all();
+    }
+}
+
+/// A waiting thread's registration; dropping it unregisters.
+pub(crate) struct Registration<'a> {
+    waiters: &'a Waiters,
+    name: String,
+    slot: Arc<Slot>,
+}
+
+impl Registration<'_> {
+    /// Forgets wake-ups received so far (the attempt about to be made answers them).
+    pub(crate) fn clear(&self) {
+        *self.slot.woken.lock() = false;
+    }
+
+    /// Whether other threads of this client wait for the same name (then the client stays in
+    /// the lock's queue when this one takes the lock).
+    pub(crate) fn others_waiting(&self) -> bool {
+        let by_name = self.waiters.by_name.lock();
+        by_name.get(&self.name).is_some_and(|slots| {
+            slots
+                .iter()
+                .any(|slot| slot.strong_count() > 0 && !std::ptr::eq(slot.as_ptr(), Arc::as_ptr(&self.slot)))
+        })
+    }
+
+    /// Sleeps until woken or `until`.
+    pub(crate) fn wait(&self, until: Instant) {
+        let mut woken = self.slot.woken.lock();
+        while !*woken {
+            if self.slot.changed.wait_until(&mut woken, until).timed_out() {
+                break;
+            }
+        }
+    }
+}
+
+impl Drop for Registration<'_> {
+    /// Unregisters; a wake-up this thread took and did not act on goes to the next thread.
+    fn drop(&mut self) {
+        let unanswered = *self.slot.woken.lock();
+        let mut by_name = self.waiters.by_name.lock();
+        if let Some(slots) = by_name.get_mut(&self.name) {
+            slots.retain(|slot| {
+                slot.strong_count() > 0 && !std::ptr::eq(slot.as_ptr(), Arc::as_ptr(&self.slot))
+            });
+            if unanswered {
+                if let Some(next) = slots.first().and_then(Weak::upgrade) {
+                    next.wake();
+                }
+            }
+            if slots.is_empty() {
+                by_name.remove(&self.name);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn woken(registration: &Registration<'_>) -> bool {
+        *registration.slot.woken.lock()
+    }
+
+    #[test]
+    fn a_wake_up_goes_to_the_oldest_waiter_and_is_passed_on_when_unanswered() {
+        let waiters = Waiters::default();
+        let (first, second) = (waiters.register("a"), waiters.register("a"));
+        let other = waiters.register("b");
+        assert!(first.others_waiting() && !other.others_waiting());
+        waiters.wake("a");
+        assert!(woken(&first) && !woken(&second) && !woken(&other));
+        drop(first);
+        assert!(woken(&second), "the unanswered wake-up moved on");
+        second.clear();
+        waiters.wake_each_name();
+        assert!(woken(&second) && woken(&other));
+        second.wait(Instant::now() + Duration::from_secs(5));
+    }
+
+    #[test]
+    fn wait_for_any_sees_registrations() {
+        let waiters = Waiters::default();
+        assert!(!waiters.wait_for_any(Instant::now() + Duration::from_millis(10)));
+        let registration = waiters.register("a");
+        assert!(waiters.wait_for_any(Instant::now()));
+        drop(registration);
+        assert!(!waiters.wait_for_any(Instant::now()));
+    }
+}

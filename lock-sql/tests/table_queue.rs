@@ -1,0 +1,210 @@
+//! The lock-table kinds' waiter queues, on both databases: a release wakes the oldest waiting
+//! client by the server (PostgreSQL `NOTIFY`, MariaDB's doorbell), fair waiters are served in
+//! arrival order, a waiter out of time leaves the queue, and non-fair waiters are woken too.
+
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use lock_core::{DistributedLock, OwnerToken};
+use lock_sql::mysql::{MySqlBackend, MySqlLockKind};
+use lock_sql::postgres::{PostgresBackend, PostgresLockKind};
+use lock_sql::testkit::{MySqlTarget, PostgresTarget};
+use lock_testkit::suite::unique_name;
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// Well under the waiters' one-second re-check: a waiter served this soon was woken by the
+/// release.
+const WOKEN: Duration = Duration::from_millis(500);
+
+/// Builds a lock-table client; `fair` as the builder's.
+type Build<B> = Arc<dyn Fn(bool) -> B + Send + Sync>;
+
+fn postgres() -> Build<PostgresBackend> {
+    let target = PostgresTarget::new(PostgresLockKind::Table);
+    target.backend_with(Duration::from_secs(2), 4).expect("a client").ensure_schema().expect("tables");
+    Arc::new(move |fair| {
+        PostgresBackend::builder(target.url())
+            .io_timeout(Duration::from_secs(2))
+            .fair(fair)
+            .build()
+            .expect("a client")
+    })
+}
+
+fn mysql() -> Build<MySqlBackend> {
+    let target = MySqlTarget::new(MySqlLockKind::Table);
+    target.backend_with(Duration::from_secs(2), 4).expect("a client").ensure_schema().expect("tables");
+    Arc::new(move |fair| {
+        MySqlBackend::builder(target.url())
+            .io_timeout(Duration::from_secs(2))
+            .fair(fair)
+            .build()
+            .expect("a client")
+    })
+}
+
+/// Three clients queue one after another behind a holder; each release wakes the next promptly,
+/// in arrival order when fair.
+fn waiters_are_woken_by_releases<B: DistributedLock + 'static>(build: &Build<B>, fair: bool) {
+    let locks = build(fair);
+    let name = unique_name("queue");
+    let lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let waiters: Vec<_> = (0..3)
+        .map(|index| {
+            let (build, name, served) = (Arc::clone(build), name.clone(), Arc::clone(&served));
+            let waiter = thread::spawn(move || {
+                let locks = build(fair);
+                let native = locks.native_wait().expect("lock-table waiters are woken");
+                let deadline = Instant::now() + Duration::from_secs(20);
+                let acquired = native
+                    .acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline))
+                    .expect("a server")
+                    .expect("served before the deadline");
+                served.lock().unwrap().push((index, Instant::now()));
+                thread::sleep(Duration::from_millis(100));
+                let released_at = Instant::now();
+                assert!(locks.release(acquired.lease).expect("a server"));
+                released_at
+            });
+            // Let this one queue before the next arrives.
+            thread::sleep(Duration::from_millis(700));
+            waiter
+        })
+        .collect();
+    let released_at = Instant::now();
+    assert!(locks.release(lease).expect("a server"));
+    let mut releases = vec![released_at];
+    releases.extend(waiters.into_iter().map(|waiter| waiter.join().expect("a waiter")));
+    releases.sort();
+    let served = served.lock().unwrap().clone();
+    if fair {
+        assert_eq!(served.iter().map(|(index, _)| *index).collect::<Vec<_>>(), [0, 1, 2], "arrival order");
+    }
+    for (position, (index, at)) in served.iter().enumerate() {
+        let after = *at - releases[position];
+        println!("waiter {index} served {after:?} after the release before it");
+        assert!(after < WOKEN, "waiter {index} served {after:?} after the release: by a re-check");
+    }
+}
+
+/// A fair waiter that runs out of time leaves the queue: the next waiter is served at the next
+/// release, not when the first one's entry would have lapsed.
+fn a_waiter_out_of_time_leaves_the_queue<B: DistributedLock + 'static>(build: &Build<B>) {
+    let locks = build(true);
+    let name = unique_name("gives-up");
+    let lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    let impatient = {
+        let (build, name) = (Arc::clone(build), name.clone());
+        thread::spawn(move || {
+            let locks = build(true);
+            let deadline = Instant::now() + Duration::from_millis(800);
+            let native = locks.native_wait().expect("woken");
+            assert!(native
+                .acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline))
+                .expect("a server")
+                .is_none());
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    let (got, acquired) = mpsc::channel();
+    let patient = {
+        let (build, name) = (Arc::clone(build), name.clone());
+        thread::spawn(move || {
+            let locks = build(true);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let native = locks.native_wait().expect("woken");
+            let acquired = native
+                .acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline))
+                .expect("a server")
+                .expect("served");
+            got.send(Instant::now()).expect("the test waits");
+            assert!(locks.release(acquired.lease).expect("a server"));
+        })
+    };
+    impatient.join().expect("the impatient waiter");
+    thread::sleep(Duration::from_millis(300));
+    let released_at = Instant::now();
+    assert!(locks.release(lease).expect("a server"));
+    let after = acquired.recv_timeout(Duration::from_secs(10)).expect("served") - released_at;
+    patient.join().expect("the patient waiter");
+    println!("the patient waiter was served {after:?} after the release");
+    assert!(after < WOKEN, "served {after:?} after the release: the leaver's entry held up the queue");
+}
+
+#[test]
+fn postgres_fair_waiters_are_woken_in_arrival_order() {
+    waiters_are_woken_by_releases(&postgres(), true);
+}
+
+#[test]
+fn postgres_non_fair_waiters_are_woken() {
+    waiters_are_woken_by_releases(&postgres(), false);
+}
+
+#[test]
+fn postgres_a_waiter_out_of_time_leaves_the_queue() {
+    a_waiter_out_of_time_leaves_the_queue(&postgres());
+}
+
+#[test]
+fn mysql_fair_waiters_are_woken_in_arrival_order() {
+    waiters_are_woken_by_releases(&mysql(), true);
+}
+
+#[test]
+fn mysql_non_fair_waiters_are_woken() {
+    waiters_are_woken_by_releases(&mysql(), false);
+}
+
+#[test]
+fn mysql_a_waiter_out_of_time_leaves_the_queue() {
+    a_waiter_out_of_time_leaves_the_queue(&mysql());
+}
+
+/// A fair lock-table try refuses a free lock while a live waiter is queued for it (a waiter that
+/// crashed: its entry, put here by hand, names no live connection), a non-fair one takes it, and
+/// once the entry lapses the fair try takes it too.
+#[test]
+fn mysql_fair_try_lock_respects_the_queue_until_the_entry_lapses() {
+    use lock_sql::mysql_driver::prelude::Queryable as _;
+    let target = MySqlTarget::new(MySqlLockKind::Table);
+    let build = mysql();
+    let (fair, unfair) = (build(true), build(false));
+    let name = unique_name("mytry");
+    let lease = fair.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    let mut sql = lock_sql::mysql_driver::Conn::new(
+        lock_sql::mysql_driver::Opts::from_url(target.url()).expect("the URL"),
+    )
+    .expect("a connection");
+    sql.exec_drop(
+        "INSERT INTO distlock_locks_queue (name, waiter, until) \
+         VALUES (?, 4294967295, UTC_TIMESTAMP(6) + INTERVAL 1500000 MICROSECOND)",
+        (name.as_str().as_bytes(),),
+    )
+    .expect("a queue entry");
+    // As a waiter's own transaction does: the row names the queue's head.
+    sql.exec_drop(
+        "UPDATE distlock_locks SET ring = 4294967295, \
+         ring_until = UTC_TIMESTAMP(6) + INTERVAL 1500000 MICROSECOND WHERE name = ?",
+        (name.as_str().as_bytes(),),
+    )
+    .expect("the head on the row");
+    assert!(fair.release(lease).expect("a server"));
+
+    assert!(
+        fair.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").is_none(),
+        "fair: the head's turn"
+    );
+    let barged = unfair
+        .try_acquire(&name, &OwnerToken::random(), TTL)
+        .expect("a server")
+        .expect("non-fair: first come");
+    assert!(unfair.release(barged).expect("a server"));
+    thread::sleep(Duration::from_millis(1_700));
+    let lease =
+        fair.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("the entry lapsed");
+    assert!(fair.release(lease).expect("a server"));
+}
