@@ -2,7 +2,8 @@
 //! (shared by its clones) keeps one connection of its own that sleeps in `SELECT SLEEP(1)` while
 //! any of its threads waits; its waiters' queue entries name that connection's id. A release
 //! that frees a lock with a queue rings the oldest waiter's doorbell with `KILL QUERY <id>`,
-//! which ends the sleep at once (MariaDB: error 1317; MySQL: `SLEEP` returns 1); the doorbell
+//! sent by the releasing client's ringer thread ([`RINGER_THREAD_NAME`]: the release does not
+//! wait for it), which ends the sleep at once (MariaDB: error 1317; MySQL: `SLEEP` returns 1); the doorbell
 //! then wakes its client's longest-waiting thread of each name ([`Waiters`]), which re-checks.
 //!
 //! `KILL QUERY` needs the same user, or `CONNECTION ADMIN`; a ring the server refuses, or one
@@ -11,6 +12,7 @@
 //! while its entries live (ids only grow), so a ring never interrupts a stranger's statement.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -27,6 +29,10 @@ pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
 /// The name of the doorbell thread (one per backend that has waited).
 pub const DOORBELL_THREAD_NAME: &str = "distlock-mydoorbell";
 
+/// The name of the thread that rings other clients' doorbells (one per backend that has
+/// released a lock someone waited for).
+pub const RINGER_THREAD_NAME: &str = "distlock-myringer";
+
 /// One sleep of the doorbell connection.
 const SLEEP: Duration = Duration::from_secs(1);
 
@@ -37,9 +43,12 @@ const TICK: Duration = Duration::from_millis(250);
 /// `ER_QUERY_INTERRUPTED`: MariaDB's answer to a `SLEEP` that `KILL QUERY` ended.
 const QUERY_INTERRUPTED: u16 = 1317;
 
-/// The doorbell of one backend (and its clones).
+/// The doorbell of one backend (and its clones), and its ringer.
 pub(crate) struct Doorbell {
     shared: Arc<Shared>,
+    /// Doorbell ids to ring, sent to the ringer thread (started by the first ring): a release
+    /// returns without waiting for its ring's round trip.
+    rings: parking_lot::Mutex<Option<Sender<u64>>>,
 }
 
 struct Shared {
@@ -66,6 +75,29 @@ impl Doorbell {
                 started: AtomicBool::new(false),
                 stop: AtomicBool::new(false),
             }),
+            rings: parking_lot::Mutex::new(None),
+        }
+    }
+
+    /// Rings the doorbell `id` (another client's, or this one's), from the ringer thread.
+    pub(crate) fn ring(&self, id: u64) {
+        let mut rings = self.rings.lock();
+        if let Some(sender) = rings.as_ref() {
+            if sender.send(id).is_ok() {
+                return;
+            }
+        }
+        let (sender, receiver) = mpsc::channel();
+        let opts = self.shared.opts.clone();
+        let spawned =
+            thread::Builder::new().name(RINGER_THREAD_NAME.into()).spawn(move || ringer(&opts, &receiver));
+        match spawned {
+            Ok(_) => {
+                let _ = sender.send(id);
+                *rings = Some(sender);
+            }
+            // The rung waiter re-checks on its own.
+            Err(error) => tracing::warn!(%error, "could not start the mysql ringer thread"),
         }
     }
 
@@ -146,4 +178,26 @@ fn ring_loop(shared: &Shared) {
 fn set_id(shared: &Shared, id: Option<u32>) {
     *shared.id.lock() = id;
     shared.changed.notify_all();
+}
+
+/// The ringer thread: `KILL QUERY` for each id received, on a connection of its own, until the
+/// doorbell (the sender) is dropped. A ring the server refuses (another user's connection, one
+/// gone since) is left to the waiter's re-check.
+fn ringer(opts: &Opts, rings: &Receiver<u64>) {
+    let mut conn: Option<Conn> = None;
+    while let Ok(id) = rings.recv() {
+        if conn.is_none() {
+            conn = Conn::new(opts.clone())
+                .inspect_err(|error| tracing::debug!(%error, "the mysql ringer could not connect"))
+                .ok();
+        }
+        let Some(open) = conn.as_mut() else { continue };
+        match open.query_drop(format!("KILL QUERY {id}")) {
+            Ok(()) | Err(MySqlError::MySqlError(_)) => {}
+            Err(error) => {
+                tracing::debug!(%error, "the mysql ringer's connection broke; reconnecting");
+                conn = None;
+            }
+        }
+    }
 }

@@ -24,7 +24,7 @@ mod table;
 mod wait;
 
 pub use builder::MySqlLockBuilder;
-pub use doorbell::DOORBELL_THREAD_NAME;
+pub use doorbell::{DOORBELL_THREAD_NAME, RINGER_THREAD_NAME};
 pub use lease::MySqlLease;
 
 use std::fmt;

@@ -139,16 +139,26 @@ impl Tables {
     /// `owner` is decided from the old `expires_at`, and `expires_at` is assigned last (assigned
     /// first, the later tests would see the new expiry and report a false win). A refused
     /// attempt changes nothing: 0 affected rows; a win is 1 (insert) or 2 (update). Fair: an
-    /// expired lock is taken only while nobody is queued for it (the row's `ring_until`).
-    pub(crate) fn acquire(&self, name: &str, owner: &str, ttl: Duration) -> String {
+    /// expired lock is not free while the queue's oldest waiter (the row's `ring`) lives, except
+    /// to that waiter (`waiter`: the caller's doorbell id when it waits). The last row: the
+    /// fence, and for a waiter the holder's remaining ms.
+    pub(crate) fn acquire(&self, name: &str, owner: &str, ttl: Duration, waiter: Option<u32>) -> String {
         let locks = &self.locks;
         let us = micros(ttl);
         let valid_mine = format!("owner = VALUES(owner) AND expires_at >= {NOW}");
-        // Fair: an expired lock is not free while its oldest waiter's entry lives.
-        let expired = if self.fair {
-            format!("(expires_at < {NOW} AND NOT COALESCE(ring_until >= {NOW}, FALSE))")
-        } else {
-            format!("expires_at < {NOW}")
+        let expired = match (self.fair, waiter) {
+            (false, _) => format!("expires_at < {NOW}"),
+            (true, None) => format!("(expires_at < {NOW} AND NOT COALESCE(ring_until >= {NOW}, FALSE))"),
+            (true, Some(me)) => {
+                format!("(expires_at < {NOW} AND NOT COALESCE(ring_until >= {NOW} AND ring <> {me}, FALSE))")
+            }
+        };
+        let remaining = match waiter {
+            None => String::new(),
+            Some(_) => format!(
+                ", (SELECT GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at) / 1000)) \
+                 FROM {locks} WHERE name = {name})"
+            ),
         };
         format!(
             "INSERT INTO {locks} (name, owner, hold_count, fence, expires_at, acquired_at) \
@@ -160,75 +170,60 @@ impl Tables {
                owner = IF({expired}, VALUES(owner), owner), \
                expires_at = IF(owner = VALUES(owner), IF({expired}, VALUES(expires_at), \
                  IF(expires_at >= {NOW}, GREATEST(expires_at, VALUES(expires_at)), expires_at)), expires_at); \
-             SELECT LAST_INSERT_ID()"
+             SELECT LAST_INSERT_ID(){remaining}"
         )
     }
 
-    /// A waiter's attempt (`waiter`: its doorbell connection's id), one round trip: in one
-    /// transaction, lock the lock's row (serializing with releases and other waiters), take or
-    /// re-enter the lock when it is free (fair: and this waiter is the oldest queued), then
-    /// leave the queue on a win (or move to its tail, `keep`: other threads of the client still
-    /// wait) or join it — renewing the entry, which keeps its place — on a loss. The last row:
-    /// (row found, won, fence, holder's remaining ms). No row: the caller takes the plain path.
-    pub(crate) fn acquire_or_queue(
-        &self,
-        name: &str,
-        owner: &str,
-        ttl: Duration,
-        waiter: u32,
-        note: Duration,
-        keep: bool,
-    ) -> String {
+    /// Puts waiter `waiter` (its doorbell connection's id) in `name`'s queue, or renews its
+    /// entry (which keeps its place; a lapsed one goes to the tail), so that it lives `note`. In
+    /// one transaction that first locks the lock's row: queue changes serialize with each other
+    /// and with the releases that read the head from that row. The last row: whether the lock
+    /// has a row (else nothing was queued), and the holder's remaining ms — 0 when the lock is
+    /// free for this waiter now (a release came first: attempt again, no ring will come), -1
+    /// when it is free for the queue's head only (a release rings this waiter in its turn).
+    pub(crate) fn queue(&self, name: &str, waiter: u32, note: Duration) -> String {
         let Self { locks, queue, .. } = self;
-        let (us, note_us) = (micros(ttl), micros(note));
-        let ahead = if self.fair {
-            format!(
-                "SET @distlock_take = @distlock_take AND NOT EXISTS (SELECT 1 FROM {queue} q \
-                 WHERE q.name = {name} AND q.until >= {NOW} AND q.waiter <> {waiter} \
-                 AND q.seq < COALESCE((SELECT m.seq FROM {queue} m \
-                   WHERE m.name = {name} AND m.waiter = {waiter} AND m.until >= {NOW}), 18446744073709551615)); "
-            )
+        let note_us = micros(note);
+        let mine = if self.fair {
+            format!(" AND COALESCE(ring_until < {NOW} OR ring = {waiter}, TRUE)")
         } else {
             String::new()
         };
-        let refresh = self.refresh_ring(name);
         format!(
             "START TRANSACTION; \
-             SET @distlock_found = FALSE, @distlock_take = FALSE, @distlock_reenter = FALSE; \
-             SELECT TRUE, owner = {owner} AND expires_at >= {NOW}, expires_at < {NOW} \
-               INTO @distlock_found, @distlock_reenter, @distlock_take \
-               FROM {locks} WHERE name = {name} FOR UPDATE; \
-             {ahead}\
-             UPDATE {locks} SET hold_count = IF(@distlock_reenter, hold_count + 1, 1), \
-               fence = IF(@distlock_reenter, fence, fence + 1), \
-               acquired_at = IF(@distlock_reenter, acquired_at, {NOW}), owner = {owner}, \
-               expires_at = IF(@distlock_reenter, GREATEST(expires_at, {NOW} + INTERVAL {us} MICROSECOND), \
-                 {NOW} + INTERVAL {us} MICROSECOND) \
-             WHERE name = {name} AND (@distlock_take OR @distlock_reenter); \
-             SET @distlock_won = @distlock_take OR @distlock_reenter; \
-             DELETE FROM {queue} WHERE name = {name} AND waiter = {waiter} AND (until < {NOW} OR @distlock_won); \
+             SET @distlock_found = FALSE; \
+             SELECT TRUE INTO @distlock_found FROM {locks} WHERE name = {name} FOR UPDATE; \
+             DELETE FROM {queue} WHERE name = {name} AND waiter = {waiter} AND until < {NOW}; \
              INSERT INTO {queue} (name, waiter, until) \
-               SELECT {name}, {waiter}, {NOW} + INTERVAL {note_us} MICROSECOND FROM DUAL \
-               WHERE @distlock_found AND (NOT @distlock_won OR {keep}) \
+               SELECT {name}, {waiter}, {NOW} + INTERVAL {note_us} MICROSECOND FROM DUAL WHERE @distlock_found \
                ON DUPLICATE KEY UPDATE until = VALUES(until); \
-             {refresh}; \
+             {}; \
              COMMIT; \
-             SELECT @distlock_found, @distlock_won, fence, \
-               GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at) / 1000)) \
-             FROM {locks} WHERE name = {name}"
+             SELECT @distlock_found, IF(expires_at < {NOW}, IF(TRUE{mine}, 0, -1), \
+               GREATEST(1, CEIL(TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at) / 1000))) \
+             FROM {locks} WHERE name = {name}",
+            self.refresh_ring(name)
         )
     }
 
-    /// A waiter (`waiter`) that stops waiting leaves the queue; the last row names the next
-    /// waiter to ring when the lock is free (it may have been rung for a release this one will
-    /// not take).
-    pub(crate) fn leave_queue(&self, name: &str, waiter: u32) -> String {
+    /// Takes waiter `waiter` out of `name`'s queue — or, `requeue` (other threads of its
+    /// client still wait), moves it to the tail with an entry living that long — as `queue`
+    /// does, in one transaction. The last row names the waiter to ring when the lock is free
+    /// (a waiter that leaves may have been rung for a release it will not take).
+    pub(crate) fn dequeue(&self, name: &str, waiter: u32, requeue: Option<Duration>) -> String {
         let Self { locks, queue, .. } = self;
+        let requeue = requeue.map_or(String::new(), |note| {
+            format!(
+                "INSERT INTO {queue} (name, waiter, until) \
+                 VALUES ({name}, {waiter}, {NOW} + INTERVAL {} MICROSECOND); ",
+                micros(note)
+            )
+        });
         format!(
             "START TRANSACTION; \
              SELECT TRUE INTO @distlock_found FROM {locks} WHERE name = {name} FOR UPDATE; \
              DELETE FROM {queue} WHERE name = {name} AND waiter = {waiter}; \
-             {}; COMMIT; {}",
+             {requeue}{}; COMMIT; {}",
             self.refresh_ring(name),
             self.next_waiter(name)
         )

@@ -22,20 +22,38 @@ impl MySqlBackend {
         owner: &OwnerToken,
         ttl: Duration,
     ) -> Result<Option<MySqlLease>> {
+        Ok(self.table_try_as(name, owner, ttl, None)?.ok())
+    }
+
+    /// An attempt by a caller, or (`waiter`: its doorbell id) by a queued waiter, which a fair
+    /// lock lets take the lock at the head of the queue. Refused: the holder's remaining lease
+    /// for a waiter (zero: free, but the head's turn), zero for a caller.
+    pub(crate) fn table_try_as(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+        waiter: Option<u32>,
+    ) -> Result<std::result::Result<MySqlLease, Duration>> {
         let mut connection = self.inner.pool.get()?;
         let owner = hex(owner.to_hex().as_bytes());
-        let sql = self.inner.tables.acquire(&hex(name.as_str().as_bytes()), &owner, ttl);
+        let sql = self.inner.tables.acquire(&hex(name.as_str().as_bytes()), &owner, ttl, waiter);
         let results = connection.run("acquire", &sql)?;
         // The insert's affected rows (the statement before the last, which reads the fence): 0,
         // the row is someone else's and nothing changed — contention, not an error. 1: inserted;
         // 2: taken over (expired) or re-entered.
         if results.affected(results.sets.len().saturating_sub(2)) == 0 {
-            return Ok(None);
+            let remaining: Option<i64> = results
+                .sets
+                .last()
+                .and_then(|set| set.1.first())
+                .and_then(|row| row.get::<Option<i64>, _>(1).flatten());
+            return Ok(Err(Duration::from_millis(remaining.map_or(0, |ms| u64::try_from(ms).unwrap_or(0)))));
         }
         let fence: u64 = results
             .last_value()
             .ok_or_else(|| MyFailure::Reply { operation: "acquire", detail: "no fence".into() })?;
-        Ok(Some(MySqlLease::new(name, fence, ttl, Hold::Table { owner })))
+        Ok(Ok(MySqlLease::new(name, fence, ttl, Hold::Table { owner })))
     }
 
     pub(crate) fn table_extend(&self, lease: &mut MySqlLease, ttl: Duration) -> Result<bool> {
@@ -106,63 +124,46 @@ impl MySqlBackend {
         let mut connection = self.inner.pool.get()?;
         let sql = self.inner.tables.release(&hex(lease.name.as_str().as_bytes()), owner);
         let results = connection.run("release", &sql)?;
-        ring(&mut connection, &results);
+        self.ring(&results);
         Ok(results.affected(1) == 1)
     }
 
-    /// A waiter's attempt: takes the lock, or puts this client in the lock's queue (renewing
-    /// its entry, which then lives `note`) and returns the holder's remaining lease (zero when
-    /// the lock is free but the queue's head may take it first); `None` when the lock has no
-    /// row yet (the caller makes a plain attempt). `others_waiting`: other threads of this
-    /// client wait for the name, so the client stays queued when this one wins.
-    pub(crate) fn table_try_or_queue(
+    /// Puts waiter `waiter` in `name`'s queue (or renews its entry, which then lives `note`).
+    /// `None`: the lock has no row yet (an attempt creates it); else the holder's remaining
+    /// lease, zero when the lock is free for this waiter now, `Err` when it is free for the
+    /// queue's head only.
+    pub(crate) fn table_queue(
         &self,
         name: &LockName,
-        owner: &OwnerToken,
-        ttl: Duration,
         waiter: u32,
         note: Duration,
-        others_waiting: bool,
-    ) -> Result<Option<std::result::Result<MySqlLease, Duration>>> {
-        let mut connection = self.inner.pool.get()?;
-        let owner = hex(owner.to_hex().as_bytes());
-        let sql = self.inner.tables.acquire_or_queue(
-            &hex(name.as_str().as_bytes()),
-            &owner,
-            ttl,
-            waiter,
-            note,
-            others_waiting,
-        );
-        let results = match connection.try_run(&sql) {
-            Ok(results) => results,
-            Err(error) => {
-                // The batch stopped inside its transaction: end the session, which rolls it
-                // back, rather than pool a connection in an open transaction.
-                connection.poison();
-                return Err(super::error::map("acquire", error));
-            }
-        };
+    ) -> Result<Option<std::result::Result<Duration, ()>>> {
+        let sql = self.inner.tables.queue(&hex(name.as_str().as_bytes()), waiter, note);
+        let results = self.in_transaction("queue", &sql)?;
         let Some(row) = results.sets.last().and_then(|set| set.1.first()) else { return Ok(None) };
-        let value = |index: usize| row.get::<Option<i64>, _>(index).flatten().unwrap_or(0);
-        if value(0) == 0 {
+        if row.get::<Option<i64>, _>(0).flatten().unwrap_or(0) == 0 {
             return Ok(None);
         }
-        if value(1) != 0 {
-            let fence = u64::try_from(value(2)).unwrap_or(0);
-            return Ok(Some(Ok(MySqlLease::new(name, fence, ttl, Hold::Table { owner }))));
-        }
-        Ok(Some(Err(Duration::from_millis(u64::try_from(value(3)).unwrap_or(0)))))
+        Ok(Some(match row.get::<Option<i64>, _>(1).flatten().unwrap_or(0) {
+            ms if ms < 0 => Err(()),
+            ms => Ok(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        }))
     }
 
-    /// Takes waiter `waiter` out of `name`'s queue; when the lock is free, rings the next
-    /// waiter (this one may have been rung for it).
-    pub(crate) fn table_leave_queue(&self, name: &LockName, waiter: u32) -> Result<()> {
+    /// Takes waiter `waiter` out of `name`'s queue, or (`requeue`: its entry's life) moves it
+    /// to the tail; when the lock is free, rings the next waiter (this one may have been rung
+    /// for it).
+    pub(crate) fn table_dequeue(
+        &self,
+        name: &LockName,
+        waiter: u32,
+        requeue: Option<Duration>,
+    ) -> Result<()> {
+        let sql = self.inner.tables.dequeue(&hex(name.as_str().as_bytes()), waiter, requeue);
         let mut connection = self.inner.pool.get()?;
-        let sql = self.inner.tables.leave_queue(&hex(name.as_str().as_bytes()), waiter);
         match connection.try_run(&sql) {
             Ok(results) => {
-                ring(&mut connection, &results);
+                self.ring(&results);
                 Ok(())
             }
             Err(error) => {
@@ -170,6 +171,16 @@ impl MySqlBackend {
                 Err(super::error::map("leave the queue", error))
             }
         }
+    }
+
+    /// Runs a batch that opens a transaction: on failure the session is ended, which rolls it
+    /// back, rather than a connection in an open transaction pooled.
+    fn in_transaction(&self, operation: &'static str, sql: &str) -> Result<super::connection::Results> {
+        let mut connection = self.inner.pool.get()?;
+        connection.try_run(sql).map_err(|error| {
+            connection.poison();
+            super::error::map(operation, error)
+        })
     }
 
     pub(crate) fn table_remaining(&self, name: &LockName) -> Result<Option<Duration>> {
@@ -191,24 +202,23 @@ impl MySqlBackend {
         let mut connection = self.inner.pool.get()?;
         let results =
             connection.run("break the lock", &self.inner.tables.mark_free(&hex(name.as_str().as_bytes())))?;
-        ring(&mut connection, &results);
+        self.ring(&results);
         Ok(())
     }
 }
 
-/// Rings the doorbell of the waiter that a statement's last result names, if any. A ring the
-/// server refuses (another user's connection, one gone since) is left to the waiter's re-check.
-fn ring(connection: &mut super::connection::MyConnection, results: &super::connection::Results) {
-    let Some(waiter) = results
-        .sets
-        .last()
-        .and_then(|set| set.1.first())
-        .and_then(|row| row.get::<Option<u64>, _>(0).flatten())
-    else {
-        return;
-    };
-    if let Err(error) = connection.try_run(&format!("KILL QUERY {waiter}")) {
-        tracing::debug!(%error, waiter, "could not ring a waiter's doorbell; it re-checks on its own");
+impl MySqlBackend {
+    /// Rings the doorbell of the waiter that a statement's last result names, if any (from the
+    /// ringer thread: the caller does not wait for it).
+    fn ring(&self, results: &super::connection::Results) {
+        let waiter = results
+            .sets
+            .last()
+            .and_then(|set| set.1.first())
+            .and_then(|row| row.get::<Option<u64>, _>(0).flatten());
+        if let Some(waiter) = waiter {
+            self.inner.doorbell.ring(waiter);
+        }
     }
 }
 

@@ -77,18 +77,27 @@ impl MySqlBackend {
         let Some(waiter) = doorbell.wait_ready(until) else {
             return self.table_wait_unqueued(&registration, name, owner, ttl, deadline);
         };
-        let outcome = self.table_wait_queued(&registration, name, owner, ttl, waiter, deadline);
-        if matches!(outcome, Ok(None)) && !registration.others_waiting() {
-            // Out of time: leave the queue rather than hold it up until the entry lapses (a fair
-            // lock serves nobody behind a waiter that left). After an error the entry lapses on
-            // its own: one more statement would stretch the call past its bound.
-            if let Err(error) = self.table_leave_queue(name, waiter) {
+        let mut queued = false;
+        let outcome = self.table_wait_queued(&registration, name, owner, ttl, waiter, deadline, &mut queued);
+        let won = matches!(outcome, Ok(Some(_)));
+        let others = registration.others_waiting();
+        // Out of the queue once done: a fair lock serves nobody behind an entry whose waiter
+        // stopped waiting, until it lapses. After a win with other threads of this client
+        // still waiting, the client moves to the tail instead. After an error the entry lapses
+        // on its own: one more statement would stretch the call past its bound.
+        if queued && outcome.is_ok() && (won || !others) {
+            let requeue = (won && others).then(|| WAITER_NOTE + self.inner.pool.io_timeout());
+            if let Err(error) = self.table_dequeue(name, waiter, requeue) {
                 tracing::debug!(%error, "could not leave the lock's queue; the entry lapses on its own");
             }
         }
         outcome
     }
 
+    /// Attempts, queueing after the first refusal (and renewing the entry at each re-check),
+    /// then sleeping until the doorbell rings, the holder's lease ends or a second passes.
+    /// `queued`: whether this client's entry is (or may be) in the queue.
+    #[allow(clippy::too_many_arguments)]
     fn table_wait_queued(
         &self,
         registration: &Registration<'_>,
@@ -97,34 +106,43 @@ impl MySqlBackend {
         ttl: Duration,
         waiter: u32,
         deadline: Option<Instant>,
+        queued: &mut bool,
     ) -> Result<Option<Acquired<MySqlLease>>> {
         let note = WAITER_NOTE + self.inner.pool.io_timeout();
+        let mut renewed_at: Option<Instant> = None;
+        // The caller's first attempt was just refused: queue before the next.
+        let mut attempt = false;
         loop {
-            // Rings so far are answered by this attempt.
-            registration.clear();
-            let sent_at = Instant::now();
-            let remaining = match self.table_try_or_queue(
-                name,
-                owner,
-                ttl,
-                waiter,
-                note,
-                registration.others_waiting(),
-            )? {
-                Some(Ok(lease)) => return Ok(Some(Acquired::new(lease, sent_at))),
-                Some(Err(remaining)) => remaining,
-                // No row yet: the plain statement creates it.
-                None => match self.table_try(name, owner, ttl)? {
-                    Some(lease) => return Ok(Some(Acquired::new(lease, sent_at))),
-                    None => Duration::ZERO,
-                },
-            };
-            let now = Instant::now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return Ok(None);
+            let mut remaining = Duration::ZERO;
+            if attempt {
+                // Rings so far are answered by this attempt.
+                registration.clear();
+                let sent_at = Instant::now();
+                remaining = match self.table_try_as(name, owner, ttl, Some(waiter))? {
+                    Ok(lease) => return Ok(Some(Acquired::new(lease, sent_at))),
+                    Err(remaining) => remaining,
+                };
+                if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                    return Ok(None);
+                }
             }
-            // The holder's expiry rings nobody: re-check then. A free lock that was not ours (a
-            // fair queue's head takes it) is announced by its next release.
+            attempt = true;
+            // Join the queue, or renew the entry once it is a re-check old: a release after
+            // this rings the client; one before it left the lock free, which the answer says.
+            if renewed_at.is_none_or(|at| at.elapsed() >= FALLBACK_RECHECK) {
+                *queued = true;
+                match self.table_queue(name, waiter, note)? {
+                    // No row yet: the next attempt creates it.
+                    None => continue,
+                    Some(Ok(left)) if left.is_zero() => continue,
+                    Some(Ok(left)) => remaining = left,
+                    Some(Err(())) => remaining = Duration::ZERO,
+                }
+                renewed_at = Some(Instant::now());
+            }
+            let now = Instant::now();
+            // The holder's expiry rings nobody: re-check then. A free lock that is the queue
+            // head's is announced by its next release.
             let wait = if remaining.is_zero() { FALLBACK_RECHECK } else { remaining.min(FALLBACK_RECHECK) };
             registration.wait(deadline.map_or(now + wait, |deadline| deadline.min(now + wait)));
         }
