@@ -27,11 +27,11 @@ use crate::waiters::{Registration, Waiters};
 pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
 
 /// The name of the doorbell thread (one per backend that has waited).
-pub const DOORBELL_THREAD_NAME: &str = "distlock-mydoorbell";
+pub const DOORBELL_THREAD_NAME: &str = "distlock-mybell";
 
 /// The name of the thread that rings other clients' doorbells (one per backend that has
 /// released a lock someone waited for).
-pub const RINGER_THREAD_NAME: &str = "distlock-myringer";
+pub const RINGER_THREAD_NAME: &str = "distlock-myring";
 
 /// One sleep of the doorbell connection.
 const SLEEP: Duration = Duration::from_secs(1);
