@@ -81,8 +81,9 @@ pub use lock_redis as redis;
 pub use lock_sql::postgres;
 
 /// The MySQL/MariaDB backend (feature `mysql`): [`MySqlBackend`](lock_sql::mysql::MySqlBackend)
-/// with three kinds — a lock table on the database clock (leases; waiters back off: MySQL has no
-/// notifications), `SELECT … FOR UPDATE` row locks and `GET_LOCK` advisory locks (session holds
+/// with three kinds — a lock table on the database clock (leases; waiters queue in a table and
+/// are rung by a release, MySQL having no notifications: see
+/// [`SqlLockBuilder::fair`](lock_sql::SqlLockBuilder::fair)), `SELECT … FOR UPDATE` row locks and `GET_LOCK` advisory locks (session holds
 /// on an owned connection, waiters queue in the server) — all with fencing tokens. Tested on
 /// MariaDB 10.11.
 ///

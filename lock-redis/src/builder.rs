@@ -169,12 +169,7 @@ impl RedisLockBuilder {
         let control_channel = format!("{}:subscriber:{}", self.key_prefix, OwnerToken::random());
         let hub = WaitHub::new(client.clone(), settings, control_channel);
         let pool = ConnectionPool::new(client, settings);
-        // Open the first connection now (r2d2's rule): an unreachable server or a wrong password
-        // is reported here, within the connect timeout. The PING is what finds a missing
-        // password: a server with `requirepass` accepts the connection and refuses commands.
-        pool.get()?
-            .run(|c| redis::cmd("PING").query::<()>(c))
-            .map_err(|error| crate::error::RedisFailure::command("connect", error))?;
+        pool.check_server()?;
         Ok(RedisBackend::from_inner(Inner {
             pool,
             prefix: self.key_prefix,

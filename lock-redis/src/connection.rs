@@ -345,6 +345,20 @@ impl ConnectionPool {
         Self { pool, settings, failures }
     }
 
+    /// Opens the first connection and `PING`s the server: `build()`'s check (r2d2's rule), so
+    /// that an unreachable server or a wrong password is reported there, within the connect
+    /// timeout. The `PING` is what finds a missing password: a server with `requirepass` accepts
+    /// the connection and refuses commands.
+    ///
+    /// # Errors
+    /// As [`get`](Self::get); the server's refusal of `PING`.
+    pub(crate) fn check_server(&self) -> lock_core::Result<()> {
+        self.get()?
+            .run(|c| redis::cmd("PING").query::<()>(c))
+            .map_err(|error| RedisFailure::command("connect", error))?;
+        Ok(())
+    }
+
     /// The read timeout of every pooled connection.
     pub(crate) fn read_timeout(&self) -> Duration {
         self.settings.read_timeout

@@ -73,14 +73,16 @@ impl<K> SqlLockBuilder<K> {
     /// Whether the lock-table kind serves its waiters in arrival order (Redisson's `RFairLock`,
     /// the default) or gives a released lock to whoever asks first (its `RLock`).
     ///
-    /// Either way waiters queue in the lock's row and a release wakes only the oldest (by
-    /// `NOTIFY` on PostgreSQL). Fair: only that waiter may take the free lock, and a caller that
-    /// is not queued waits its turn, so nobody starves; a waiter that crashed holds up the queue
-    /// until its entry lapses (at most 2 s plus the I/O timeout). Non-fair: the woken waiter
-    /// races everyone else (the releaser re-locking at once often wins), which gives more
-    /// acquisitions per second under contention but no order. Clients of one lock should use
-    /// one mode. The row and advisory kinds wait in the server's own lock queue, which is fair:
-    /// `build` refuses `fair(false)` for them. Defaults to `true`.
+    /// Either way waiters queue on the server (PostgreSQL: in the lock's row; MariaDB: in
+    /// `<table>_queue`) and a release wakes only the oldest (PostgreSQL: `NOTIFY`; MariaDB: its
+    /// doorbell, see the `mysql` module). Fair: only that waiter may take the free lock, and a
+    /// caller that is not queued waits its turn, so nobody starves; a waiter that crashed holds
+    /// up the queue until its entry lapses (at most 2 s plus the I/O timeout; the others notice
+    /// at their next re-check, within a second). Non-fair: the woken waiter races everyone else
+    /// (the releaser re-locking at once often wins), which gives more acquisitions per second
+    /// under contention but no order. Clients of one lock should use one mode. The row and
+    /// advisory kinds wait in the server's own lock queue, which is fair: `build` refuses
+    /// `fair(false)` for them. Defaults to `true`.
     pub fn fair(mut self, fair: bool) -> Self {
         self.settings.fair = fair;
         self

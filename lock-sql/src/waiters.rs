@@ -109,35 +109,54 @@ impl Registration<'_> {
         })
     }
 
-    /// Sleeps until woken or `until`.
-    pub(crate) fn wait(&self, until: Instant) {
+    /// Sleeps until woken or `until`; whether woken.
+    pub(crate) fn wait(&self, until: Instant) -> bool {
         let mut woken = self.slot.woken.lock();
         while !*woken {
             if self.slot.changed.wait_until(&mut woken, until).timed_out() {
                 break;
             }
         }
+        *woken
+    }
+}
+
+impl Registration<'_> {
+    /// Unregisters; whether this was the client's last thread waiting for the name (then the
+    /// client leaves the lock's queue). Decided under the registry's lock: of two threads that
+    /// finish at once, exactly one is the last.
+    pub(crate) fn finish(mut self) -> bool {
+        self.unregister()
+    }
+
+    /// Unregisters (once); a wake-up this thread took and did not act on goes to the next
+    /// thread. Whether no thread of the client waits for the name any more.
+    fn unregister(&mut self) -> bool {
+        let unanswered = std::mem::take(&mut *self.slot.woken.lock());
+        let mut by_name = self.waiters.by_name.lock();
+        let Some(slots) = by_name.get_mut(&self.name) else { return true };
+        let before = slots.len();
+        slots.retain(|slot| slot.strong_count() > 0 && !std::ptr::eq(slot.as_ptr(), Arc::as_ptr(&self.slot)));
+        if slots.len() == before {
+            // Unregistered already.
+            return slots.is_empty();
+        }
+        if unanswered {
+            if let Some(next) = slots.first().and_then(Weak::upgrade) {
+                next.wake();
+            }
+        }
+        let last = slots.is_empty();
+        if last {
+            by_name.remove(&self.name);
+        }
+        last
     }
 }
 
 impl Drop for Registration<'_> {
-    /// Unregisters; a wake-up this thread took and did not act on goes to the next thread.
     fn drop(&mut self) {
-        let unanswered = *self.slot.woken.lock();
-        let mut by_name = self.waiters.by_name.lock();
-        if let Some(slots) = by_name.get_mut(&self.name) {
-            slots.retain(|slot| {
-                slot.strong_count() > 0 && !std::ptr::eq(slot.as_ptr(), Arc::as_ptr(&self.slot))
-            });
-            if unanswered {
-                if let Some(next) = slots.first().and_then(Weak::upgrade) {
-                    next.wake();
-                }
-            }
-            if slots.is_empty() {
-                by_name.remove(&self.name);
-            }
-        }
+        self.unregister();
     }
 }
 
@@ -158,12 +177,13 @@ mod tests {
         assert!(first.others_waiting() && !other.others_waiting());
         waiters.wake("a");
         assert!(woken(&first) && !woken(&second) && !woken(&other));
-        drop(first);
+        assert!(!first.finish(), "another thread still waits for the name");
         assert!(woken(&second), "the unanswered wake-up moved on");
         second.clear();
         waiters.wake_each_name();
         assert!(woken(&second) && woken(&other));
-        second.wait(Instant::now() + Duration::from_secs(5));
+        assert!(second.wait(Instant::now() + Duration::from_secs(5)));
+        assert!(second.finish(), "the last thread for the name");
     }
 
     #[test]

@@ -90,8 +90,9 @@ fn waiters_are_woken_by_releases<B: DistributedLock + 'static>(build: &Build<B>,
     }
 }
 
-/// A fair waiter that runs out of time leaves the queue: the next waiter is served at the next
-/// release, not when the first one's entry would have lapsed.
+/// A fair waiter that runs out of time leaves the queue (also a client whose two waiting threads
+/// run out of time together): the next waiter is served at the next release, not when the
+/// first one's entry would have lapsed.
 fn a_waiter_out_of_time_leaves_the_queue<B: DistributedLock + 'static>(build: &Build<B>) {
     let locks = build(true);
     let name = unique_name("gives-up");
@@ -101,11 +102,16 @@ fn a_waiter_out_of_time_leaves_the_queue<B: DistributedLock + 'static>(build: &B
         thread::spawn(move || {
             let locks = build(true);
             let deadline = Instant::now() + Duration::from_millis(800);
-            let native = locks.native_wait().expect("woken");
-            assert!(native
-                .acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline))
-                .expect("a server")
-                .is_none());
+            // Two threads of one client, out of time together: the client's one entry must go.
+            thread::scope(|scope| {
+                for _ in 0..2 {
+                    scope.spawn(|| {
+                        let native = locks.native_wait().expect("woken");
+                        let waited = native.acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline));
+                        assert!(waited.expect("a server").is_none());
+                    });
+                }
+            });
         })
     };
     thread::sleep(Duration::from_millis(300));

@@ -187,7 +187,7 @@ impl RedlockBuilder {
 /// (which Redlock tolerates) is not an error.
 fn connect_quorum(nodes: &[Node], quorum: usize) -> Result<()> {
     let outcomes: Vec<Result<()>> = std::thread::scope(|scope| {
-        let attempts: Vec<_> = nodes.iter().map(|node| scope.spawn(|| ping(node))).collect();
+        let attempts: Vec<_> = nodes.iter().map(|node| scope.spawn(|| node.pool.check_server())).collect();
         attempts
             .into_iter()
             .map(|attempt| {
@@ -201,16 +201,6 @@ fn connect_quorum(nodes: &[Node], quorum: usize) -> Result<()> {
     }
     tracing::warn!(reached, quorum, "Redlock: fewer nodes than a quorum answered at build");
     outcomes.into_iter().find_map(Result::err).map_or(Ok(()), Err)
-}
-
-/// Opens `node`'s first connection and PINGs it, as the single-node `build()` does: a node that
-/// wants a password accepts the connection and refuses commands.
-fn ping(node: &Node) -> Result<()> {
-    node.pool
-        .get()?
-        .run(|c| redis::cmd("PING").query::<()>(c))
-        .map_err(|error| crate::error::RedisFailure::command("connect", error))?;
-    Ok(())
 }
 
 impl fmt::Debug for RedlockBuilder {

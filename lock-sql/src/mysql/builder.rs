@@ -37,7 +37,7 @@ impl MySqlLockBuilder {
             // (under REPEATABLE READ it would block unrelated inserts and deadlock).
             .init(vec!["SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"]);
         let opts: mysql::Opts = opts.into();
-        let doorbell = Doorbell::new(opts.clone(), settings.io_timeout);
+        let doorbell = Doorbell::new(settings.url.clone(), opts.clone(), settings.io_timeout);
         let pool = MyPool::new(
             opts,
             MySettings {

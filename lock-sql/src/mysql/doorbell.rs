@@ -11,9 +11,10 @@
 //! expiry, at least every [`FALLBACK_RECHECK`]) serves instead. A connection id is not reused
 //! while its entries live (ids only grow), so a ring never interrupts a stranger's statement.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -29,8 +30,8 @@ pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
 /// The name of the doorbell thread (one per backend that has waited).
 pub const DOORBELL_THREAD_NAME: &str = "distlock-mybell";
 
-/// The name of the thread that rings other clients' doorbells (one per backend that has
-/// released a lock someone waited for).
+/// The name of the thread that rings other clients' doorbells: one per server and user in the
+/// process, while a backend that rang through it lives.
 pub const RINGER_THREAD_NAME: &str = "distlock-myring";
 
 /// One sleep of the doorbell connection.
@@ -46,9 +47,46 @@ const QUERY_INTERRUPTED: u16 = 1317;
 /// The doorbell of one backend (and its clones), and its ringer.
 pub(crate) struct Doorbell {
     shared: Arc<Shared>,
-    /// Doorbell ids to ring, sent to the ringer thread (started by the first ring): a release
-    /// returns without waiting for its ring's round trip.
-    rings: parking_lot::Mutex<Option<Sender<u64>>>,
+    /// Which server and user this backend's rings go through (its URL; never shown).
+    server: String,
+    /// The ringer, found or started by the first ring.
+    ringer: parking_lot::Mutex<Option<Arc<Ringer>>>,
+}
+
+/// A ringer thread's inbox: doorbell ids to ring, so that a release returns without waiting for
+/// its ring's round trip. The thread ends when the last backend holding this drops it.
+struct Ringer {
+    rings: parking_lot::Mutex<Sender<u64>>,
+}
+
+/// The process's ringers, by server and user: all the backends of a process ring through one
+/// connection per server, one `KILL QUERY` at a time. (Many concurrent `KILL`s starve the
+/// server's new connections: MariaDB 10.11 here stopped completing handshakes for seconds under
+/// eight ringers at a few thousand rings a second.)
+static RINGERS: parking_lot::Mutex<Option<HashMap<String, Weak<Ringer>>>> = parking_lot::Mutex::new(None);
+
+impl Ringer {
+    /// The ringer of `server`, started if there is none.
+    fn of(server: &str, opts: &Opts) -> Option<Arc<Ringer>> {
+        let mut ringers = RINGERS.lock();
+        let ringers = ringers.get_or_insert_with(HashMap::new);
+        ringers.retain(|_, ringer| ringer.strong_count() > 0);
+        if let Some(ringer) = ringers.get(server).and_then(Weak::upgrade) {
+            return Some(ringer);
+        }
+        let (sender, receiver) = mpsc::channel();
+        let opts = opts.clone();
+        let spawned =
+            thread::Builder::new().name(RINGER_THREAD_NAME.into()).spawn(move || ringer(&opts, &receiver));
+        if let Err(error) = spawned {
+            // Rung waiters re-check on their own.
+            tracing::warn!(%error, "could not start the mysql ringer thread");
+            return None;
+        }
+        let ringer = Arc::new(Ringer { rings: parking_lot::Mutex::new(sender) });
+        ringers.insert(server.to_owned(), Arc::downgrade(&ringer));
+        Some(ringer)
+    }
 }
 
 struct Shared {
@@ -62,9 +100,9 @@ struct Shared {
 }
 
 impl Doorbell {
-    /// A doorbell connecting with `opts` (the pool's), its reads allowed a sleep beyond
-    /// `io_timeout`.
-    pub(crate) fn new(opts: Opts, io_timeout: Duration) -> Self {
+    /// A doorbell connecting with `opts` (the pool's, for `server`: the URL), its reads allowed
+    /// a sleep beyond `io_timeout`.
+    pub(crate) fn new(server: String, opts: Opts, io_timeout: Duration) -> Self {
         let opts = OptsBuilder::from_opts(opts).read_timeout(Some(SLEEP + io_timeout)).into();
         Self {
             shared: Arc::new(Shared {
@@ -75,29 +113,19 @@ impl Doorbell {
                 started: AtomicBool::new(false),
                 stop: AtomicBool::new(false),
             }),
-            rings: parking_lot::Mutex::new(None),
+            server,
+            ringer: parking_lot::Mutex::new(None),
         }
     }
 
     /// Rings the doorbell `id` (another client's, or this one's), from the ringer thread.
     pub(crate) fn ring(&self, id: u64) {
-        let mut rings = self.rings.lock();
-        if let Some(sender) = rings.as_ref() {
-            if sender.send(id).is_ok() {
-                return;
-            }
+        let mut ringer = self.ringer.lock();
+        if ringer.is_none() {
+            *ringer = Ringer::of(&self.server, &self.shared.opts);
         }
-        let (sender, receiver) = mpsc::channel();
-        let opts = self.shared.opts.clone();
-        let spawned =
-            thread::Builder::new().name(RINGER_THREAD_NAME.into()).spawn(move || ringer(&opts, &receiver));
-        match spawned {
-            Ok(_) => {
-                let _ = sender.send(id);
-                *rings = Some(sender);
-            }
-            // The rung waiter re-checks on its own.
-            Err(error) => tracing::warn!(%error, "could not start the mysql ringer thread"),
+        if let Some(ringer) = ringer.as_ref() {
+            let _ = ringer.rings.lock().send(id);
         }
     }
 
@@ -180,8 +208,8 @@ fn set_id(shared: &Shared, id: Option<u32>) {
     shared.changed.notify_all();
 }
 
-/// The ringer thread: `KILL QUERY` for each id received, on a connection of its own, until the
-/// doorbell (the sender) is dropped. A ring the server refuses (another user's connection, one
+/// The ringer thread: `KILL QUERY` for each id received, on a connection of its own, until its
+/// [`Ringer`] is dropped. A ring the server refuses (another user's connection, one
 /// gone since) is left to the waiter's re-check.
 fn ringer(opts: &Opts, rings: &Receiver<u64>) {
     let mut conn: Option<Conn> = None;

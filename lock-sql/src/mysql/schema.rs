@@ -140,9 +140,16 @@ impl Tables {
     /// first, the later tests would see the new expiry and report a false win). A refused
     /// attempt changes nothing: 0 affected rows; a win is 1 (insert) or 2 (update). Fair: an
     /// expired lock is not free while the queue's oldest waiter (the row's `ring`) lives, except
-    /// to that waiter (`waiter`: the caller's doorbell id when it waits). The last row: the
-    /// fence, and for a waiter the holder's remaining ms.
-    pub(crate) fn acquire(&self, name: &str, owner: &str, ttl: Duration, waiter: Option<u32>) -> String {
+    /// to that waiter (`waiter`: the caller's doorbell id when it is queued). The last row: the
+    /// fence, and (`with_remaining`) the holder's remaining ms.
+    pub(crate) fn acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        waiter: Option<u32>,
+        with_remaining: bool,
+    ) -> String {
         let locks = &self.locks;
         let us = micros(ttl);
         let valid_mine = format!("owner = VALUES(owner) AND expires_at >= {NOW}");
@@ -153,9 +160,9 @@ impl Tables {
                 format!("(expires_at < {NOW} AND NOT COALESCE(ring_until >= {NOW} AND ring <> {me}, FALSE))")
             }
         };
-        let remaining = match waiter {
-            None => String::new(),
-            Some(_) => format!(
+        let remaining = match with_remaining {
+            false => String::new(),
+            true => format!(
                 ", (SELECT GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at) / 1000)) \
                  FROM {locks} WHERE name = {name})"
             ),
@@ -175,7 +182,8 @@ impl Tables {
     }
 
     /// Puts waiter `waiter` (its doorbell connection's id) in `name`'s queue, or renews its
-    /// entry (which keeps its place; a lapsed one goes to the tail), so that it lives `note`. In
+    /// entry (which keeps its place; a lapsed one goes to the tail), so that it lives `note`;
+    /// lapsed entries of the name (crashed waiters') are deleted on the way. In
     /// one transaction that first locks the lock's row: queue changes serialize with each other
     /// and with the releases that read the head from that row. The last row: whether the lock
     /// has a row (else nothing was queued), and the holder's remaining ms — 0 when the lock is
@@ -193,7 +201,7 @@ impl Tables {
             "START TRANSACTION; \
              SET @distlock_found = FALSE; \
              SELECT TRUE INTO @distlock_found FROM {locks} WHERE name = {name} FOR UPDATE; \
-             DELETE FROM {queue} WHERE name = {name} AND waiter = {waiter} AND until < {NOW}; \
+             DELETE FROM {queue} WHERE name = {name} AND until < {NOW}; \
              INSERT INTO {queue} (name, waiter, until) \
                SELECT {name}, {waiter}, {NOW} + INTERVAL {note_us} MICROSECOND FROM DUAL WHERE @distlock_found \
                ON DUPLICATE KEY UPDATE until = VALUES(until); \
@@ -279,11 +287,17 @@ impl Tables {
     /// reads the waiter to ring, when the lock is now free and someone waits, from the row it
     /// updates (`ring` is assigned itself: an `UPDATE` returns no rows).
     pub(crate) fn release(&self, name: &str, owner: &str) -> String {
+        // Non-fair: a ring is spent on the release that sends it; the rung waiter, if it loses
+        // the race, queues again (which re-arms it). Else every release would ring, and many
+        // `KILL`s a second slow the server down for everyone. Fair: `ring_until` also keeps the
+        // free lock for the head, and the head's win moves the ring to the next waiter.
+        let consume =
+            if self.fair { "" } else { ", ring_until = IF(@distlock_ring IS NULL, ring_until, NULL)" };
         format!(
             "SET @distlock_ring = NULL; \
              UPDATE {} SET expires_at = IF(hold_count > 1, expires_at, '1970-01-01 00:00:01'), \
              hold_count = hold_count - 1, \
-             ring = COALESCE(@distlock_ring := IF(hold_count = 0 AND ring_until >= {NOW}, ring, NULL), ring) \
+             ring = COALESCE(@distlock_ring := IF(hold_count = 0 AND ring_until >= {NOW}, ring, NULL), ring){consume} \
              WHERE name = {name} AND owner = {owner} AND expires_at >= {NOW}; \
              SELECT @distlock_ring",
             self.locks

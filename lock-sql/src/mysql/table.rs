@@ -22,22 +22,34 @@ impl MySqlBackend {
         owner: &OwnerToken,
         ttl: Duration,
     ) -> Result<Option<MySqlLease>> {
-        Ok(self.table_try_as(name, owner, ttl, None)?.ok())
+        Ok(self.attempt(name, owner, ttl, None, false)?.ok())
     }
 
-    /// An attempt by a caller, or (`waiter`: its doorbell id) by a queued waiter, which a fair
-    /// lock lets take the lock at the head of the queue. Refused: the holder's remaining lease
-    /// for a waiter (zero: free, but the head's turn), zero for a caller.
+    /// A waiter's attempt (`queued_as`: its doorbell id once queued, which a fair lock lets take
+    /// the lock at the head of the queue). Refused: the holder's remaining lease (zero: free,
+    /// but the queue head's turn).
     pub(crate) fn table_try_as(
         &self,
         name: &LockName,
         owner: &OwnerToken,
         ttl: Duration,
-        waiter: Option<u32>,
+        queued_as: Option<u32>,
+    ) -> Result<std::result::Result<MySqlLease, Duration>> {
+        self.attempt(name, owner, ttl, queued_as, true)
+    }
+
+    fn attempt(
+        &self,
+        name: &LockName,
+        owner: &OwnerToken,
+        ttl: Duration,
+        queued_as: Option<u32>,
+        with_remaining: bool,
     ) -> Result<std::result::Result<MySqlLease, Duration>> {
         let mut connection = self.inner.pool.get()?;
         let owner = hex(owner.to_hex().as_bytes());
-        let sql = self.inner.tables.acquire(&hex(name.as_str().as_bytes()), &owner, ttl, waiter);
+        let sql =
+            self.inner.tables.acquire(&hex(name.as_str().as_bytes()), &owner, ttl, queued_as, with_remaining);
         let results = connection.run("acquire", &sql)?;
         // The insert's affected rows (the statement before the last, which reads the fence): 0,
         // the row is someone else's and nothing changed — contention, not an error. 1: inserted;

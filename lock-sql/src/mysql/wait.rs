@@ -21,6 +21,10 @@ use crate::waiters::Registration;
 /// at least every [`FALLBACK_RECHECK`]; an entry that lapses under a waiter costs that waiter its
 /// place (it queues again at its next re-check).
 const WAITER_NOTE: Duration = Duration::from_secs(2);
+
+/// How often a waiter renews its queue entry: well within the entry's life, whatever the I/O
+/// timeout.
+const RENEW_EVERY: Duration = Duration::from_millis(500);
 #[cfg(doc)]
 use crate::queue_wait::MIN_WAIT_SLICE;
 
@@ -71,54 +75,68 @@ impl MySqlBackend {
             return Ok(None);
         }
         let registration = doorbell.register(name.as_str());
-        let now = Instant::now();
-        let until = deadline.map_or(now + FALLBACK_RECHECK, |d| d.min(now + FALLBACK_RECHECK));
-        // Queue only with the doorbell connected: its id is what a release rings.
-        let Some(waiter) = doorbell.wait_ready(until) else {
-            return self.table_wait_unqueued(&registration, name, owner, ttl, deadline);
-        };
-        let mut queued = false;
-        let outcome = self.table_wait_queued(&registration, name, owner, ttl, waiter, deadline, &mut queued);
-        let won = matches!(outcome, Ok(Some(_)));
-        let others = registration.others_waiting();
+        let mut queued_as = None;
+        let outcome = self.table_wait_queued(&registration, name, owner, ttl, deadline, &mut queued_as);
+        let last = registration.finish();
         // Out of the queue once done: a fair lock serves nobody behind an entry whose waiter
-        // stopped waiting, until it lapses. After a win with other threads of this client
-        // still waiting, the client moves to the tail instead. After an error the entry lapses
-        // on its own: one more statement would stretch the call past its bound.
-        if queued && outcome.is_ok() && (won || !others) {
-            let requeue = (won && others).then(|| WAITER_NOTE + self.inner.pool.io_timeout());
-            if let Err(error) = self.table_dequeue(name, waiter, requeue) {
-                tracing::debug!(%error, "could not leave the lock's queue; the entry lapses on its own");
+        // stopped waiting, until it lapses. After a win with other threads of this client still
+        // waiting, the client moves to the tail instead; after a win it leaves before the lock
+        // is returned (its release would otherwise ring this client, the head, and keep a fair
+        // lock for it). Out of time, it leaves in the background: the call's time is up. After
+        // an error the entry lapses on its own.
+        if let (Some(waiter), Ok(acquired)) = (queued_as, &outcome) {
+            let requeue = (!last).then(|| self.waiter_note());
+            if acquired.is_some() {
+                if let Err(error) = self.table_dequeue(name, waiter, requeue) {
+                    tracing::debug!(%error, "could not leave the lock's queue; the entry lapses on its own");
+                }
+            } else if last {
+                let backend = self.clone();
+                let name = name.clone();
+                let spawned = std::thread::Builder::new().name("distlock-myleave".into()).spawn(move || {
+                    if let Err(error) = backend.table_dequeue(&name, waiter, None) {
+                        tracing::debug!(%error, "could not leave the lock's queue; the entry lapses on its own");
+                    }
+                });
+                if let Err(error) = spawned {
+                    tracing::debug!(%error, "could not start a clean-up thread; the entry lapses on its own");
+                }
             }
         }
         outcome
     }
 
-    /// Attempts, queueing after the first refusal (and renewing the entry at each re-check),
-    /// then sleeping until the doorbell rings, the holder's lease ends or a second passes.
-    /// `queued`: whether this client's entry is (or may be) in the queue.
-    #[allow(clippy::too_many_arguments)]
+    /// How long a queue entry lives unless renewed.
+    fn waiter_note(&self) -> Duration {
+        WAITER_NOTE + self.inner.pool.io_timeout()
+    }
+
+    /// Attempts, queueing after the first refusal (and renewing the entry every
+    /// [`RENEW_EVERY`]), then sleeping until the doorbell rings, the holder's lease ends or a
+    /// second passes. Without a connected doorbell (it could not connect, or reconnects) the
+    /// waiter does not queue and re-checks at the holder's expiry and every second; it queues
+    /// as soon as the doorbell is back, under the doorbell's current id. `queued_as`: the id
+    /// this client's entry names, once queued.
     fn table_wait_queued(
         &self,
         registration: &Registration<'_>,
         name: &LockName,
         owner: &OwnerToken,
         ttl: Duration,
-        waiter: u32,
         deadline: Option<Instant>,
-        queued: &mut bool,
+        queued_as: &mut Option<u32>,
     ) -> Result<Option<Acquired<MySqlLease>>> {
-        let note = WAITER_NOTE + self.inner.pool.io_timeout();
+        let doorbell = &self.inner.doorbell;
         let mut renewed_at: Option<Instant> = None;
         // The caller's first attempt was just refused: queue before the next.
         let mut attempt = false;
         loop {
             let mut remaining = Duration::ZERO;
             if attempt {
-                // Rings so far are answered by this attempt.
+                // Wake-ups so far are answered by this attempt.
                 registration.clear();
                 let sent_at = Instant::now();
-                remaining = match self.table_try_as(name, owner, ttl, Some(waiter))? {
+                remaining = match self.table_try_as(name, owner, ttl, *queued_as)? {
                     Ok(lease) => return Ok(Some(Acquired::new(lease, sent_at))),
                     Err(remaining) => remaining,
                 };
@@ -126,50 +144,45 @@ impl MySqlBackend {
                     return Ok(None);
                 }
             }
+            // The first time, give the doorbell a moment to connect (its id is what a release
+            // rings); later, take it as it is.
+            let now = Instant::now();
+            let ready_by = if attempt {
+                now
+            } else {
+                deadline.map_or(now + FALLBACK_RECHECK, |d| d.min(now + FALLBACK_RECHECK))
+            };
             attempt = true;
-            // Join the queue, or renew the entry once it is a re-check old: a release after
-            // this rings the client; one before it left the lock free, which the answer says.
-            if renewed_at.is_none_or(|at| at.elapsed() >= FALLBACK_RECHECK) {
-                *queued = true;
-                match self.table_queue(name, waiter, note)? {
-                    // No row yet: the next attempt creates it.
-                    None => continue,
-                    Some(Ok(left)) if left.is_zero() => continue,
-                    Some(Ok(left)) => remaining = left,
-                    Some(Err(())) => remaining = Duration::ZERO,
+            if let Some(waiter) = doorbell.wait_ready(ready_by) {
+                if *queued_as != Some(waiter) {
+                    // First queued, or the doorbell reconnected under a new id.
+                    renewed_at = None;
                 }
-                renewed_at = Some(Instant::now());
+                // Join the queue, or renew the entry: a release after this rings the client; one
+                // before it left the lock free, which the answer says.
+                if renewed_at.is_none_or(|at| at.elapsed() >= RENEW_EVERY) {
+                    *queued_as = Some(waiter);
+                    match self.table_queue(name, waiter, self.waiter_note())? {
+                        // No row yet: the next attempt creates it.
+                        None => continue,
+                        Some(Ok(left)) if left.is_zero() => continue,
+                        Some(Ok(left)) => remaining = left,
+                        Some(Err(())) => remaining = Duration::ZERO,
+                    }
+                    renewed_at = Some(Instant::now());
+                }
             }
             let now = Instant::now();
             // The holder's expiry rings nobody: re-check then. A free lock that is the queue
             // head's is announced by its next release.
             let wait = if remaining.is_zero() { FALLBACK_RECHECK } else { remaining.min(FALLBACK_RECHECK) };
-            registration.wait(deadline.map_or(now + wait, |deadline| deadline.min(now + wait)));
-        }
-    }
-
-    /// Without a doorbell (it could not connect): plain attempts, at the holder's expiry and at
-    /// least every [`FALLBACK_RECHECK`].
-    fn table_wait_unqueued(
-        &self,
-        registration: &Registration<'_>,
-        name: &LockName,
-        owner: &OwnerToken,
-        ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Acquired<MySqlLease>>> {
-        loop {
-            let sent_at = Instant::now();
-            if let Some(lease) = self.table_try(name, owner, ttl)? {
-                return Ok(Some(Acquired::new(lease, sent_at)));
+            if registration.wait(deadline.map_or(now + wait, |deadline| deadline.min(now + wait)))
+                && !self.inner.fair
+            {
+                // A non-fair ring is spent on its release: queue again after this attempt if it
+                // loses, or no release rings this client again.
+                renewed_at = None;
             }
-            let now = Instant::now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return Ok(None);
-            }
-            let remaining = self.table_remaining(name)?.unwrap_or(FALLBACK_RECHECK);
-            let wait = remaining.min(FALLBACK_RECHECK);
-            registration.wait(deadline.map_or(now + wait, |deadline| deadline.min(now + wait)));
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::waiters::{Registration, Waiters};
 pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
 
 /// The name of the listening thread (one per backend that has waited).
-pub const LISTENER_THREAD_NAME: &str = "distlock-pglisten";
+pub const LISTENER_THREAD_NAME: &str = "distlock-pgwake";
 
 /// How often the listening thread looks up from its socket to see whether it should stop, and
 /// how long it waits before reconnecting.

@@ -61,15 +61,31 @@ impl PostgresBackend {
         let now = Instant::now();
         listener.wait_listening(deadline.map_or(now + FALLBACK_RECHECK, |d| d.min(now + FALLBACK_RECHECK)));
         let outcome = self.table_wait_queued(&registration, name, owner, ttl, deadline);
-        if matches!(outcome, Ok(None)) && !registration.others_waiting() {
-            // Out of time: leave the queue rather than hold it up until the entry lapses (a fair
-            // lock serves nobody behind a waiter that left). After an error the entry lapses on
-            // its own: one more statement would stretch the call past its bound.
-            if let Err(error) = self.table_leave_queue(name) {
-                tracing::debug!(%error, "could not leave the lock's queue; the entry lapses on its own");
-            }
+        if registration.finish() && matches!(outcome, Ok(None)) {
+            // Out of time, and no other thread of this client waits: leave the queue rather than
+            // hold it up until the entry lapses (a fair lock serves nobody behind a waiter that
+            // left) — in the background, since the call's time is up. After an error the entry
+            // lapses on its own.
+            self.in_background("distlock-pgleave", {
+                let name = name.clone();
+                move |backend| backend.table_leave_queue(&name)
+            });
         }
         outcome
+    }
+
+    /// Runs `work` on a short-lived thread of its own (clean-up that must not stretch a call
+    /// past its deadline); a failure is logged, not reported.
+    fn in_background(&self, thread: &str, work: impl FnOnce(&Self) -> Result<()> + Send + 'static) {
+        let backend = self.clone();
+        let spawned = std::thread::Builder::new().name(thread.into()).spawn(move || {
+            if let Err(error) = work(&backend) {
+                tracing::debug!(%error, "background clean-up failed; what it would have removed lapses on its own");
+            }
+        });
+        if let Err(error) = spawned {
+            tracing::debug!(%error, "could not start a clean-up thread");
+        }
     }
 
     fn table_wait_queued(
