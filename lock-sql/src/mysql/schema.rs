@@ -285,7 +285,8 @@ impl Tables {
 
     /// `expires_at` first: it must see the hold count before the decrement. The same statement
     /// reads the waiter to ring, when the lock is now free and someone waits, from the row it
-    /// updates (`ring` is assigned itself: an `UPDATE` returns no rows).
+    /// updates (`ring` is assigned itself: an `UPDATE` returns no rows); the variable counts only
+    /// if this statement updated the row (else it is an earlier statement's).
     pub(crate) fn release(&self, name: &str, owner: &str) -> String {
         // Non-fair: a ring is spent on the release that sends it; the rung waiter, if it loses
         // the race, queues again (which re-arms it). Else every release would ring, and many
@@ -294,12 +295,11 @@ impl Tables {
         let consume =
             if self.fair { "" } else { ", ring_until = IF(@distlock_ring IS NULL, ring_until, NULL)" };
         format!(
-            "SET @distlock_ring = NULL; \
-             UPDATE {} SET expires_at = IF(hold_count > 1, expires_at, '1970-01-01 00:00:01'), \
+            "UPDATE {} SET expires_at = IF(hold_count > 1, expires_at, '1970-01-01 00:00:01'), \
              hold_count = hold_count - 1, \
              ring = COALESCE(@distlock_ring := IF(hold_count = 0 AND ring_until >= {NOW}, ring, NULL), ring){consume} \
              WHERE name = {name} AND owner = {owner} AND expires_at >= {NOW}; \
-             SELECT @distlock_ring",
+             SELECT IF(ROW_COUNT() > 0, @distlock_ring, NULL)",
             self.locks
         )
     }

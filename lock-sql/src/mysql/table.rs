@@ -137,7 +137,7 @@ impl MySqlBackend {
         let sql = self.inner.tables.release(&hex(lease.name.as_str().as_bytes()), owner);
         let results = connection.run("release", &sql)?;
         self.ring(&results);
-        Ok(results.affected(1) == 1)
+        Ok(results.affected(0) == 1)
     }
 
     /// Puts waiter `waiter` in `name`'s queue (or renews its entry, which then lives `note`).
