@@ -12,6 +12,8 @@ pub(crate) const BACKEND: &str = "mysql";
 const LOCK_WAIT_TIMEOUT: u16 = 1205;
 /// `ER_LOCK_NOWAIT`: MySQL 8's answer to `NOWAIT` on a held row.
 const LOCK_NOWAIT: u16 = 3572;
+/// `ER_LOCK_DEADLOCK`: InnoDB rolled this transaction back to break a deadlock.
+const DEADLOCK: u16 = 1213;
 /// `ER_STATEMENT_TIMEOUT`: MariaDB's `max_statement_time` ran out (it bounds a row-lock wait to
 /// the fraction of a second that `innodb_lock_wait_timeout`, whole seconds, cannot).
 const STATEMENT_TIMEOUT: u16 = 1969;
@@ -95,6 +97,12 @@ fn io_timed_out(error: &MySqlError) -> bool {
 pub(crate) fn is_busy(error: &MySqlError) -> bool {
     matches!(error, MySqlError::MySqlError(server)
         if [LOCK_WAIT_TIMEOUT, LOCK_NOWAIT, STATEMENT_TIMEOUT].contains(&server.code))
+}
+
+/// Whether `error` is InnoDB's deadlock verdict (the transaction was rolled back; trying it
+/// again is safe).
+pub(crate) fn is_deadlock(error: &MySqlError) -> bool {
+    matches!(error, MySqlError::MySqlError(server) if server.code == DEADLOCK)
 }
 
 /// Whether `error` proves the session is gone (killed, or its connection closed), so that

@@ -183,7 +183,9 @@ impl Tables {
 
     /// Puts waiter `waiter` (its doorbell connection's id) in `name`'s queue, or renews its
     /// entry (which keeps its place; a lapsed one goes to the tail), so that it lives `note`;
-    /// lapsed entries of the name (crashed waiters') are deleted on the way. In
+    /// lapsed entries of the name (crashed waiters') are deleted on the way. (A plain `VALUES`
+    /// insert: `INSERT … SELECT` would hold the table's AUTO-INC lock to the statement's end and
+    /// deadlock with the queue transactions of other names.) In
     /// one transaction that first locks the lock's row: queue changes serialize with each other
     /// and with the releases that read the head from that row. The last row: whether the lock
     /// has a row (else nothing was queued), and the holder's remaining ms — 0 when the lock is
@@ -203,7 +205,7 @@ impl Tables {
              SELECT TRUE INTO @distlock_found FROM {locks} WHERE name = {name} FOR UPDATE; \
              DELETE FROM {queue} WHERE name = {name} AND until < {NOW}; \
              INSERT INTO {queue} (name, waiter, until) \
-               SELECT {name}, {waiter}, {NOW} + INTERVAL {note_us} MICROSECOND FROM DUAL WHERE @distlock_found \
+               VALUES ({name}, {waiter}, {NOW} + INTERVAL {note_us} MICROSECOND) \
                ON DUPLICATE KEY UPDATE until = VALUES(until); \
              {}; \
              COMMIT; \

@@ -15,6 +15,9 @@ use super::MySqlBackend;
 /// Leases per renewal statement: keeps one statement well under `max_allowed_packet`.
 const BATCH: usize = 2_000;
 
+/// How often a queue transaction chosen as a deadlock's victim is tried again.
+const DEADLOCK_RETRIES: u32 = 3;
+
 impl MySqlBackend {
     pub(crate) fn table_try(
         &self,
@@ -172,27 +175,31 @@ impl MySqlBackend {
         requeue: Option<Duration>,
     ) -> Result<()> {
         let sql = self.inner.tables.dequeue(&hex(name.as_str().as_bytes()), waiter, requeue);
-        let mut connection = self.inner.pool.get()?;
-        match connection.try_run(&sql) {
-            Ok(results) => {
-                self.ring(&results);
-                Ok(())
-            }
-            Err(error) => {
-                connection.poison();
-                Err(super::error::map("leave the queue", error))
-            }
-        }
+        let results = self.in_transaction("leave the queue", &sql)?;
+        self.ring(&results);
+        Ok(())
     }
 
     /// Runs a batch that opens a transaction: on failure the session is ended, which rolls it
-    /// back, rather than a connection in an open transaction pooled.
+    /// back, rather than a connection in an open transaction pooled. A deadlock (InnoDB picked
+    /// this transaction as the victim: queue entries of neighbouring names share index gaps) is
+    /// retried, at most [`DEADLOCK_RETRIES`] times.
     fn in_transaction(&self, operation: &'static str, sql: &str) -> Result<super::connection::Results> {
-        let mut connection = self.inner.pool.get()?;
-        connection.try_run(sql).map_err(|error| {
-            connection.poison();
-            super::error::map(operation, error)
-        })
+        let mut retries = 0;
+        loop {
+            let mut connection = self.inner.pool.get()?;
+            match connection.try_run(sql) {
+                Ok(results) => return Ok(results),
+                Err(error) => {
+                    connection.poison();
+                    if super::error::is_deadlock(&error) && retries < DEADLOCK_RETRIES {
+                        retries += 1;
+                        continue;
+                    }
+                    return Err(super::error::map(operation, error));
+                }
+            }
+        }
     }
 
     pub(crate) fn table_remaining(&self, name: &LockName) -> Result<Option<Duration>> {
