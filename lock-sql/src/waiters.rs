@@ -100,6 +100,7 @@ impl Registration<'_> {
 
     /// Whether other threads of this client wait for the same name (then the client stays in
     /// the lock's queue when this one takes the lock).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn others_waiting(&self) -> bool {
         let by_name = self.waiters.by_name.lock();
         by_name.get(&self.name).is_some_and(|slots| {
