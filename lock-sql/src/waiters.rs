@@ -59,6 +59,12 @@ impl Waiters {
         }
     }
 
+    /// Whether some thread of the client waits for `name`.
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) fn is_waiting(&self, name: &str) -> bool {
+        self.by_name.lock().get(name).is_some_and(|slots| slots.iter().any(|slot| slot.strong_count() > 0))
+    }
+
     /// Waits until some thread is registered, or `until`; whether one is.
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn wait_for_any(&self, until: Instant) -> bool {

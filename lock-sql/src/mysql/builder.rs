@@ -35,7 +35,12 @@ impl MySqlLockBuilder {
             .write_timeout(Some(settings.io_timeout))
             // Row locks: a locking read of an absent key takes no gap lock under READ COMMITTED
             // (under REPEATABLE READ it would block unrelated inserts and deadlock).
-            .init(vec!["SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"]);
+            .init(vec![
+                "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                // The statements' `UPDATE … SET` assignments read the columns assigned before
+                // them (MariaDB's default); `SIMULTANEOUS_ASSIGNMENT` would change that.
+                "SET SESSION sql_mode = REPLACE(@@SESSION.sql_mode, 'SIMULTANEOUS_ASSIGNMENT', '')",
+            ]);
         let opts: mysql::Opts = opts.into();
         let doorbell = Doorbell::new(settings.url.clone(), opts.clone(), settings.io_timeout);
         let pool = MyPool::new(

@@ -9,7 +9,10 @@
 //! `KILL QUERY` needs the same user, or `CONNECTION ADMIN`; a ring the server refuses, or one
 //! that lands between two sleeps, is lost, and the waiters' own re-check (at the holder's
 //! expiry, at least every [`FALLBACK_RECHECK`]) serves instead. A connection id is not reused
-//! while its entries live (ids only grow), so a ring never interrupts a stranger's statement.
+//! while its entries live (ids only grow), so a ring never interrupts a stranger's statement —
+//! except across a server restart shorter than an entry's life (2 s plus the I/O timeout),
+//! after which ids start again from 1: a ring may then interrupt a statement of another
+//! connection of the same user.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,7 +33,7 @@ pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
 /// The name of the doorbell thread (one per backend that has waited).
 pub const DOORBELL_THREAD_NAME: &str = "distlock-mybell";
 
-/// The name of the thread that rings other clients' doorbells: one per server and user in the
+/// The name of the thread that rings other clients' doorbells: one per server URL in the
 /// process, while a backend that rang through it lives.
 pub const RINGER_THREAD_NAME: &str = "distlock-myring";
 
@@ -59,8 +62,8 @@ struct Ringer {
     rings: parking_lot::Mutex<Sender<u64>>,
 }
 
-/// The process's ringers, by server and user: all the backends of a process ring through one
-/// connection per server, one `KILL QUERY` at a time. (Many concurrent `KILL`s starve the
+/// The process's ringers, by URL: all the backends of a process with one URL ring through one
+/// connection, one `KILL QUERY` at a time. (Many concurrent `KILL`s starve the
 /// server's new connections: MariaDB 10.11 here stopped completing handshakes for seconds under
 /// eight ringers at a few thousand rings a second.)
 static RINGERS: parking_lot::Mutex<Option<HashMap<String, Weak<Ringer>>>> = parking_lot::Mutex::new(None);
@@ -145,6 +148,11 @@ impl Doorbell {
         registration
     }
 
+    /// Whether some thread of this client waits for `name`.
+    pub(crate) fn is_waiting(&self, name: &str) -> bool {
+        self.shared.waiters.is_waiting(name)
+    }
+
     /// The doorbell connection's id, waiting until `until` for it to connect.
     pub(crate) fn wait_ready(&self, until: Instant) -> Option<u32> {
         let mut id = self.shared.id.lock();
@@ -209,22 +217,33 @@ fn set_id(shared: &Shared, id: Option<u32>) {
 }
 
 /// The ringer thread: `KILL QUERY` for each id received, on a connection of its own, until its
-/// [`Ringer`] is dropped. A ring the server refuses (another user's connection, one
-/// gone since) is left to the waiter's re-check.
+/// [`Ringer`] is dropped. Rings are best effort and idempotent: the ids waiting together are rung
+/// once each, and when the connection cannot be (re)opened the pending ones are dropped (their
+/// waiters re-check on their own) rather than each trying to connect in turn.
 fn ringer(opts: &Opts, rings: &Receiver<u64>) {
     let mut conn: Option<Conn> = None;
-    while let Ok(id) = rings.recv() {
+    while let Ok(first) = rings.recv() {
+        let mut ids = vec![first];
+        ids.extend(rings.try_iter());
+        ids.sort_unstable();
+        ids.dedup();
         if conn.is_none() {
             conn = Conn::new(opts.clone())
-                .inspect_err(|error| tracing::debug!(%error, "the mysql ringer could not connect"))
+                .inspect_err(
+                    |error| tracing::debug!(%error, "the mysql ringer could not connect; rings dropped"),
+                )
                 .ok();
         }
         let Some(open) = conn.as_mut() else { continue };
-        match open.query_drop(format!("KILL QUERY {id}")) {
-            Ok(()) | Err(MySqlError::MySqlError(_)) => {}
-            Err(error) => {
-                tracing::debug!(%error, "the mysql ringer's connection broke; reconnecting");
-                conn = None;
+        for id in ids {
+            match open.query_drop(format!("KILL QUERY {id}")) {
+                // Refused (another user's connection, one gone since): the waiter re-checks.
+                Ok(()) | Err(MySqlError::MySqlError(_)) => {}
+                Err(error) => {
+                    tracing::debug!(%error, "the mysql ringer's connection broke; reconnecting");
+                    conn = None;
+                    break;
+                }
             }
         }
     }

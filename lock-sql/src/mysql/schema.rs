@@ -188,11 +188,15 @@ impl Tables {
     /// deadlock with the queue transactions of other names.) In
     /// one transaction that first locks the lock's row: queue changes serialize with each other
     /// and with the releases that read the head from that row. The last row: whether the lock
-    /// has a row (else nothing was queued), and the holder's remaining ms — 0 when the lock is
+    /// has a row (else the caller attempts again, which creates it; the entry is harmless), and the holder's remaining ms — 0 when the lock is
     /// free for this waiter now (a release came first: attempt again, no ring will come), -1
     /// when it is free for the queue's head only (a release rings this waiter in its turn).
-    pub(crate) fn queue(&self, name: &str, waiter: u32, note: Duration) -> String {
+    pub(crate) fn queue(&self, name: &str, waiter: u32, replaces: Option<u32>, note: Duration) -> String {
         let Self { locks, queue, .. } = self;
+        // A doorbell that reconnected has a new id: its entry takes it in place.
+        let rename = replaces.map_or(String::new(), |old| {
+            format!("UPDATE {queue} SET waiter = {waiter} WHERE name = {name} AND waiter = {old}; ")
+        });
         let note_us = micros(note);
         let mine = if self.fair {
             format!(" AND COALESCE(ring_until < {NOW} OR ring = {waiter}, TRUE)")
@@ -204,6 +208,7 @@ impl Tables {
              SET @distlock_found = FALSE; \
              SELECT TRUE INTO @distlock_found FROM {locks} WHERE name = {name} FOR UPDATE; \
              DELETE FROM {queue} WHERE name = {name} AND until < {NOW}; \
+             {rename}\
              INSERT INTO {queue} (name, waiter, until) \
                VALUES ({name}, {waiter}, {NOW} + INTERVAL {note_us} MICROSECOND) \
                ON DUPLICATE KEY UPDATE until = VALUES(until); \

@@ -3,7 +3,7 @@
 //! release marks the row free and rings the oldest waiter's doorbell (`doorbell.rs`).
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lock_core::{Extension, LockName, OwnerToken, Result};
 
@@ -143,7 +143,8 @@ impl MySqlBackend {
         Ok(results.affected(0) == 1)
     }
 
-    /// Puts waiter `waiter` in `name`'s queue (or renews its entry, which then lives `note`).
+    /// Puts waiter `waiter` in `name`'s queue (or renews its entry, which then lives `note`;
+    /// `replaces`: the entry of this client's earlier doorbell id, which keeps its place).
     /// `None`: the lock has no row yet (an attempt creates it); else the holder's remaining
     /// lease, zero when the lock is free for this waiter now, `Err` when it is free for the
     /// queue's head only.
@@ -151,10 +152,12 @@ impl MySqlBackend {
         &self,
         name: &LockName,
         waiter: u32,
+        replaces: Option<u32>,
         note: Duration,
+        deadline: Option<Instant>,
     ) -> Result<Option<std::result::Result<Duration, ()>>> {
-        let sql = self.inner.tables.queue(&hex(name.as_str().as_bytes()), waiter, note);
-        let results = self.in_transaction("queue", &sql)?;
+        let sql = self.inner.tables.queue(&hex(name.as_str().as_bytes()), waiter, replaces, note);
+        let results = self.in_transaction("queue", &sql, deadline)?;
         let Some(row) = results.sets.last().and_then(|set| set.1.first()) else { return Ok(None) };
         if row.get::<Option<i64>, _>(0).flatten().unwrap_or(0) == 0 {
             return Ok(None);
@@ -173,9 +176,10 @@ impl MySqlBackend {
         name: &LockName,
         waiter: u32,
         requeue: Option<Duration>,
+        deadline: Option<Instant>,
     ) -> Result<()> {
         let sql = self.inner.tables.dequeue(&hex(name.as_str().as_bytes()), waiter, requeue);
-        let results = self.in_transaction("leave the queue", &sql)?;
+        let results = self.in_transaction("leave the queue", &sql, deadline)?;
         self.ring(&results);
         Ok(())
     }
@@ -183,8 +187,13 @@ impl MySqlBackend {
     /// Runs a batch that opens a transaction: on failure the session is ended, which rolls it
     /// back, rather than a connection in an open transaction pooled. A deadlock (InnoDB picked
     /// this transaction as the victim: queue entries of neighbouring names share index gaps) is
-    /// retried, at most [`DEADLOCK_RETRIES`] times.
-    fn in_transaction(&self, operation: &'static str, sql: &str) -> Result<super::connection::Results> {
+    /// retried, at most [`DEADLOCK_RETRIES`] times and not past `deadline`.
+    fn in_transaction(
+        &self,
+        operation: &'static str,
+        sql: &str,
+        deadline: Option<Instant>,
+    ) -> Result<super::connection::Results> {
         let mut retries = 0;
         loop {
             let mut connection = self.inner.pool.get()?;
@@ -192,7 +201,8 @@ impl MySqlBackend {
                 Ok(results) => return Ok(results),
                 Err(error) => {
                     connection.poison();
-                    if super::error::is_deadlock(&error) && retries < DEADLOCK_RETRIES {
+                    let time_left = deadline.is_none_or(|deadline| Instant::now() < deadline);
+                    if super::error::is_deadlock(&error) && retries < DEADLOCK_RETRIES && time_left {
                         retries += 1;
                         continue;
                     }

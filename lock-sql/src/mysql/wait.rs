@@ -85,25 +85,36 @@ impl MySqlBackend {
         // lock for it). Out of time, it leaves in the background: the call's time is up. After
         // an error the entry lapses on its own.
         if let (Some(waiter), Ok(acquired)) = (queued_as, &outcome) {
-            let requeue = (!last).then(|| self.waiter_note());
             if acquired.is_some() {
-                if let Err(error) = self.table_dequeue(name, waiter, requeue) {
+                let requeue = (!last).then(|| self.waiter_note());
+                if let Err(error) = self.table_dequeue(name, waiter, requeue, None) {
                     tracing::debug!(%error, "could not leave the lock's queue; the entry lapses on its own");
                 }
-            } else if last {
-                let backend = self.clone();
-                let name = name.clone();
-                let spawned = std::thread::Builder::new().name("distlock-myleave".into()).spawn(move || {
-                    if let Err(error) = backend.table_dequeue(&name, waiter, None) {
-                        tracing::debug!(%error, "could not leave the lock's queue; the entry lapses on its own");
-                    }
-                });
-                if let Err(error) = spawned {
-                    tracing::debug!(%error, "could not start a clean-up thread; the entry lapses on its own");
+                // The client's other waiters may have finished meanwhile (one of them leaving
+                // before the requeue above): then nobody renews the entry just put back.
+                if !last && !self.inner.doorbell.is_waiting(name.as_str()) {
+                    self.leave_in_background(name, waiter);
                 }
+            } else if last {
+                self.leave_in_background(name, waiter);
             }
         }
         outcome
+    }
+
+    /// Takes waiter `waiter` out of `name`'s queue on a short-lived thread: the caller's time is
+    /// up, and a failure only leaves an entry that lapses on its own.
+    fn leave_in_background(&self, name: &LockName, waiter: u32) {
+        let backend = self.clone();
+        let name = name.clone();
+        let spawned = std::thread::Builder::new().name("distlock-leave".into()).spawn(move || {
+            if let Err(error) = backend.table_dequeue(&name, waiter, None, None) {
+                tracing::debug!(%error, "could not leave the lock's queue; the entry lapses on its own");
+            }
+        });
+        if let Err(error) = spawned {
+            tracing::debug!(%error, "could not start a clean-up thread; the entry lapses on its own");
+        }
     }
 
     /// How long a queue entry lives unless renewed.
@@ -154,15 +165,20 @@ impl MySqlBackend {
             };
             attempt = true;
             if let Some(waiter) = doorbell.wait_ready(ready_by) {
+                // First queued, or the doorbell reconnected under a new id: the entry takes the
+                // new id in its place.
+                let replaces = queued_as.filter(|&old| old != waiter);
                 if *queued_as != Some(waiter) {
-                    // First queued, or the doorbell reconnected under a new id.
                     renewed_at = None;
                 }
                 // Join the queue, or renew the entry: a release after this rings the client; one
-                // before it left the lock free, which the answer says.
-                if renewed_at.is_none_or(|at| at.elapsed() >= RENEW_EVERY) {
+                // before it left the lock free, which the answer says. Not past the deadline: the
+                // call's time is up, and the entry lives on until it lapses or the caller leaves.
+                if renewed_at.is_none_or(|at| at.elapsed() >= RENEW_EVERY)
+                    && deadline.is_none_or(|deadline| Instant::now() < deadline)
+                {
                     *queued_as = Some(waiter);
-                    match self.table_queue(name, waiter, self.waiter_note())? {
+                    match self.table_queue(name, waiter, replaces, self.waiter_note(), deadline)? {
                         // No row yet: the next attempt creates it.
                         None => continue,
                         Some(Ok(left)) if left.is_zero() => continue,

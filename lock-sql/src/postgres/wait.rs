@@ -60,13 +60,17 @@ impl PostgresBackend {
         // missed.
         let now = Instant::now();
         listener.wait_listening(deadline.map_or(now + FALLBACK_RECHECK, |d| d.min(now + FALLBACK_RECHECK)));
-        let outcome = self.table_wait_queued(&registration, name, owner, ttl, deadline);
-        if registration.finish() && matches!(outcome, Ok(None)) {
-            // Out of time, and no other thread of this client waits: leave the queue rather than
-            // hold it up until the entry lapses (a fair lock serves nobody behind a waiter that
+        let mut requeued = false;
+        let outcome = self.table_wait_queued(&registration, name, owner, ttl, deadline, &mut requeued);
+        // Out of time, or a win that put the client back at the queue's tail for other threads
+        // that have finished since (nobody renews that entry): leave.
+        let queued = matches!(outcome, Ok(None)) || (requeued && outcome.is_ok());
+        if registration.finish() && queued {
+            // No other thread of this client waits: leave the queue rather than hold it up until
+            // the entry lapses (a fair lock serves nobody behind a waiter that
             // left) — in the background, since the call's time is up. After an error the entry
             // lapses on its own.
-            self.in_background("distlock-pgleave", {
+            self.in_background("distlock-leave", {
                 let name = name.clone();
                 move |backend| backend.table_leave_queue(&name)
             });
@@ -95,17 +99,21 @@ impl PostgresBackend {
         owner: &OwnerToken,
         ttl: Duration,
         deadline: Option<Instant>,
+        requeued: &mut bool,
     ) -> Result<Option<Acquired<PostgresLease>>> {
         let note = WAITER_NOTE + self.inner.pool.settings().io_timeout;
         loop {
             // Notifications so far are answered by this attempt.
             registration.clear();
             let sent_at = Instant::now();
-            let remaining =
-                match self.table_try_or_queue(name, owner, ttl, note, registration.others_waiting())? {
-                    Ok(lease) => return Ok(Some(Acquired::new(lease, sent_at))),
-                    Err(remaining) => remaining,
-                };
+            let keep = registration.others_waiting();
+            let remaining = match self.table_try_or_queue(name, owner, ttl, note, keep)? {
+                Ok(lease) => {
+                    *requeued = keep;
+                    return Ok(Some(Acquired::new(lease, sent_at)));
+                }
+                Err(remaining) => remaining,
+            };
             let now = Instant::now();
             if deadline.is_some_and(|deadline| now >= deadline) {
                 return Ok(None);
