@@ -9,26 +9,10 @@ use lock_core::{DistributedLock, NativeWait, OwnerToken};
 use lock_redis::{RedisBackend, CONNECTOR_THREAD_NAME, SUBSCRIBER_THREAD_NAME};
 use lock_testkit::harness::shared;
 use lock_testkit::suite::unique_name;
-
-/// Threads of this process whose (15-byte) name is `name`.
-fn threads_named(name: &str) -> usize {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
-    tasks
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
-        .filter(|comm| comm.trim_end() == name)
-        .count()
-}
+use lock_testkit::threads_named;
 
 fn settles(name: &str, expected: usize) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline {
-        if threads_named(name) == expected {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    false
+    lock_testkit::eventually(Duration::from_secs(5), || threads_named(name) == expected)
 }
 
 #[test]

@@ -11,30 +11,13 @@ use lock_sql::mysql::{MySqlLockKind, DOORBELL_THREAD_NAME, RINGER_THREAD_NAME};
 use lock_sql::postgres::{PostgresLockKind, LISTENER_THREAD_NAME};
 use lock_sql::testkit::{MySqlTarget, PostgresTarget};
 use lock_testkit::suite::unique_name;
+use lock_testkit::threads_named;
 
 const BACKENDS: usize = 4;
 const TTL: Duration = Duration::from_secs(30);
 
-/// Threads of this process named `name` (as the kernel keeps it: its first 15 bytes).
-fn threads_named(name: &str) -> usize {
-    let name = &name[..name.len().min(15)];
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0 };
-    tasks
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
-        .filter(|comm| comm.trim_end() == name)
-        .count()
-}
-
 fn settles(name: &str, expected: usize) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if threads_named(name) == expected {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    false
+    lock_testkit::eventually(Duration::from_secs(5), || threads_named(name) == expected)
 }
 
 /// `BACKENDS` clients wait briefly on a lock `holder` holds, then `holder` releases it with

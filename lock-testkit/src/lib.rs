@@ -19,8 +19,10 @@ pub mod harness;
 pub mod negative;
 mod poll;
 pub mod suite;
+mod threads;
 pub mod workload;
 
 pub use backend_scenario::{run_backend_scenario, BackendScenario};
 pub use fault_proxy::{FaultProxies, FaultProxy};
 pub use poll::eventually;
+pub use threads::threads_named;
