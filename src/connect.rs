@@ -192,6 +192,8 @@ enum Family {
 ///
 /// - `memory` (or `memory://`): the in-process backend;
 /// - `redis://`, `rediss://`: one Redis server; several, comma-separated: Redlock's nodes;
+/// - `redis+sentinel://`, `redis+cluster://` (`rediss+…` with TLS): a Sentinel-managed primary,
+///   a Redis Cluster;
 /// - `postgres://`, `postgresql://`, or a libpq `key=value …` string: PostgreSQL;
 /// - `mysql://`: MySQL or MariaDB;
 /// - `zk://`, `zookeeper://`: a ZooKeeper ensemble.
@@ -222,13 +224,15 @@ fn family_of(url: &str) -> Result<Family> {
         };
     }
     match scheme {
-        "redis" | "rediss" => Ok(Family::Redis),
+        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster" | "rediss+cluster" => {
+            Ok(Family::Redis)
+        }
         "postgres" | "postgresql" => Ok(Family::Postgres),
         "mysql" => Ok(Family::MySql),
         "zk" | "zookeeper" => Ok(Family::ZooKeeper),
         "memory" => Ok(Family::Memory),
         other => Err(Error::invalid_config(format!(
-            "no backend for {other}:// URLs (redis, rediss, postgres, postgresql, mysql, zk, zookeeper): {}",
+            "no backend for {other}:// URLs (redis, rediss, redis+sentinel, redis+cluster, postgres, postgresql, mysql, zk, zookeeper): {}",
             shown()
         ))),
     }
@@ -318,6 +322,8 @@ pub fn parse_url(url: &str) -> Result<AnyBackend> {
 /// | `memory` | in-process (a new store per call) | `memory` |
 /// | `redis://[[user]:password@]host[:port][/db]`, `rediss://…` (TLS) | Redis | `redis` (default), `redis-hash`, `redlock` |
 /// | `redis://…,redis://…,…` | Redlock over these nodes | `redlock` |
+/// | `redis+sentinel://[[user]:password@]s1[:port],s2[:port]…/<master-name>[/db]` | the primary Redis Sentinel names, followed across failovers | `redis` (default), `redis-hash` |
+/// | `redis+cluster://[[user]:password@]n1[:port],n2[:port]…/` | a Redis Cluster (keys routed by slot) | `redis` (default), `redis-hash` |
 /// | `postgres://` or `postgresql://[user[:password]@]host[:port]/db[?…]`, libpq `host=… dbname=…` | PostgreSQL | `pg-table` (default), `pg-row`, `pg-advisory` |
 /// | `mysql://[user[:password]@]host[:port]/db` | MySQL, MariaDB | `mysql-table` (default), `mysql-row`, `mysql-advisory` |
 /// | `zk://[user:password@]host:port[,host:port…][/namespace]`, `zookeeper://…` | ZooKeeper (digest auth with credentials) | `zookeeper` |

@@ -15,7 +15,7 @@ lock_testkit::conformance_tests!(memory, lock_testkit::suite::MemoryTarget::new(
 
 #[cfg(feature = "redis")]
 mod redis {
-    use distlock::redis::testkit::{RedisTarget, RedlockTarget};
+    use distlock::redis::testkit::{DeploymentTarget, RedisTarget, RedlockTarget};
 
     // Both single-node layouts, on the shared harness server (or `DISTLOCK_REDIS_URL`).
     lock_testkit::conformance_tests!(set_nx, RedisTarget::set_nx());
@@ -25,6 +25,11 @@ mod redis {
     lock_testkit::conformance_tests!(hash_non_fair, RedisTarget::reentrant_hash().non_fair());
     // Redlock over five independent shared harness nodes (or `DISTLOCK_REDIS_NODES`).
     lock_testkit::conformance_tests!(redlock, RedlockTarget::shared());
+    // A Redis Cluster (3 primaries + 3 replicas) and a Sentinel-managed primary with 2 replicas
+    // and 3 sentinels, shared harness deployments (or `DISTLOCK_REDIS_CLUSTER`,
+    // `DISTLOCK_REDIS_SENTINEL`).
+    lock_testkit::conformance_tests!(cluster, DeploymentTarget::cluster());
+    lock_testkit::conformance_tests!(sentinel, DeploymentTarget::sentinel());
 }
 
 #[cfg(feature = "postgres")]

@@ -64,7 +64,7 @@ fn read(url: &str, name: &LockName) -> Result<Seen, String> {
         .map_err(|e| format!("connecting to {}: {e}", distlock::redact_url(url)))?;
     match backend {
         #[cfg(feature = "redis")]
-        distlock::AnyBackend::Redis(_) => redis(url, name),
+        distlock::AnyBackend::Redis(backend) => redis(&backend, name),
         #[cfg(feature = "postgres")]
         distlock::AnyBackend::Postgres(backend) => {
             let remaining = backend.remaining_lease(name).map_err(|e| e.to_string())?;
@@ -110,19 +110,18 @@ fn read(url: &str, name: &LockName) -> Result<Seen, String> {
     }
 }
 
-/// The keys of a single-node Redis lock: the owner (string or hash), its TTL, the fencing
+/// The keys of a Redis lock (one server, Sentinel, Cluster): the owner (string or hash), its TTL, the fencing
 /// counter and the wait queue.
 #[cfg(feature = "redis")]
-fn redis(url: &str, name: &LockName) -> Result<Seen, String> {
+fn redis(backend: &distlock::redis::RedisBackend, name: &LockName) -> Result<Seen, String> {
     use distlock::redis::redis::{self as r, Commands as _};
     use distlock::redis::RedisKeys;
 
     let keys = RedisKeys::new("distlock", name);
     // The URL parsed and connected through the facade already; a driver error never shows it.
     let error = |e: r::RedisError| e.to_string();
-    let mut connection =
-        r::Client::open(url).and_then(|client| client.get_connection_with_timeout(TIMEOUT)).map_err(error)?;
-    connection.set_read_timeout(Some(TIMEOUT)).map_err(error)?;
+    // The node that serves the name: the one server, Sentinel's primary, the slot's primary.
+    let mut connection = backend.node_connection(name).map_err(|e| e.to_string())?;
     let kind: String = r::cmd("TYPE").arg(keys.lock()).query(&mut connection).map_err(error)?;
     let holder = match kind.as_str() {
         // A free lock reserved for the head of the wait queue (its turn, a few hundred ms).

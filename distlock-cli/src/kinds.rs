@@ -67,6 +67,10 @@ pub enum Family {
     Redis,
     /// Several independent Redis servers.
     Redlock,
+    /// A Redis Cluster.
+    RedisCluster,
+    /// A Sentinel-managed Redis primary with replicas.
+    RedisSentinel,
     /// A PostgreSQL server.
     Postgres,
     /// A MySQL or MariaDB server.
@@ -135,6 +139,8 @@ pub const KINDS: &[Kind] = &[
     kind!("redis-hash", "redis", Redis, "Redis, one server, reentrant-hash layout", redis::reentrant_hash, scenarios: redis::reentrant_hash_scenarios),
     kind!("redis-nonfair", "redis", Redis, "Redis, one server, SET NX PX layout, non-fair waiters", redis::set_nx_non_fair),
     kind!("redis-hash-nonfair", "redis", Redis, "Redis, one server, reentrant-hash layout, non-fair waiters", redis::reentrant_hash_non_fair),
+    kind!("redis-cluster", "redis", RedisCluster, "Redis Cluster, 3 primaries + 3 replicas, SET NX PX layout", redis::cluster, scenarios: redis::cluster_scenarios),
+    kind!("redis-sentinel", "redis", RedisSentinel, "Redis primary + 2 replicas behind 3 sentinels, SET NX PX layout", redis::sentinel, scenarios: redis::sentinel_scenarios),
     kind!("redlock", "redis", Redlock, "Redlock over five independent Redis servers", redis::redlock, recipes: redis::redlock_recipes, scenarios: redis::redlock_scenarios),
     kind!("pg-table", "postgres", Postgres, "PostgreSQL lock table on the database clock", postgres::table, scenarios: postgres::table_scenarios),
     kind!("pg-table-nonfair", "postgres", Postgres, "PostgreSQL lock table on the database clock, non-fair waiters", postgres::table_non_fair),

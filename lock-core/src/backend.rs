@@ -75,6 +75,17 @@ pub trait DistributedLock: Send + Sync + 'static {
         false
     }
 
+    /// The flag through which this backend puts a lease hold in doubt without I/O (see
+    /// [`DoubtSignal`](crate::DoubtSignal)): a replicated deployment raises it when the lease's
+    /// primary stops answering, since a failover may promote a replica that never got the lease,
+    /// and clears it when an extension is confirmed. Asked once per acquisition.
+    ///
+    /// Defaults to `None`: a lease is doubted only by its own clock.
+    fn doubt_signal(&self, lease: &Self::Lease) -> Option<crate::DoubtSignal> {
+        let _ = lease;
+        None
+    }
+
     /// How this backend works, in words, for reports that compare backends (`distlock
     /// compare`): the source of its fencing tokens, what wakes its waiters, what a failover does.
     ///

@@ -24,6 +24,8 @@ pub(crate) struct Switches {
     pub(crate) session: AtomicBool,
     /// Report the session as broken right now (`session_suspended`).
     pub(crate) suspended: AtomicBool,
+    /// The doubt signal handed out for every lease (`doubt_signal`), when set.
+    pub(crate) doubt: parking_lot::Mutex<Option<crate::DoubtSignal>>,
     /// `extend_many` answers for one lease fewer than it was given.
     pub(crate) short_batches: AtomicBool,
     /// `extend_many` panics.
@@ -63,6 +65,10 @@ impl DistributedLock for FakeBackend {
 
     fn session_suspended(&self) -> bool {
         self.switches.suspended.load(Ordering::SeqCst)
+    }
+
+    fn doubt_signal(&self, _lease: &MemoryLease) -> Option<crate::DoubtSignal> {
+        self.switches.doubt.lock().clone()
     }
 
     fn lease_margin(&self, _ttl: Duration) -> Duration {

@@ -34,6 +34,8 @@ pub(crate) struct HeldLease<B: DistributedLock> {
     lost_flag: AtomicBool,
     /// Set while the last liveness check of a session-bound hold failed.
     in_doubt: AtomicBool,
+    /// The backend's own doubt about the lease ([`DistributedLock::doubt_signal`]).
+    doubt: Option<crate::DoubtSignal>,
     /// Set while the last renewal of this hold got no answer (set under the `lease` mutex, so a
     /// release that waited for that renewal sees it).
     unanswered: AtomicBool,
@@ -59,6 +61,7 @@ impl<B: DistributedLock> HeldLease<B> {
         on_lost: Option<OnLost>,
     ) -> Self {
         let fencing = backend.fencing().map(|f| f.fencing_token(&lease));
+        let doubt = backend.doubt_signal(&lease);
         let valid_for = ttl.saturating_sub(margin);
         Self {
             name,
@@ -69,6 +72,7 @@ impl<B: DistributedLock> HeldLease<B> {
             released: AtomicBool::new(false),
             lost_flag: AtomicBool::new(false),
             in_doubt: AtomicBool::new(false),
+            doubt,
             unanswered: AtomicBool::new(false),
             valid_until: Mutex::new(sent_at + valid_for),
             fencing,
@@ -93,7 +97,8 @@ impl<B: DistributedLock> HeldLease<B> {
         if self.lost_flag.load(Ordering::Acquire) || Instant::now() >= self.valid_until() {
             return HoldState::Lost;
         }
-        if self.in_doubt.load(Ordering::Acquire) {
+        if self.in_doubt.load(Ordering::Acquire) || self.doubt.as_ref().is_some_and(|doubt| doubt.is_raised())
+        {
             HoldState::InDoubt
         } else {
             HoldState::Held

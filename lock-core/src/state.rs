@@ -13,9 +13,11 @@ pub enum HoldState {
     Held,
     /// A session-bound hold whose last liveness check failed (the connection or session may be
     /// gone, or only slow): not held until a later check succeeds (back to `Held`) or the session
-    /// timeout passes since the last success (`Lost`) — Curator's SUSPENDED before LOST. Leases
-    /// are never in doubt: the server keeps them until their confirmed expiry, whatever the
-    /// connection does.
+    /// timeout passes since the last success (`Lost`) — Curator's SUSPENDED before LOST. A lease
+    /// is in doubt only where its backend says so ([`DoubtSignal`](crate::DoubtSignal)): on a
+    /// replicated deployment (Redis Sentinel, Redis Cluster) whose primary stopped answering, a
+    /// failover may promote a replica without the lease; a single server keeps a lease until
+    /// its confirmed expiry, whatever the connection does.
     InDoubt,
     /// Lost: the lease ran out, the session timed out, or the server said the lock is no longer
     /// held. The guard's [`LostSignal`](crate::LostSignal) has fired.

@@ -3,11 +3,16 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::{Error, OwnerToken, Result};
-use redis::{Client, ConnectionAddr};
+use std::sync::Arc;
 
-use crate::connection::{ConnectionPool, PoolSettings};
+use lock_core::{Error, OwnerToken, Result};
+
+use crate::connection::PoolSettings;
+use crate::error;
 use crate::single_node::{Inner, RedisBackend, RedisLockKind, ReplicaWait};
+use crate::topology::{
+    AddressMap, ClusterNodes, Connector, Heartbeat, Node, Nodes, SentinelResolver, Target,
+};
 use crate::waiter::WaitHub;
 
 /// The longest connect, I/O or `WAIT` timeout accepted: longer is a mistake, not a limit.
@@ -43,6 +48,7 @@ pub struct RedisLockBuilder {
     io_timeout: Duration,
     wait_for_replicas: Option<(u32, Duration)>,
     fair: bool,
+    address_map: Option<AddressMap>,
 }
 
 impl RedisLockBuilder {
@@ -60,6 +66,7 @@ impl RedisLockBuilder {
             io_timeout: Duration::from_secs(5),
             wait_for_replicas: None,
             fair: true,
+            address_map: None,
         }
     }
 
@@ -118,6 +125,17 @@ impl RedisLockBuilder {
         self
     }
 
+    /// Rewrites the address of every server the backend connects to — the URL's hosts, and the
+    /// primaries and nodes that the sentinels or the cluster announce — before connecting, as
+    /// Redisson's `NatMapper` and Lettuce's `MappingSocketAddressResolver` do: for deployments
+    /// that announce addresses the client cannot reach (NAT, containers, a proxy in between).
+    /// `map` gets a host and port as announced and returns where to connect instead. Defaults to
+    /// none.
+    pub fn map_addresses(mut self, map: impl Fn(&str, u16) -> (String, u16) + Send + Sync + 'static) -> Self {
+        self.address_map = Some(Arc::new(map));
+        self
+    }
+
     /// After each acquisition, `WAIT replicas timeout` on the same connection; if fewer replicas
     /// acknowledge in time, the lock is released and the acquisition fails with
     /// [`Error::NotReplicated`].
@@ -139,10 +157,11 @@ impl RedisLockBuilder {
     /// [`Error::Timeout`] or [`Error::Authentication`] when the server cannot be reached in time
     /// or refuses the credentials.
     pub fn build(self) -> Result<RedisBackend> {
-        let client = Client::open(self.url.as_str())
-            .map_err(|e| Error::invalid_config(format!("invalid Redis URL: {e}")))?;
-        let addr = client.get_connection_info().addr().clone();
-        if matches!(addr, ConnectionAddr::TcpTls { .. }) {
+        let mut target = Target::parse(&self.url).map_err(Error::invalid_config)?;
+        if let Some(map) = &self.address_map {
+            target = target.with_address_map(Arc::clone(map));
+        }
+        if target.is_tls() {
             install_tls_provider();
         }
         if self.max_connections == 0 {
@@ -166,21 +185,51 @@ impl RedisLockBuilder {
             read_timeout: self.io_timeout,
             write_timeout: self.io_timeout,
         };
+        let address = target.display();
+        let (nodes, hub_connector) = match target {
+            Target::Single(client) => {
+                let node = Node::new(address.clone(), Connector::Direct(Box::new(client.clone())), settings);
+                (Nodes::One { node: Arc::new(node), sentinel: false }, Connector::Direct(Box::new(client)))
+            }
+            Target::Sentinel { sentinels, master, nodes } => {
+                let resolver = Arc::new(SentinelResolver::new(sentinels, master, nodes));
+                let node = Node::new(address.clone(), Connector::Sentinel(Arc::clone(&resolver)), settings);
+                (Nodes::One { node: Arc::new(node), sentinel: true }, Connector::Sentinel(resolver))
+            }
+            Target::Cluster { seeds, nodes } => {
+                let cluster = Arc::new(ClusterNodes::new(seeds, nodes, settings));
+                (Nodes::Cluster(Arc::clone(&cluster)), Connector::AnyClusterNode(cluster))
+            }
+        };
         let control_channel = format!("{}:subscriber:{}", self.key_prefix, OwnerToken::random());
-        let hub = WaitHub::new(client.clone(), settings, control_channel);
-        let pool = ConnectionPool::new(client, settings);
-        pool.check_server()?;
+        let hub = WaitHub::new(hub_connector, settings, control_channel);
+        check_deployment(&nodes)?;
+        let heartbeat = Arc::new(Heartbeat::new(nodes.cluster().cloned()));
         Ok(RedisBackend::from_inner(Inner {
-            pool,
+            nodes,
+            io_timeout: self.io_timeout,
             prefix: self.key_prefix,
             kind: self.kind,
             fair: self.fair,
             replicas,
             hub,
             cleanup: crate::cleanup::Cleanup::default(),
-            address: addr.to_string(),
+            heartbeat,
+            address,
         }))
     }
+}
+
+/// `build()`'s check: the server (Sentinel's primary; every primary of a cluster) answers, so
+/// that an unreachable deployment or a wrong password is reported there.
+fn check_deployment(nodes: &Nodes) -> Result<()> {
+    if let Some(cluster) = nodes.cluster() {
+        cluster.refresh().map_err(|e| error::map("read the cluster's slot map", e))?;
+    }
+    for node in nodes.all() {
+        node.pool.check_server()?;
+    }
+    Ok(())
 }
 
 pub(crate) fn check_timeout(what: &str, timeout: Duration) -> Result<()> {
@@ -220,8 +269,8 @@ pub(crate) fn install_tls_provider() {}
 impl fmt::Debug for RedisLockBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The URL may carry a password: show only where it points.
-        let address = Client::open(self.url.as_str())
-            .map(|client| client.get_connection_info().addr().to_string())
+        let address = Target::parse(&self.url)
+            .map(|target| target.display())
             .unwrap_or_else(|_| "<invalid URL>".into());
         f.debug_struct("RedisLockBuilder")
             .field("address", &address)
@@ -232,6 +281,7 @@ impl fmt::Debug for RedisLockBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("io_timeout", &self.io_timeout)
             .field("wait_for_replicas", &self.wait_for_replicas)
+            .field("map_addresses", &self.address_map.is_some())
             .finish()
     }
 }

@@ -18,6 +18,7 @@
 //! Both undos are bound to the failed call's owner token (fresh for every acquisition), so they
 //! can never touch another holder's lock or another waiter's place.
 
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,7 @@ use crate::error;
 use crate::keys::RedisKeys;
 use crate::lua::LockScripts;
 use crate::single_node::{RedisBackend, RedisLease, QUEUE_ENTRY_TTL};
+use crate::topology::Node;
 
 /// The clean-up threads' name, one per backend with undos pending (Linux shows 15 bytes of a
 /// thread name).
@@ -172,27 +174,72 @@ fn run(backend: &RedisBackend) {
             }
             std::mem::take(&mut state.jobs)
         };
-        match send(backend, &jobs) {
-            Ok(()) => pause = FIRST_PAUSE,
-            Err(error) => {
-                tracing::debug!(%error, pending = jobs.len(), "a redis clean-up round failed; retrying");
-                cleanup.state.lock().jobs.extend(jobs);
-                thread::sleep(pause);
-                pause = (pause * 2).min(MAX_PAUSE);
-            }
+        let failed = send_to_each_node(backend, jobs);
+        if failed.is_empty() {
+            pause = FIRST_PAUSE;
+        } else {
+            cleanup.state.lock().jobs.extend(failed);
+            thread::sleep(pause);
+            pause = (pause * 2).min(MAX_PAUSE);
         }
     }
 }
 
-/// Sends `jobs` in one pipeline on one connection, read with one deadline. `Ok` once the server
+/// Sends `jobs`, one pipeline per node they live on (one in all but a cluster); returns the jobs
+/// whose node did not answer.
+fn send_to_each_node(backend: &RedisBackend, jobs: Vec<Job>) -> Vec<Job> {
+    let mut groups: Vec<(Option<Arc<Node>>, Vec<Job>)> = Vec::new();
+    for job in jobs {
+        let node = backend.nodes().hop(&job.keys).ok().map(|hop| hop.node);
+        let same = |(other, _): &&mut (Option<Arc<Node>>, Vec<Job>)| match (&node, other) {
+            (Some(node), Some(other)) => Arc::ptr_eq(node, other),
+            _ => false,
+        };
+        match groups.iter_mut().find(same) {
+            Some((_, group)) => group.push(job),
+            None => groups.push((node, vec![job])),
+        }
+    }
+    let mut failed = Vec::new();
+    for (node, jobs) in groups {
+        let outcome = match &node {
+            Some(node) => send(node, backend, &jobs),
+            None => Err(lock_core::Error::Connection {
+                backend: crate::error::BACKEND,
+                source: "the slot's primary is unknown".into(),
+            }),
+        };
+        if let Err(error) = outcome {
+            tracing::debug!(%error, pending = jobs.len(), "a redis clean-up round failed; retrying");
+            failed.extend(jobs);
+        }
+    }
+    failed
+}
+
+/// Sends `jobs` in one pipeline on one connection to `node`, read with one deadline. `Ok` once the server
 /// answered them all (an error reply to one of them is logged: asking again would get the same).
-fn send(backend: &RedisBackend, jobs: &[Job]) -> lock_core::Result<()> {
+fn send(node: &Node, backend: &RedisBackend, jobs: &[Job]) -> lock_core::Result<()> {
     let undos: Vec<(Undo, &RedisKeys, &str)> =
         jobs.iter().map(|job| (job.undo, &job.keys, job.token.as_str())).collect();
     let (request, replies) = undo_request(backend.scripts(), &undos);
-    let mut connection = backend.connection()?;
+    let mut connection = node.pool.get()?;
     let values = connection.exchange(&request, replies).map_err(|e| error::map("clean up", e))?;
     let answers = values.len().saturating_sub(jobs.len());
+    // A slot that moved (or is moving) meanwhile: the whole round again, on a fresh map (an
+    // undo is idempotent: compare-and-delete, leave the queue).
+    let redirected = values.iter().skip(answers).find_map(|value| match value {
+        Value::ServerError(error) if matches!(error.code(), "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN") => {
+            Some(error.clone())
+        }
+        _ => None,
+    });
+    if let Some(redirect) = redirected {
+        if let Some(cluster) = backend.nodes().cluster() {
+            cluster.mark_stale();
+        }
+        return Err(error::map("clean up", redis::RedisError::from(redirect)));
+    }
     for (job, value) in jobs.iter().zip(values.into_iter().skip(answers)) {
         match value {
             Value::ServerError(error) => {

@@ -17,6 +17,7 @@ use redis::{Client, Connection, ConnectionLike as _, RedisError, RedisResult};
 use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
 use crate::error::{self, RedisFailure};
+use crate::topology::Connector;
 
 /// A connection unused for this long is pinged before it is handed out: the server may have
 /// closed it (restart, idle timeout) in the meantime. Busier connections skip the round trip.
@@ -126,7 +127,17 @@ impl RedisConnection {
     /// [`follow_unanswered`](Self::follow_unanswered) can then write a request that the server
     /// runs right after this one.
     pub(crate) fn exchange(&mut self, request: &[u8], replies: usize) -> RedisResult<Vec<redis::Value>> {
-        let deadline = Instant::now() + self.read_timeout;
+        self.exchange_within(request, replies, self.read_timeout)
+    }
+
+    /// [`exchange`](Self::exchange) with `wait` instead of the read timeout for the replies.
+    pub(crate) fn exchange_within(
+        &mut self,
+        request: &[u8],
+        replies: usize,
+        wait: Duration,
+    ) -> RedisResult<Vec<redis::Value>> {
+        let deadline = Instant::now() + wait;
         self.send_packed(request)?;
         let mut values = Vec::with_capacity(replies);
         for _ in 0..replies {
@@ -207,7 +218,7 @@ impl RedisConnection {
 /// Opens connections with timeouts and remembers the latest failure, so that a caller waiting
 /// for the pool learns *why* no connection came (refused, wrong password, timeout).
 pub(crate) struct ConnectionManager {
-    client: Client,
+    connector: Connector,
     settings: PoolSettings,
     failures: Arc<Mutex<Failures>>,
 }
@@ -267,7 +278,7 @@ impl r2d2::ManageConnection for ConnectionManager {
     type Error = RedisError;
 
     fn connect(&self) -> Result<RedisConnection, RedisError> {
-        match Self::open(&self.client, &self.settings) {
+        match self.connector.open(&self.settings) {
             Ok(inner) => {
                 let now = Instant::now();
                 self.failures.lock().connected_at = Some(now);
@@ -312,6 +323,8 @@ impl r2d2::HandleError<RedisError> for QuietErrors {
 /// The pool of one backend value and its clones.
 pub(crate) struct ConnectionPool {
     pool: r2d2::Pool<ConnectionManager>,
+    /// The manager's, for connections outside the pool.
+    connector: Connector,
     settings: PoolSettings,
     failures: FailureLog,
 }
@@ -321,9 +334,13 @@ pub(crate) type PooledConnection = r2d2::PooledConnection<ConnectionManager>;
 
 impl ConnectionPool {
     /// A pool that connects lazily, on first use.
-    pub(crate) fn new(client: Client, settings: PoolSettings) -> Self {
+    pub(crate) fn new(connector: Connector, settings: PoolSettings) -> Self {
         let failures = FailureLog::default();
-        let manager = ConnectionManager { client, settings, failures: Arc::clone(&failures.failures) };
+        let manager = ConnectionManager {
+            connector: connector.clone(),
+            settings,
+            failures: Arc::clone(&failures.failures),
+        };
         let connectors = ScheduledThreadPool::builder()
             .num_threads(CONNECTOR_THREADS)
             .thread_name_pattern(CONNECTOR_THREAD_NAME)
@@ -342,7 +359,7 @@ impl ConnectionPool {
             .error_handler(Box::new(QuietErrors))
             .thread_pool(Arc::new(connectors))
             .build_unchecked(manager);
-        Self { pool, settings, failures }
+        Self { pool, connector, settings, failures }
     }
 
     /// Opens the first connection and `PING`s the server: `build()`'s check (r2d2's rule), so
@@ -357,11 +374,6 @@ impl ConnectionPool {
             .run(|c| redis::cmd("PING").query::<()>(c))
             .map_err(|error| RedisFailure::command("connect", error))?;
         Ok(())
-    }
-
-    /// The read timeout of every pooled connection.
-    pub(crate) fn read_timeout(&self) -> Duration {
-        self.settings.read_timeout
     }
 
     /// An idle connection if there is one, without waiting; otherwise starts opening one in the
@@ -387,6 +399,14 @@ impl ConnectionPool {
             let Some(mut connection) = self.pool.try_get() else { break };
             connection.discard();
         }
+    }
+
+    /// A new connection outside the pool, opened like the pool's (with its timeouts).
+    ///
+    /// # Errors
+    /// The connection attempt's failure.
+    pub(crate) fn open_unpooled(&self) -> RedisResult<Connection> {
+        self.connector.open(&self.settings)
     }
 
     /// How many connection attempts have failed so far.
@@ -474,7 +494,11 @@ mod tests {
         let timeout = Duration::from_secs(2);
         let settings =
             PoolSettings { max_size: 1, connect_timeout: timeout, read_timeout, write_timeout: timeout };
-        let manager = ConnectionManager { client, settings, failures: Arc::default() };
+        let manager = ConnectionManager {
+            connector: Connector::Direct(Box::new(client)),
+            settings,
+            failures: Arc::default(),
+        };
         r2d2::ManageConnection::connect(&manager).unwrap()
     }
 

@@ -87,6 +87,22 @@ fn classify(error: &RedisError) -> Meaning {
     Meaning::Other
 }
 
+/// The Redis error behind `error`, if a Redis command or connection failed (what the server
+/// replied: `MOVED`, `READONLY`, …).
+pub(crate) fn redis_cause(error: &Error) -> Option<&RedisError> {
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if let Some(RedisFailure::Command { source, .. }) = cause.downcast_ref::<RedisFailure>() {
+            return Some(source);
+        }
+        if let Some(redis) = cause.downcast_ref::<RedisError>() {
+            return Some(redis);
+        }
+        source = cause.source();
+    }
+    None
+}
+
 /// Whether a connection that returned `error` can still be trusted with the next command.
 ///
 /// Only a complete error *reply* from the server leaves the connection in step. After an I/O

@@ -183,6 +183,7 @@ mod set_nx;
 mod single_node;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod topology;
 mod transaction;
 mod wait_loop;
 mod waiter;

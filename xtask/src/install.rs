@@ -59,6 +59,13 @@ const SERVERS: &[Server] = &[
                 version_argument: Some("--version"),
                 package: "redis-tools",
             },
+            // Joins the harness's Redis Cluster (`--cluster create`).
+            Program {
+                name: "redis-cli",
+                candidates: &["/usr/bin/redis-cli", "redis-cli"],
+                version_argument: Some("--version"),
+                package: "redis-tools",
+            },
         ],
     },
     Server {

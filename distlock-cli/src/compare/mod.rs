@@ -46,6 +46,14 @@ pub struct CompareArgs {
     /// Run Redlock on these independent servers (comma-separated URLs) instead of throwaway ones.
     #[arg(long, value_name = "URLS")]
     redlock: Option<String>,
+    /// Run `redis-cluster` on this Redis Cluster (`redis+cluster://host:port,host:port/`) instead
+    /// of a throwaway one.
+    #[arg(long, value_name = "URL")]
+    redis_cluster: Option<String>,
+    /// Run `redis-sentinel` on this Sentinel-managed primary
+    /// (`redis+sentinel://sentinel:port,…/<master-name>`) instead of a throwaway group.
+    #[arg(long, value_name = "URL")]
+    redis_sentinel: Option<String>,
     /// Run the PostgreSQL kinds on this server (`postgres://user:password@host/db`).
     #[arg(long, value_name = "URL")]
     postgres: Option<String>,
@@ -77,6 +85,8 @@ impl CompareArgs {
             Family::InProcess => None,
             Family::Redis => self.redis.as_deref(),
             Family::Redlock => self.redlock.as_deref(),
+            Family::RedisCluster => self.redis_cluster.as_deref(),
+            Family::RedisSentinel => self.redis_sentinel.as_deref(),
             Family::Postgres => self.postgres.as_deref(),
             Family::MySql => self.mysql.as_deref(),
             Family::ZooKeeper => self.zookeeper.as_deref(),

@@ -1,7 +1,9 @@
 //! The Redis kinds: `redis` (SET NX PX), `redis-hash` (reentrant hash), both also with non-fair
 //! waiters (`-nonfair`), and `redlock`.
 
-use distlock::redis::testkit::{plain_pair, server_time, RedisTarget, RedlockTarget, NODES};
+use distlock::redis::testkit::{
+    plain_pair, server_time, Deployment, DeploymentTarget, RedisTarget, RedlockTarget, NODES,
+};
 use distlock::redis::RedisLockKind;
 use lock_testkit::harness::shared;
 use lock_testkit::negative::BrokenRecipe;
@@ -112,4 +114,77 @@ pub(super) fn reentrant_hash_scenarios() -> Vec<lock_testkit::BackendScenario> {
 
 pub(super) fn redlock_scenarios() -> Vec<lock_testkit::BackendScenario> {
     own("R02")
+}
+
+/// The replicated deployments' scenarios with these ids.
+fn deployment(ids: &[&str]) -> Vec<lock_testkit::BackendScenario> {
+    distlock::redis::testkit::deployment_scenarios()
+        .into_iter()
+        .filter(|scenario| ids.contains(&scenario.id))
+        .collect()
+}
+
+/// R05 (slot migration) and R06 (failover) under `redis-cluster`.
+pub(super) fn cluster_scenarios() -> Vec<lock_testkit::BackendScenario> {
+    deployment(&["R05", "R06"])
+}
+
+/// R07 (Sentinel failover) under `redis-sentinel`.
+pub(super) fn sentinel_scenarios() -> Vec<lock_testkit::BackendScenario> {
+    deployment(&["R07"])
+}
+
+/// `redis-cluster`: the shared throwaway cluster, or a user's. Its yardstick for `distlock
+/// bench` is the single-node kind on the harness's standalone server (a cluster node answers
+/// only for its own slots, so the single-node client cannot run on one of the primaries); its
+/// time breakdown is how the workloads' names spread over the primaries.
+pub(super) fn cluster(servers: Servers<'_>) -> Result<Opened, String> {
+    let (url, harness) = deployment_url(servers, || {
+        shared::redis_cluster()
+            .map(|cluster| cluster.address())
+            .map_err(|e| format!("starting a Redis Cluster: {e}"))
+    })?;
+    let target = DeploymentTarget::at(Deployment::Cluster, RedisLockKind::SetNx, url);
+    let mut opened = Opened::new(target.clone());
+    opened.time_breakdown = Some(Box::new(move || {
+        Ok(format!("names over the primaries (10,000 fresh names): {}", target.primary_share(10_000)?))
+    }));
+    if harness {
+        opened.single_node_reference =
+            Some(Box::new(|| Box::new(RedisTarget::new(RedisLockKind::SetNx)) as Box<dyn KindTarget>));
+    }
+    Ok(opened)
+}
+
+/// `redis-sentinel`: the shared throwaway Sentinel group, or a user's. Its yardstick for
+/// `distlock bench` is the single-node kind on the primary itself (harness deployments).
+pub(super) fn sentinel(servers: Servers<'_>) -> Result<Opened, String> {
+    let (url, harness) = deployment_url(servers, || {
+        shared::redis_sentinel()
+            .map(|group| group.address())
+            .map_err(|e| format!("starting a Sentinel group: {e}"))
+    })?;
+    let target = DeploymentTarget::at(Deployment::Sentinel, RedisLockKind::SetNx, url);
+    let mut opened = Opened::new(target.clone());
+    if harness {
+        let primary = target.primary_url()?;
+        opened.single_node_reference = Some(Box::new(move || {
+            Box::new(RedisTarget::at(RedisLockKind::SetNx, primary.clone())) as Box<dyn KindTarget>
+        }));
+    }
+    Ok(opened)
+}
+
+/// The URL of a replicated deployment: the harness's (`true`), or the user's, checked.
+fn deployment_url(
+    servers: Servers<'_>,
+    harness: impl FnOnce() -> Result<&'static str, String>,
+) -> Result<(String, bool), String> {
+    match servers {
+        Servers::Harness => Ok((harness()?.to_owned(), true)),
+        Servers::Url(url) => {
+            super::check_url(url, distlock::BackendKind::Redis)?;
+            Ok((url.to_owned(), false))
+        }
+    }
 }

@@ -130,6 +130,21 @@ fn a_suspended_session_is_in_doubt_at_once_and_held_when_back() {
 }
 
 #[test]
+fn a_lease_is_in_doubt_while_its_backend_raises_the_signal() {
+    let backend = FakeBackend::default();
+    let signal = crate::DoubtSignal::new();
+    *backend.switches.doubt.lock() = Some(signal.clone());
+    let client = LockClient::with_options(backend.clone(), options(60_000, true));
+    let guard = hold(&client, "doubted lease");
+    assert_eq!(guard.state(), HoldState::Held);
+    signal.raise();
+    assert_eq!(guard.state(), HoldState::InDoubt, "the backend's doubt shows at once");
+    assert!(!guard.is_held());
+    signal.clear();
+    assert_eq!(guard.state(), HoldState::Held, "confirmed again");
+}
+
+#[test]
 fn renewal_comes_before_what_the_holder_may_count_on_runs_out() {
     let backend = FakeBackend::default();
     // 300 ms leases of which the holder may count on 100 ms: the default interval (a third of the

@@ -11,6 +11,7 @@ use super::fanout::Node;
 use super::{Inner, RedlockBackend};
 use crate::builder::{check_prefix, check_timeout, install_tls_provider};
 use crate::connection::{ConnectionPool, PoolSettings};
+use crate::topology::Connector;
 use crate::waiter::WaitHub;
 
 /// Builds a [`RedlockBackend`] by value; [`build`](Self::build) validates.
@@ -164,8 +165,8 @@ impl RedlockBuilder {
                 let control = format!("{}:subscriber:{}", self.key_prefix, OwnerToken::random());
                 Node {
                     address,
-                    hub: WaitHub::new(client.clone(), settings, control),
-                    pool: ConnectionPool::new(client, settings),
+                    hub: WaitHub::new(Connector::Direct(Box::new(client.clone())), settings, control),
+                    pool: ConnectionPool::new(Connector::Direct(Box::new(client)), settings),
                 }
             })
             .collect();

@@ -14,6 +14,9 @@ pub struct RedisLease {
     pub(crate) token: String,
     pub(crate) fence: FencingToken,
     pub(crate) lease: Duration,
+    /// Raised while the lease's primary is unreachable (replicated deployments only: see
+    /// `topology/heartbeat.rs`).
+    pub(crate) doubt: Option<lock_core::DoubtSignal>,
 }
 
 impl RedisLease {
@@ -31,7 +34,15 @@ impl RedisLease {
         lease: Duration,
     ) -> Self {
         let fence = FencingToken::new(u64::try_from(fence).unwrap_or(0));
-        Self { name: name.clone(), keys: keys.clone(), token, fence, lease }
+        Self { name: name.clone(), keys: keys.clone(), token, fence, lease, doubt: None }
+    }
+
+    /// The server extended the lease to `ttl`: whatever doubt there was is over.
+    pub(crate) fn confirmed(&mut self, ttl: Duration) {
+        self.lease = ttl;
+        if let Some(doubt) = &self.doubt {
+            doubt.clear();
+        }
     }
 
     /// The lock's name.

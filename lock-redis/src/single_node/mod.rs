@@ -2,6 +2,7 @@
 //! type lives in `lease.rs`, the wait loop in `wait.rs`, `WAIT` for replicas in `replication.rs`.
 
 mod lease;
+mod renewal;
 mod replication;
 mod uncontended;
 mod wait;
@@ -12,7 +13,8 @@ pub(crate) use wait::QUEUE_ENTRY_TTL;
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::thread;
+use std::time::{Duration, Instant};
 
 use lock_core::{
     check_lease, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind, LockName, NativeWait,
@@ -22,10 +24,11 @@ use redis::RedisResult;
 
 use crate::builder::RedisLockBuilder;
 use crate::cleanup::{self, Undo};
-use crate::connection::{ConnectionPool, PooledConnection};
-use crate::error::{self, error_chain, BACKEND};
+use crate::connection::PooledConnection;
+use crate::error::{self, BACKEND};
 use crate::keys::RedisKeys;
 use crate::lua::LockScripts;
+use crate::topology::{Heartbeat, Hop, Next, Nodes};
 use crate::waiter::WaitHub;
 use crate::{millis, reentrant_hash, set_nx};
 use uncontended::Uncontended;
@@ -70,16 +73,22 @@ pub struct RedisBackend {
 }
 
 pub(crate) struct Inner {
-    pub(crate) pool: ConnectionPool,
+    /// Where each lock's keys live: one server, Sentinel's primary, or a cluster's primaries.
+    pub(crate) nodes: Nodes,
+    /// The read timeout of every connection, and the time a call may spend following the
+    /// deployment's redirects.
+    pub(crate) io_timeout: Duration,
     pub(crate) prefix: String,
     pub(crate) kind: RedisLockKind,
     /// Waiters queue and are served in arrival order (`RedisLockBuilder::fair`).
     pub(crate) fair: bool,
     pub(crate) replicas: Option<ReplicaWait>,
     pub(crate) hub: WaitHub,
+    /// Watches the primaries of leases on a replicated deployment (`topology/heartbeat.rs`).
+    pub(crate) heartbeat: Arc<Heartbeat>,
     /// Undos of failed calls still to be sent (`cleanup.rs`).
     pub(crate) cleanup: cleanup::Cleanup,
-    /// `host:port`, without credentials, for `Debug`.
+    /// Where the URL points, without credentials, for `Debug`.
     pub(crate) address: String,
 }
 
@@ -89,6 +98,13 @@ impl Drop for Inner {
         self.hub.close();
     }
 }
+
+/// The pause before the second retry of a redirected request (see [`RedisBackend::routed`]).
+const FIRST_REDIRECT_PAUSE: Duration = Duration::from_millis(5);
+
+/// The longest pause between retries of a redirected request: a cluster failover takes about a
+/// second, a Sentinel failover a few.
+const MAX_REDIRECT_PAUSE: Duration = Duration::from_millis(200);
 
 /// Which request an acquisition attempt sends ([`RedisBackend::attempt`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,8 +163,26 @@ impl RedisBackend {
         RedisKeys::new(&self.inner.prefix, name)
     }
 
+    /// A new plain connection (outside the pool, with the backend's timeouts) to the node that
+    /// serves the keys of `name`: the one server, Sentinel's current primary, or the primary of
+    /// the name's slot in a cluster. For operators and tools that read a lock's keys
+    /// (`distlock inspect`).
+    ///
+    /// # Errors
+    /// [`Error::Connection`] and the like when the node cannot be reached; a cluster whose slot
+    /// map cannot be read.
+    pub fn node_connection(&self, name: &LockName) -> Result<redis::Connection> {
+        let hop = self.inner.nodes.hop(&self.keys(name))?;
+        hop.node.pool.open_unpooled().map_err(|e| error::map("connect", e))
+    }
+
     pub(crate) fn scripts(&self) -> &'static LockScripts {
         self.inner.kind.scripts()
+    }
+
+    /// Where this backend's locks live.
+    pub(crate) fn nodes(&self) -> &Nodes {
+        &self.inner.nodes
     }
 
     /// The undos of failed calls this backend still has to send.
@@ -156,8 +190,44 @@ impl RedisBackend {
         &self.inner.cleanup
     }
 
-    pub(crate) fn connection(&self) -> Result<PooledConnection> {
-        Ok(self.inner.pool.get()?)
+    /// Runs `request` against the node serving `keys`, following what the deployment answers
+    /// (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `READONLY`: see [`Nodes::after_failure`]) for
+    /// at most one I/O timeout. The first redirect is followed at once; later ones after a
+    /// pause that doubles up to [`MAX_REDIRECT_PAUSE`].
+    pub(crate) fn routed<T>(
+        &self,
+        keys: &RedisKeys,
+        mut request: impl FnMut(&Hop) -> Result<T>,
+    ) -> Result<T> {
+        let deadline = Instant::now() + self.inner.io_timeout;
+        let mut pause = FIRST_REDIRECT_PAUSE;
+        let mut retries = 0_u32;
+        let mut hop = self.inner.nodes.hop(keys)?;
+        loop {
+            let failure = match request(&hop) {
+                Err(failure) => failure,
+                done => return done,
+            };
+            let Next::Retry { pause: wait, ask } = self.inner.nodes.after_failure(&hop, &failure, pause)
+            else {
+                return Err(failure);
+            };
+            // Only the first retry may go at once: two redirects in a row mean the deployment
+            // is changing, and a burst of requests would not help it.
+            let wait = if retries == 0 { wait } else { Some(wait.unwrap_or(pause)) };
+            if Instant::now() + wait.unwrap_or_default() >= deadline {
+                return Err(failure);
+            }
+            if let Some(wait) = wait {
+                thread::sleep(wait);
+                pause = (pause * 2).min(MAX_REDIRECT_PAUSE);
+            }
+            retries += 1;
+            hop = match ask {
+                Some(node) => Nodes::hop_to(node, true),
+                None => self.inner.nodes.hop(keys)?,
+            };
+        }
     }
 
     /// One acquisition attempt, one round trip when uncontended.
@@ -186,8 +256,21 @@ impl RedisBackend {
         ttl: Duration,
         route: Route,
     ) -> Result<Attempt> {
+        self.routed(keys, |hop| self.attempt_on(hop, name, keys, owner, ttl, route))
+    }
+
+    /// [`attempt`](Self::attempt) on one node.
+    fn attempt_on(
+        &self,
+        hop: &Hop,
+        name: &LockName,
+        keys: &RedisKeys,
+        owner: &OwnerToken,
+        ttl: Duration,
+        route: Route,
+    ) -> Result<Attempt> {
         let token = owner.to_hex();
-        let mut connection = self.connection()?;
+        let mut connection = hop.connection()?;
         let fence = match route {
             Route::Uncontended { waiting } if self.kind() == RedisLockKind::SetNx => {
                 let reply = uncontended::acquire(&mut connection, keys, &token, ttl).map_err(|e| {
@@ -202,7 +285,7 @@ impl RedisBackend {
                     }
                     Uncontended::Refused => {}
                     Uncontended::Acquired(fence) => {
-                        return self.granted(&mut connection, name, keys, token, fence, ttl)
+                        return self.granted(hop, &mut connection, name, keys, token, fence, ttl)
                     }
                     Uncontended::OutOfTurn(fence) => {
                         let lease = RedisLease::granted(name, keys, token.clone(), fence, ttl);
@@ -243,7 +326,7 @@ impl RedisBackend {
                 }
             }
         };
-        self.granted(&mut connection, name, keys, token, fence, ttl)
+        self.granted(hop, &mut connection, name, keys, token, fence, ttl)
     }
 
     /// An acquisition request under `token` failed with `failure`: undoes what the server may
@@ -286,8 +369,10 @@ impl RedisBackend {
     }
 
     /// The lease of a grant, once the replicas have it if the backend waits for them.
+    #[allow(clippy::too_many_arguments)]
     fn granted(
         &self,
+        hop: &Hop,
         connection: &mut PooledConnection,
         name: &LockName,
         keys: &RedisKeys,
@@ -295,9 +380,12 @@ impl RedisBackend {
         fence: i64,
         ttl: Duration,
     ) -> Result<Attempt> {
-        let lease = RedisLease::granted(name, keys, token, fence, ttl);
+        let mut lease = RedisLease::granted(name, keys, token, fence, ttl);
         if let Some(wait) = self.inner.replicas {
             self.confirm_replicated(connection, &lease, wait)?;
+        }
+        if self.inner.nodes.replicated() {
+            lease.doubt = Some(self.inner.heartbeat.watch(&hop.node, self.inner.io_timeout));
         }
         Ok(Attempt::Acquired(lease))
     }
@@ -359,71 +447,30 @@ impl DistributedLock for RedisBackend {
 
     fn extend(&self, lease: &mut RedisLease, ttl: Duration) -> Result<bool> {
         check_lease(ttl)?;
-        let mut connection = self.connection()?;
-        let extended: i64 = connection
-            .run(|c| {
-                let script = &self.scripts().extend;
-                script.query(c, script.invoke(&[lease.keys.lock()]).arg(&lease.token).arg(millis(ttl)))
-            })
-            .map_err(|e| error::map("extend", e))?;
+        let extended: i64 = self.routed(&lease.keys, |hop| {
+            hop.connection()?
+                .run(|c| {
+                    let script = &self.scripts().extend;
+                    script.query(c, script.invoke(&[lease.keys.lock()]).arg(&lease.token).arg(millis(ttl)))
+                })
+                .map_err(|e| error::map("extend", e))
+        })?;
         if extended == 1 {
-            lease.lease = ttl;
+            lease.confirmed(ttl);
         }
         Ok(extended == 1)
     }
 
-    /// Extends every lease of the batch in ONE pipeline on one connection: 10,000 leases cost
-    /// one round trip, not 10,000.
+    /// Extends the leases of the batch in ONE pipeline per node: 10,000 leases on one server
+    /// cost one round trip, not 10,000 (see `renewal.rs`).
     fn extend_many(&self, batch: &mut [Extension<'_, RedisLease>]) -> Vec<Result<bool>> {
-        let mut outcomes: Vec<Option<Result<bool>>> =
-            batch.iter().map(|item| check_lease(item.ttl).err().map(Err)).collect();
-        let valid: Vec<usize> = (0..batch.len()).filter(|&index| outcomes[index].is_none()).collect();
-        if !valid.is_empty() {
-            let scripts = self.scripts();
-            // EVALSHA in a pipeline is not retried on NOSCRIPT (a restarted server, SCRIPT FLUSH):
-            // load the script first, in the same round trip.
-            let mut request = scripts.extend.load();
-            for &index in &valid {
-                let item = &batch[index];
-                let mut command = scripts.extend.invoke(&[item.lease.keys.lock()]);
-                request.extend(command.arg(&item.lease.token).arg(millis(item.ttl)).get_packed_command());
-            }
-            // One connect and one read timeout for the whole batch (the trait's no-hang rule).
-            let replies = self.connection().and_then(|mut connection| {
-                connection.exchange(&request, 1 + valid.len()).map_err(|e| error::map("extend", e))
-            });
-            match replies {
-                Ok(values) => {
-                    let replies = values.into_iter().skip(1).map(|value| {
-                        redis::from_redis_value::<RedisResult<i64>>(value).unwrap_or_else(|e| Err(e.into()))
-                    });
-                    for (&index, reply) in valid.iter().zip(replies) {
-                        outcomes[index] = Some(match reply {
-                            Ok(extended) => {
-                                if extended == 1 {
-                                    batch[index].lease.lease = batch[index].ttl;
-                                }
-                                Ok(extended == 1)
-                            }
-                            Err(e) => Err(error::map("extend", e)),
-                        });
-                    }
-                }
-                Err(error) => {
-                    // One failure for the whole batch; each lease gets it (the error is not
-                    // Clone, so each gets the same description and meaning).
-                    for &index in &valid {
-                        outcomes[index] = Some(Err(same_error(&error)));
-                    }
-                }
-            }
-        }
-        outcomes.into_iter().map(|outcome| outcome.unwrap_or_else(|| Ok(false))).collect()
+        self.extend_batch(batch)
     }
 
     fn release(&self, lease: RedisLease) -> Result<bool> {
-        let mut connection = self.connection()?;
-        let released = self.release_on(&mut connection, &lease).map_err(|e| error::map("release", e))?;
+        let released = self.routed(&lease.keys, |hop| {
+            self.release_on(&mut hop.connection()?, &lease).map_err(|e| error::map("release", e))
+        })?;
         Ok(released == 1)
     }
 
@@ -434,20 +481,9 @@ impl DistributedLock for RedisBackend {
     fn fencing(&self) -> Option<&dyn Fencing<Lease = RedisLease>> {
         Some(self)
     }
-}
 
-/// A copy of `error` for another item of the same failed batch: same variant (so the same
-/// meaning and `is_retryable`), with the original's message as the source.
-fn same_error(error: &Error) -> Error {
-    let source = || -> lock_core::BoxError { error_chain(error).into() };
-    match error {
-        Error::Connection { backend, .. } => Error::Connection { backend, source: source() },
-        Error::Authentication { backend, .. } => Error::Authentication { backend, source: source() },
-        Error::Timeout { backend, operation, .. } => {
-            Error::Timeout { backend, operation, source: Some(source()) }
-        }
-        Error::InvalidConfig { reason } => Error::InvalidConfig { reason: reason.clone() },
-        _ => Error::Backend { backend: BACKEND, source: source() },
+    fn doubt_signal(&self, lease: &RedisLease) -> Option<lock_core::DoubtSignal> {
+        lease.doubt.clone()
     }
 }
 
@@ -470,10 +506,15 @@ impl fmt::Debug for RedisBackend {
 
 #[cfg(feature = "testkit")]
 impl RedisBackend {
-    /// Times one `PING` per call on a connection of this backend's pool (benchmarks' limit).
+    /// Times one `PING` per call on a connection of this backend's pool (benchmarks' limit);
+    /// in a cluster, on the primary of the name `ping`.
     pub(crate) fn ping_probe(&self) -> lock_testkit::workload::TimeOne {
         let backend = self.clone();
-        Box::new(move || crate::testkit::time_ping(&backend.inner.pool))
+        let keys = self.keys(&LockName::new("ping").expect("a valid name"));
+        Box::new(move || {
+            let hop = backend.inner.nodes.hop(&keys).map_err(|e| e.to_string())?;
+            crate::testkit::time_ping(&hop.node.pool)
+        })
     }
 }
 
@@ -481,16 +522,6 @@ impl RedisBackend {
 mod tests {
     use super::*;
     use crate::wait_loop::FALLBACK_RECHECK;
-
-    #[test]
-    fn a_batch_error_is_copied_with_its_meaning() {
-        let timeout = Error::Timeout { backend: BACKEND, operation: "extend", source: None };
-        assert!(matches!(same_error(&timeout), Error::Timeout { operation: "extend", .. }));
-        let refused = Error::Connection { backend: BACKEND, source: "refused".into() };
-        let copy = same_error(&refused);
-        assert!(copy.is_retryable());
-        assert!(std::error::Error::source(&copy).unwrap().to_string().contains("refused"));
-    }
 
     #[test]
     fn the_fallback_is_not_shorter_than_a_second_and_entries_outlive_it() {

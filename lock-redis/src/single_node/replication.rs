@@ -29,7 +29,7 @@ impl RedisBackend {
         wait: ReplicaWait,
     ) -> Result<()> {
         // The server answers WAIT only after its timeout, so the socket must wait that long too.
-        let read_timeout = self.inner.pool.read_timeout() + wait.timeout;
+        let read_timeout = self.inner.io_timeout + wait.timeout;
         let acknowledged = connection.run_with_read_timeout(read_timeout, |c| {
             redis::cmd("WAIT").arg(wait.replicas).arg(millis(wait.timeout)).query::<i64>(c)
         });

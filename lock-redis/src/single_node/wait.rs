@@ -29,7 +29,7 @@ impl RedisBackend {
     /// the lock up for it).
     fn leave_queue(&self, keys: &RedisKeys, owner: &OwnerToken) {
         let token = owner.to_hex();
-        let result = self.connection().and_then(|mut connection| {
+        let result = self.routed(keys, |hop| {
             let script = &self.scripts().dequeue;
             let command = script
                 .invoke(&[keys.lock(), keys.queue(), keys.queue_timeouts()])
@@ -37,7 +37,7 @@ impl RedisBackend {
                 .arg(keys.channel())
                 .to_owned();
             script
-                .exchange::<i64>(&mut connection, &command)
+                .exchange::<i64>(&mut *hop.connection()?, &command)
                 .map_err(|e| error::map("leave the wait queue", e))
         });
         if let Err(error) = result {
@@ -52,12 +52,16 @@ impl RedisBackend {
     /// When the server did not answer (a timeout, a broken or refused connection): the caller's
     /// next attempt would only cost another timeout. Other failures (an ACL user without rights
     /// on the control channel) are logged: the subscriber still gets there within its tick.
-    fn poke_subscriber(&self) -> Result<()> {
-        let result = self.connection().and_then(|mut connection| {
-            connection
-                .run(|c| redis::cmd("PUBLISH").arg(self.inner.hub.control_channel()).arg("").query::<i64>(c))
-                .map_err(|e| error::map("wake the subscriber", e))
-        });
+    fn poke_subscriber(&self, keys: &RedisKeys) -> Result<()> {
+        // Any node will do (in a cluster PUBLISH reaches every node): the lock's own.
+        let result =
+            self.inner.nodes.hop(keys).and_then(|hop| hop.connection()).and_then(|mut connection| {
+                connection
+                    .run(|c| {
+                        redis::cmd("PUBLISH").arg(self.inner.hub.control_channel()).arg("").query::<i64>(c)
+                    })
+                    .map_err(|e| error::map("wake the subscriber", e))
+            });
         match result {
             Err(error) if error.is_retryable() => Err(error),
             Err(error) => {
@@ -107,7 +111,7 @@ impl Waiter for QueueWaiter<'_> {
         let (joined, poke) = self.backend.inner.hub.register(self.keys.channel(), &self.owner.to_hex());
         self.registration = Some(joined);
         if poke {
-            self.backend.poke_subscriber()?;
+            self.backend.poke_subscriber(self.keys)?;
         }
         if let Some(joined) = &self.registration {
             joined.wait_subscribed(until);

@@ -11,6 +11,8 @@
 //! - [`negative`]: the broken recipes N01–N04 and N06; [`broken_recipes`] lists them in the
 //!   backend-neutral frame of [`lock_testkit::negative`].
 
+mod deployment;
+mod deployment_scenarios;
 pub mod negative;
 pub mod plain_pair;
 pub mod redlock;
@@ -18,6 +20,8 @@ mod scenarios;
 pub mod server_time;
 mod single_node;
 
+pub use deployment::{Deployment, DeploymentTarget};
+pub use deployment_scenarios::deployment_scenarios;
 pub use redlock::{RedlockTarget, NODES};
 pub use scenarios::scenarios;
 pub(crate) use single_node::time_ping;

@@ -85,10 +85,13 @@ fn lock_key(name: &LockName) -> String {
 /// its socket buffer: it would apply the lock on resuming, even with the primary dead. A backlog
 /// larger than those buffers keeps the lock's write in the primary's own output buffer, which
 /// `kill -9` loses — the replication lag of source 001's story.
-fn fill_replication_backlog(primary: &mut redis::Connection) {
+///
+/// The filler keys are `<key_prefix>:<index>` (in a cluster, give them the lock's hash tag, so
+/// they live on the same primary).
+pub(super) fn fill_replication_backlog(primary: &mut redis::Connection, key_prefix: &str) {
     let filler = vec![b'x'; 1 << 20];
     for index in 0..256 {
-        let _: () = primary.set(format!("r03-filler:{index}"), &filler).unwrap();
+        let _: () = primary.set(format!("{key_prefix}:{index}"), &filler).unwrap();
         let replicas: String =
             redis::cmd("CLIENT").arg("LIST").arg("TYPE").arg("replica").query(primary).unwrap();
         let backlog: u64 = replicas
@@ -118,7 +121,7 @@ fn r03_without_wait() {
     let name = unique_name("r03");
 
     replica.process().pause().unwrap();
-    fill_replication_backlog(&mut connection(&primary.url()));
+    fill_replication_backlog(&mut connection(&primary.url()), "r03-filler");
     let a = client(&primary.url(), None);
     let guard_a = Lock::new(&a, name.clone()).try_lock().unwrap().expect("A acquires on the primary");
     let on_primary: bool = connection(&primary.url()).exists(lock_key(&name)).unwrap();

@@ -301,6 +301,19 @@ pub fn probe(url: &str) -> redis::RedisResult<redis::Connection> {
 /// # Errors
 /// When the server cannot be reached.
 pub fn delete_keys_of_names(url: &str, key_prefix: &str, name_prefix: &str) -> Result<u64, String> {
+    let mut connection = probe(url).map_err(|e| format!("{}: {e}", lock_core::redact_url(url)))?;
+    delete_keys_on(&mut connection, key_prefix, name_prefix)
+}
+
+/// [`delete_keys_of_names`] on one open connection.
+///
+/// # Errors
+/// When the server does not answer.
+pub(crate) fn delete_keys_on(
+    connection: &mut redis::Connection,
+    key_prefix: &str,
+    name_prefix: &str,
+) -> Result<u64, String> {
     let name = LockName::new(name_prefix).map_err(|e| e.to_string())?;
     // `<key prefix>:{<escaped name>}:lock`, cut after the escaped prefix; glob characters quoted.
     let lock_key = RedisKeys::new(key_prefix, &name).lock().to_owned();
@@ -313,7 +326,7 @@ pub fn delete_keys_of_names(url: &str, key_prefix: &str, name_prefix: &str) -> R
         pattern.push(c);
     }
     pattern.push('*');
-    let mut connection = probe(url).map_err(|e| format!("{}: {e}", lock_core::redact_url(url)))?;
+    let connection = &mut *connection;
     let (mut cursor, mut deleted) = (0u64, 0u64);
     loop {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
@@ -322,11 +335,10 @@ pub fn delete_keys_of_names(url: &str, key_prefix: &str, name_prefix: &str) -> R
             .arg(&pattern)
             .arg("COUNT")
             .arg(1000)
-            .query(&mut connection)
+            .query(connection)
             .map_err(|e| e.to_string())?;
         if !keys.is_empty() {
-            deleted +=
-                redis::cmd("DEL").arg(&keys).query::<u64>(&mut connection).map_err(|e| e.to_string())?;
+            deleted += redis::cmd("DEL").arg(&keys).query::<u64>(connection).map_err(|e| e.to_string())?;
         }
         if next == 0 {
             return Ok(deleted);

@@ -26,9 +26,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use redis::Client;
 
 use crate::connection::PoolSettings;
+use crate::topology::Connector;
 
 mod subscriber;
 
@@ -53,7 +53,7 @@ pub(crate) struct WaitHub {
 }
 
 struct HubShared {
-    client: Client,
+    connector: Connector,
     settings: PoolSettings,
     /// Where waiters poke the subscriber thread so it subscribes at once; unique per hub.
     control_channel: String,
@@ -148,9 +148,13 @@ pub(crate) struct Registration<'a> {
 impl WaitHub {
     /// A hub whose subscriber connects like the pool does. `control_channel` must be unique to
     /// this hub.
-    pub(crate) fn new(client: Client, settings: PoolSettings, control_channel: String) -> Self {
-        let shared =
-            Arc::new(HubShared { client, settings, control_channel, state: Mutex::new(HubState::default()) });
+    pub(crate) fn new(connector: Connector, settings: PoolSettings, control_channel: String) -> Self {
+        let shared = Arc::new(HubShared {
+            connector,
+            settings,
+            control_channel,
+            state: Mutex::new(HubState::default()),
+        });
         Self { shared }
     }
 

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use redis::{Connection, RedisResult};
 
 use super::{HubShared, REFUSED_RETRY, TICK};
-use crate::connection::ConnectionManager;
 
 /// Longest pause between reconnection attempts of the subscriber.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
@@ -33,8 +32,8 @@ pub(super) fn run(shared: &HubShared) {
     let mut delay = MIN_RECONNECT_DELAY;
     while !shared.is_closed() {
         let started = Instant::now();
-        let outcome = ConnectionManager::open(&shared.client, &shared.settings)
-            .and_then(|mut connection| serve(shared, &mut connection));
+        let outcome =
+            shared.connector.open(&shared.settings).and_then(|mut connection| serve(shared, &mut connection));
         if let Err(error) = outcome {
             tracing::debug!(%error, "redis subscriber connection failed; reconnecting");
             shared.connection_lost();
@@ -86,7 +85,7 @@ impl ChannelRights {
 
     fn ask(&mut self, shared: &HubShared) -> Result<(), redis::RedisError> {
         if self.probe.is_none() {
-            self.probe = ConnectionManager::open(&shared.client, &shared.settings).ok();
+            self.probe = shared.connector.open(&shared.settings).ok();
         }
         // Without a probe connection (it failed to open) the answer is yes: subscribe blind.
         let Some(connection) = self.probe.as_mut() else { return Ok(()) };

@@ -26,6 +26,14 @@ pub(crate) const REDIS_SERVER: Binary = Binary {
     search_path: true,
 };
 
+/// The Redis command-line client: `redis-cli --cluster create` joins a cluster's nodes.
+pub(crate) const REDIS_CLI: Binary = Binary {
+    name: "redis-cli",
+    package: "redis-tools",
+    dirs: &["/usr/bin", "/usr/local/bin"],
+    search_path: true,
+};
+
 pub(crate) const MARIADBD: Binary = Binary {
     name: "mariadbd",
     package: "mariadb-server",

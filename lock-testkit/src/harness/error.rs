@@ -148,6 +148,40 @@ pub enum HarnessError {
         /// Each node's log file.
         logs: Vec<PathBuf>,
     },
+
+    /// A request to a server the harness started was refused or not answered, e.g. a
+    /// `CLUSTER SETSLOT` during a slot migration.
+    #[error("{kind} server on port {port}: `{request}` failed: {reason}")]
+    Request {
+        /// The server.
+        kind: ServerKind,
+        /// Its port.
+        port: u16,
+        /// The request, e.g. `CLUSTER SETSLOT 42 NODE <id>`.
+        request: String,
+        /// The error reply, or why there was none.
+        reason: String,
+    },
+
+    /// A Redis Cluster or Sentinel group is not in the state a call needs, e.g. a primary
+    /// without a replica, or a slot to move that its target already serves.
+    #[error("{detail}")]
+    UnexpectedState {
+        /// What was found, and where.
+        detail: String,
+    },
+
+    /// A group of servers (a Redis Cluster, a Sentinel group) did not reach the state the
+    /// harness waited for before the deadline.
+    #[error("{goal}: not reached within {waited:?}; last seen:\n{state}")]
+    NotConverged {
+        /// What was waited for, e.g. `Redis Cluster formed`.
+        goal: String,
+        /// How long the harness waited.
+        waited: Duration,
+        /// What each server said last, and the tails of their logs where useful.
+        state: String,
+    },
 }
 
 impl HarnessError {

@@ -10,7 +10,7 @@ use nix::unistd::Uid;
 use super::binaries::{self, MARIADBD, MARIADB_INSTALL_DB};
 use super::command::CommandSpec;
 use super::process::Readiness;
-use super::{dirs, ports, HarnessError, ServerKind, ServerProcess, TestServer};
+use super::{dirs, ports, HarnessError, ServerKind, ServerProcess, TestDeployment, TestServer};
 
 const KIND: ServerKind = ServerKind::MariaDb;
 
@@ -140,7 +140,7 @@ impl MariaDbServer {
     }
 }
 
-impl TestServer for MariaDbServer {
+impl TestDeployment for MariaDbServer {
     const KIND: ServerKind = KIND;
 
     fn start() -> Result<Self, HarnessError> {
@@ -150,7 +150,9 @@ impl TestServer for MariaDbServer {
     fn address(&self) -> String {
         self.url()
     }
+}
 
+impl TestServer for MariaDbServer {
     fn process(&self) -> &ServerProcess {
         MariaDbServer::process(self)
     }

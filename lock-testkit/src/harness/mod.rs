@@ -1,16 +1,23 @@
 //! Real, throwaway servers for tests: Redis, PostgreSQL, MariaDB and ZooKeeper, each kind behind
 //! its own Cargo feature (`redis-server`, `postgres-server`, `mariadb-server`, `zookeeper-server`).
+//! Besides single servers: a [`RedisCluster`] (three primaries with a replica each, slots that
+//! tests can move), a [`RedisSentinelGroup`] (a primary, two replicas, three sentinels) and a
+//! [`ZooKeeperEnsemble`], whose nodes tests can kill, pause and restart one by one.
 //!
 //! Each server is started from the installed binaries on free 127.0.0.1 ports (never the
 //! standard ones), in its own temp dir, and is ready when it answers a real protocol request:
-//! Redis `PING`, a PostgreSQL or MariaDB login with a password, ZooKeeper `srvr`/`ruok`. A
-//! missing binary is an error naming the Debian package to install (`cargo xtask test` installs
-//! them all); nothing is skipped.
+//! Redis `PING`, a PostgreSQL or MariaDB login with a password, ZooKeeper `srvr`/`ruok`. A group
+//! is ready when its members agree: every cluster node says `cluster_state:ok` and sees the same
+//! primaries and replicas; every sentinel knows both replicas and the other sentinels. A missing
+//! binary is an error naming the Debian package to install (`cargo xtask test` installs them
+//! all); nothing is skipped.
 //!
 //! ```no_run
 //! # #[cfg(feature = "redis-server")]
 //! # fn main() -> Result<(), lock_testkit::harness::HarnessError> {
-//! use lock_testkit::harness::{shared, RedisServer};
+//! use std::time::Duration;
+//!
+//! use lock_testkit::harness::{shared, RedisCluster, RedisServer};
 //!
 //! // Most tests share one server per test binary (or one named by $DISTLOCK_REDIS_URL):
 //! let url = shared::redis()?.address();
@@ -21,7 +28,13 @@
 //! redis.process().resume()?;
 //! redis.process().kill9()?; // a crash: every key is gone
 //! redis.process().restart()?; // same port, answering again
-//! # let _ = url;
+//!
+//! // Failovers: kill a cluster primary, wait for its replica to serve the slot.
+//! let cluster = RedisCluster::start()?;
+//! let primary = cluster.primary_for_slot(0)?;
+//! cluster.node(primary).expect("a node of the cluster").process().kill9()?;
+//! let promoted = cluster.wait_for_new_primary(0, primary, Duration::from_secs(10))?;
+//! # let _ = (url, promoted);
 //! # Ok(())
 //! # }
 //! # #[cfg(not(feature = "redis-server"))]
@@ -68,6 +81,12 @@ mod postgres;
 mod process;
 #[cfg(feature = "redis-server")]
 mod redis;
+#[cfg(feature = "redis-server")]
+mod redis_cluster;
+#[cfg(feature = "redis-server")]
+mod redis_sentinel;
+#[cfg(feature = "redis-server")]
+mod resp;
 mod server;
 pub mod shared;
 mod spawner;
@@ -86,7 +105,11 @@ pub use postgres::PostgresServer;
 pub use process::ServerProcess;
 #[cfg(feature = "redis-server")]
 pub use redis::{RedisOptions, RedisServer};
-pub use server::TestServer;
+#[cfg(feature = "redis-server")]
+pub use redis_cluster::{ClusterPrimary, RedisCluster, SlotMigration};
+#[cfg(feature = "redis-server")]
+pub use redis_sentinel::{RedisSentinel, RedisSentinelGroup};
+pub use server::{TestDeployment, TestServer};
 pub use shared::SharedServer;
 #[cfg(feature = "zookeeper-server")]
 pub use zookeeper::{ZooKeeperEnsemble, ZooKeeperMode, ZooKeeperServer};

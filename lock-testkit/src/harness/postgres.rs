@@ -10,7 +10,7 @@ use postgres::{Client, Config, NoTls};
 use super::binaries;
 use super::command::{CommandSpec, RunAs};
 use super::process::Readiness;
-use super::{dirs, ports, HarnessError, ServerKind, ServerProcess, TestServer};
+use super::{dirs, ports, HarnessError, ServerKind, ServerProcess, TestDeployment, TestServer};
 
 const KIND: ServerKind = ServerKind::Postgres;
 
@@ -135,7 +135,7 @@ impl PostgresServer {
     }
 }
 
-impl TestServer for PostgresServer {
+impl TestDeployment for PostgresServer {
     const KIND: ServerKind = KIND;
 
     fn start() -> Result<Self, HarnessError> {
@@ -145,7 +145,9 @@ impl TestServer for PostgresServer {
     fn address(&self) -> String {
         self.url()
     }
+}
 
+impl TestServer for PostgresServer {
     fn process(&self) -> &ServerProcess {
         PostgresServer::process(self)
     }

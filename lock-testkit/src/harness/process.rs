@@ -61,6 +61,8 @@ pub struct ServerProcess {
     /// While paused: a watchdog process that kills the frozen processes if this process dies
     /// first ([`pause`](Self::pause)).
     pause_watchdog: Mutex<Option<Child>>,
+    /// Between [`pause`](Self::pause) and [`resume`](Self::resume) (or a kill or restart).
+    paused: AtomicBool,
     /// `None` only while dropping.
     dir: Option<TempDir>,
     /// Set when a start failed: the error names the log, so the dir must outlive the drop.
@@ -102,6 +104,7 @@ impl ServerProcess {
             log,
             child: Mutex::new(Some(child)),
             pause_watchdog: Mutex::new(None),
+            paused: AtomicBool::new(false),
             dir: Some(dir),
             keep_dir: AtomicBool::new(false),
         })
@@ -212,6 +215,12 @@ impl ServerProcess {
         self.pid().is_some() && self.exited().is_none()
     }
 
+    /// Whether the server is frozen by [`pause`](Self::pause) and not yet resumed, killed or
+    /// restarted.
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed) && self.is_running()
+    }
+
     /// Kills the server with SIGKILL, as a crash would: its main process and every descendant.
     /// Returns once all of them are gone. Does nothing if the server is not running.
     ///
@@ -225,6 +234,7 @@ impl ServerProcess {
             kill_and_reap(self.kind, running)?;
             *child = None;
         }
+        self.paused.store(false, Ordering::Relaxed);
         Ok(())
     }
 
@@ -243,6 +253,7 @@ impl ServerProcess {
     pub fn pause(&self) -> Result<(), HarnessError> {
         let pid = self.running_pid()?;
         let frozen = tree::stop(pid).map_err(|errno| self.signal_error("SIGSTOP", errno))?;
+        self.paused.store(true, Ordering::Relaxed);
         let mut watchdog = self.pause_watchdog.lock();
         if watchdog.is_none() && !frozen.is_empty() {
             *watchdog = Some(self.start_pause_watchdog(&frozen)?);
@@ -288,6 +299,7 @@ impl ServerProcess {
     pub fn resume(&self) -> Result<(), HarnessError> {
         let pid = self.running_pid()?;
         tree::resume(pid).map_err(|errno| self.signal_error("SIGCONT", errno))?;
+        self.paused.store(false, Ordering::Relaxed);
         self.stop_pause_watchdog();
         Ok(())
     }
@@ -308,6 +320,7 @@ impl ServerProcess {
                 kill_and_reap(self.kind, running)?;
                 *child = None;
             }
+            self.paused.store(false, Ordering::Relaxed);
             self.mark_log("restarting");
             let spawned = self.command.spawn(&self.log).map_err(|source| {
                 HarnessError::io(format!("restarting the {} server: {}", self.kind, self.command), source)

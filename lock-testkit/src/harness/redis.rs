@@ -1,22 +1,25 @@
-//! Throwaway `redis-server`s: standalone, replica, or several independent nodes for Redlock.
+//! Throwaway `redis-server`s: standalone, replica, or several independent nodes for Redlock;
+//! also the data nodes of [`RedisCluster`](super::RedisCluster) and
+//! [`RedisSentinelGroup`](super::RedisSentinelGroup).
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
 use super::binaries::{self, REDIS_SERVER};
 use super::command::CommandSpec;
 use super::process::Readiness;
-use super::{dirs, ports, HarnessError, ServerKind, ServerProcess, TestServer};
+use super::resp::{Connection, Reply, PROBE_TIMEOUT};
+use super::{dirs, ports, HarnessError, ServerKind, ServerProcess, TestDeployment, TestServer};
 
 const KIND: ServerKind = ServerKind::Redis;
 
 /// How long a Redis server may take to answer `PING` (and, for a replica, to sync).
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Connect and read timeout of each readiness probe, so a stuck server cannot stall it.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// A cluster node's `cluster-node-timeout`, in ms: how long a node may be unreachable before
+/// its peers count it as failing. Short, so that a failover takes seconds; long enough that a
+/// busy two-core machine does not fail nodes over on its own.
+const CLUSTER_NODE_TIMEOUT_MS: u32 = 1000;
 
 /// How to start a [`RedisServer`]. Every option defaults to what
 /// [`RedisServer::start`] uses.
@@ -24,6 +27,13 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 pub struct RedisOptions {
     password: Option<String>,
     primary: Option<Primary>,
+    /// A replica is ready once it answers `PING`, without waiting for its replication link.
+    /// For deployments whose failovers re-point replicas: a restart (which repeats
+    /// `--replicaof` with the first primary) must not wait for a primary that may be gone.
+    /// The deployment waits for the links itself when it starts.
+    ready_without_link: bool,
+    /// Cluster mode (`--cluster-enabled yes`), with this cluster bus port.
+    cluster_bus_port: Option<u16>,
 }
 
 /// The server a replica copies.
@@ -86,9 +96,33 @@ impl RedisServer {
     ///
     /// As for [`RedisServer::start_with`].
     pub fn start_replica_of(primary: &RedisServer) -> Result<Self, HarnessError> {
-        Self::start_with(RedisOptions {
+        Self::start_with(Self::replica_options(primary))
+    }
+
+    /// Starts a replica of `primary` that is ready (at start and after a restart) once it
+    /// answers `PING`; see [`RedisOptions::ready_without_link`].
+    pub(crate) fn start_unlinked_replica_of(primary: &RedisServer) -> Result<Self, HarnessError> {
+        Self::start_with(RedisOptions { ready_without_link: true, ..Self::replica_options(primary) })
+    }
+
+    fn replica_options(primary: &RedisServer) -> RedisOptions {
+        RedisOptions {
             password: primary.password.clone(),
             primary: Some(Primary { port: primary.port(), password: primary.password.clone() }),
+            ..RedisOptions::new()
+        }
+    }
+
+    /// Starts an empty cluster node (`--cluster-enabled yes`, config in `nodes.conf` in its
+    /// dir, so a restart rejoins the cluster) on free client and bus ports, ready once it
+    /// answers `PING`. [`RedisCluster`](super::RedisCluster) joins the nodes into a cluster.
+    pub(crate) fn start_cluster_node() -> Result<Self, HarnessError> {
+        let binary = binaries::find(&REDIS_SERVER)?;
+        ports::retry_on_port_in_use(|| {
+            // The default bus port, client port + 10000, may be taken or past 65535.
+            let [port, bus_port] = ports::free_ports::<2>()?;
+            let options = RedisOptions { cluster_bus_port: Some(bus_port), ..RedisOptions::new() };
+            Self::start_once(&binary, &options, port)
         })
     }
 
@@ -120,8 +154,16 @@ impl RedisServer {
                 command = command.args(["--masterauth", password]);
             }
         }
+        if let Some(bus_port) = options.cluster_bus_port {
+            command = command
+                .args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-port", &bus_port.to_string()])
+                .args(["--cluster-node-timeout", &CLUSTER_NODE_TIMEOUT_MS.to_string()])
+                // A replica may always take over, however long its link has been down.
+                .args(["--cluster-replica-validity-factor", "0"]);
+        }
         let probe_password = options.password.clone();
-        let is_replica = options.primary.is_some();
+        let is_replica = options.primary.is_some() && !options.ready_without_link;
         let readiness = Readiness {
             probe: Box::new(move || probe(port, probe_password.as_deref(), is_replica)),
             timeout: READY_TIMEOUT,
@@ -154,7 +196,7 @@ impl RedisServer {
     }
 }
 
-impl TestServer for RedisServer {
+impl TestDeployment for RedisServer {
     const KIND: ServerKind = KIND;
 
     fn start() -> Result<Self, HarnessError> {
@@ -164,7 +206,9 @@ impl TestServer for RedisServer {
     fn address(&self) -> String {
         self.url()
     }
+}
 
+impl TestServer for RedisServer {
     fn process(&self) -> &ServerProcess {
         RedisServer::process(self)
     }
@@ -172,65 +216,21 @@ impl TestServer for RedisServer {
 
 /// Ready when `PING` answers `PONG` and, for a replica, the link to the primary is up.
 fn probe(port: u16, password: Option<&str>, is_replica: bool) -> Result<(), String> {
-    let mut connection = Connection::open(port)?;
+    let mut connection = Connection::open(port, PROBE_TIMEOUT)?;
     if let Some(password) = password {
-        connection.call_expecting(&["AUTH", password], "+OK")?;
+        connection.call(&["AUTH", password])?.expect_simple(&[]).map_err(|e| format!("AUTH answered {e}"))?;
     }
-    connection.call_expecting(&["PING"], "+PONG")?;
+    match connection.call(&["PING"])? {
+        Reply::Simple(pong) if pong == "PONG" => {}
+        other => return Err(format!("PING answered {other:?}")),
+    }
     if is_replica {
-        let info = connection.call(&["INFO", "replication"])?;
+        let info = connection.request(&["INFO", "replication"])?.into_text()?;
         if !info.contains("master_link_status:up") {
             return Err("replica not yet linked to its primary".into());
         }
     }
     Ok(())
-}
-
-/// Just enough of the Redis protocol (RESP) to probe a server without a client library.
-struct Connection {
-    reader: BufReader<TcpStream>,
-}
-
-impl Connection {
-    fn open(port: u16) -> Result<Self, String> {
-        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let stream = TcpStream::connect_timeout(&address, PROBE_TIMEOUT).map_err(|e| e.to_string())?;
-        stream.set_read_timeout(Some(PROBE_TIMEOUT)).map_err(|e| e.to_string())?;
-        stream.set_write_timeout(Some(PROBE_TIMEOUT)).map_err(|e| e.to_string())?;
-        Ok(Connection { reader: BufReader::new(stream) })
-    }
-
-    /// Sends `args` as one command; returns a simple or bulk reply's text, with `+` for simple.
-    fn call(&mut self, args: &[&str]) -> Result<String, String> {
-        let mut request = format!("*{}\r\n", args.len());
-        for arg in args {
-            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
-        self.reader.get_mut().write_all(request.as_bytes()).map_err(|e| e.to_string())?;
-        let mut line = String::new();
-        self.reader.read_line(&mut line).map_err(|e| e.to_string())?;
-        let line = line.trim_end();
-        match line.as_bytes().first() {
-            Some(b'$') => {
-                let length: usize = line[1..].parse().map_err(|_| format!("bad bulk length {line:?}"))?;
-                // The payload is followed by CRLF.
-                let mut payload = vec![0; length + 2];
-                self.reader.read_exact(&mut payload).map_err(|e| e.to_string())?;
-                payload.truncate(length);
-                String::from_utf8(payload).map_err(|e| e.to_string())
-            }
-            Some(b'+') => Ok(line.to_owned()),
-            Some(_) => Err(format!("{} answered {line:?}", args[0])),
-            None => Err(format!("connection closed after {}", args[0])),
-        }
-    }
-
-    fn call_expecting(&mut self, args: &[&str], reply: &str) -> Result<(), String> {
-        match self.call(args)? {
-            answer if answer == reply => Ok(()),
-            answer => Err(format!("{} answered {answer:?}", args[0])),
-        }
-    }
 }
 
 /// Percent-encodes everything but unreserved characters, for a password inside a URL.
@@ -246,7 +246,7 @@ fn escape_userinfo(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
+    use std::net::{Ipv4Addr, TcpListener};
 
     #[test]
     fn a_taken_port_is_reported_as_port_in_use() {

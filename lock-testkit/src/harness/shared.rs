@@ -3,7 +3,8 @@
 //! Starting PostgreSQL or a JVM per test would dominate the suite's time, so tests that only
 //! need *a* server share these. They live until the test binary exits (statics are never
 //! dropped; the spawner's death signal stops them, and the next run removes their dirs).
-//! Tests that kill, pause or restart a server must start a private one instead.
+//! Tests that kill, pause or restart a server, fail a primary over or move a cluster's slots
+//! must start a private one instead.
 //!
 //! An environment variable can name an existing server instead; then nothing is started and
 //! the handle has no process controls:
@@ -12,6 +13,8 @@
 //! | --- | --- | --- |
 //! | [`redis()`] | `DISTLOCK_REDIS_URL` | `redis://…` |
 //! | [`redis_nodes()`] | `DISTLOCK_REDIS_NODES` | comma-separated `redis://…` URLs |
+//! | [`redis_cluster()`] | `DISTLOCK_REDIS_CLUSTER` | `redis+cluster://host:port,…/` |
+//! | [`redis_sentinel()`] | `DISTLOCK_REDIS_SENTINEL` | `redis+sentinel://host:port,…/master-name` |
 //! | [`postgres()`] | `DISTLOCK_POSTGRES_URL` | `postgres://…` |
 //! | [`mariadb()`] | `DISTLOCK_MYSQL_URL` | `mysql://…` |
 //! | [`zookeeper()`] | `DISTLOCK_ZOOKEEPER` | `host:port[,host:port…]` |
@@ -25,16 +28,21 @@ use parking_lot::Mutex;
 use super::MariaDbServer;
 #[cfg(feature = "postgres-server")]
 use super::PostgresServer;
-#[cfg(feature = "redis-server")]
-use super::RedisServer;
 #[cfg(feature = "zookeeper-server")]
 use super::ZooKeeperServer;
-use super::{HarnessError, ServerProcess, TestServer};
+use super::{HarnessError, ServerProcess, TestDeployment, TestServer};
+#[cfg(feature = "redis-server")]
+use super::{RedisCluster, RedisSentinelGroup, RedisServer};
 
 /// Names an external Redis server for [`redis()`].
 pub const REDIS_URL_VARIABLE: &str = "DISTLOCK_REDIS_URL";
 /// Names external Redis servers, comma-separated, for [`redis_nodes()`].
 pub const REDIS_NODES_VARIABLE: &str = "DISTLOCK_REDIS_NODES";
+/// Names an external Redis Cluster (`redis+cluster://…` URL) for [`redis_cluster()`].
+pub const REDIS_CLUSTER_VARIABLE: &str = "DISTLOCK_REDIS_CLUSTER";
+/// Names an external Redis Sentinel deployment (`redis+sentinel://…` URL) for
+/// [`redis_sentinel()`].
+pub const REDIS_SENTINEL_VARIABLE: &str = "DISTLOCK_REDIS_SENTINEL";
 /// Names an external PostgreSQL server for [`postgres()`].
 pub const POSTGRES_URL_VARIABLE: &str = "DISTLOCK_POSTGRES_URL";
 /// Names an external MySQL or MariaDB server for [`mariadb()`].
@@ -42,7 +50,8 @@ pub const MYSQL_URL_VARIABLE: &str = "DISTLOCK_MYSQL_URL";
 /// Names an external ZooKeeper ensemble (connect string) for [`zookeeper()`].
 pub const ZOOKEEPER_VARIABLE: &str = "DISTLOCK_ZOOKEEPER";
 
-/// A server for tests that any test may use: started by the harness, or external.
+/// A server (or a group of servers, such as a [`RedisCluster`]) that any test may use:
+/// started by the harness, or external.
 #[derive(Debug)]
 pub struct SharedServer<S> {
     address: String,
@@ -55,7 +64,7 @@ enum Origin<S> {
     External { variable: &'static str },
 }
 
-impl<S: TestServer> SharedServer<S> {
+impl<S: TestDeployment> SharedServer<S> {
     fn started(server: S) -> Self {
         SharedServer { address: server.address(), origin: Origin::Started(server) }
     }
@@ -74,7 +83,7 @@ impl<S: TestServer> SharedServer<S> {
         matches!(self.origin, Origin::External { .. })
     }
 
-    /// The server the harness started.
+    /// The server (or group) the harness started.
     ///
     /// # Errors
     ///
@@ -85,7 +94,9 @@ impl<S: TestServer> SharedServer<S> {
             Origin::External { variable } => Err(HarnessError::External { kind: S::KIND, variable }),
         }
     }
+}
 
+impl<S: TestServer> SharedServer<S> {
     /// The server's process. Prefer a private server for fault injection: other tests use
     /// this one concurrently.
     ///
@@ -110,6 +121,30 @@ type Slot<S> = OnceLock<Result<SharedServer<S>, Arc<HarnessError>>>;
 pub fn redis() -> Result<&'static SharedServer<RedisServer>, HarnessError> {
     static SLOT: Slot<RedisServer> = OnceLock::new();
     shared(&SLOT, REDIS_URL_VARIABLE)
+}
+
+/// The shared Redis Cluster, or the one `DISTLOCK_REDIS_CLUSTER` names. Do not fail it over
+/// or move its slots: other tests use it concurrently.
+///
+/// # Errors
+///
+/// [`HarnessError::Shared`] with the start failure (the same for every call).
+#[cfg(feature = "redis-server")]
+pub fn redis_cluster() -> Result<&'static SharedServer<RedisCluster>, HarnessError> {
+    static SLOT: Slot<RedisCluster> = OnceLock::new();
+    shared(&SLOT, REDIS_CLUSTER_VARIABLE)
+}
+
+/// The shared Redis Sentinel group, or the deployment `DISTLOCK_REDIS_SENTINEL` names. Do not
+/// fail it over: other tests use it concurrently.
+///
+/// # Errors
+///
+/// [`HarnessError::Shared`] with the start failure (the same for every call).
+#[cfg(feature = "redis-server")]
+pub fn redis_sentinel() -> Result<&'static SharedServer<RedisSentinelGroup>, HarnessError> {
+    static SLOT: Slot<RedisSentinelGroup> = OnceLock::new();
+    shared(&SLOT, REDIS_SENTINEL_VARIABLE)
 }
 
 #[cfg(feature = "postgres-server")]
@@ -145,7 +180,7 @@ pub fn zookeeper() -> Result<&'static SharedServer<ZooKeeperServer>, HarnessErro
     shared(&SLOT, ZOOKEEPER_VARIABLE)
 }
 
-fn shared<S: TestServer>(
+fn shared<S: TestDeployment>(
     slot: &'static Slot<S>,
     variable: &'static str,
 ) -> Result<&'static SharedServer<S>, HarnessError> {
@@ -155,7 +190,7 @@ fn shared<S: TestServer>(
 }
 
 /// The external server `value` (of `variable`) names, or else a newly started one.
-fn obtain<S: TestServer>(
+fn obtain<S: TestDeployment>(
     variable: &'static str,
     value: Option<OsString>,
 ) -> Result<SharedServer<S>, HarnessError> {

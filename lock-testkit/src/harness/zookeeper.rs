@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::binaries::{self, JAVA, SLF4J_SIMPLE_JAR, ZOOKEEPER_JAR};
 use super::command::CommandSpec;
 use super::process::Readiness;
-use super::{dirs, ports, HarnessError, ServerKind, ServerProcess, TestServer};
+use super::{dirs, ports, HarnessError, ServerKind, ServerProcess, TestDeployment, TestServer};
 
 const KIND: ServerKind = ServerKind::ZooKeeper;
 
@@ -127,7 +127,7 @@ impl ZooKeeperServer {
     }
 }
 
-impl TestServer for ZooKeeperServer {
+impl TestDeployment for ZooKeeperServer {
     const KIND: ServerKind = KIND;
 
     fn start() -> Result<Self, HarnessError> {
@@ -137,7 +137,9 @@ impl TestServer for ZooKeeperServer {
     fn address(&self) -> String {
         self.connect_string()
     }
+}
 
+impl TestServer for ZooKeeperServer {
     fn process(&self) -> &ServerProcess {
         ZooKeeperServer::process(self)
     }

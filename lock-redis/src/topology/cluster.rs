@@ -1,0 +1,390 @@
+//! A Redis Cluster's slot map: which primary serves the slot of a lock's keys, one connection
+//! pool per primary, refreshed from `CLUSTER SLOTS` when the cluster says the map is out of date.
+//!
+//! redis-rs's `ClusterConnection` routes commands the same way, but owns its connections: it
+//! has no pool a blocking program can share between threads, no follow-up on the connection of
+//! an unanswered request (the undo of a timed-out acquisition), and no single deadline over a
+//! pipeline's replies (renewal batches). So the backend keeps its own per-node pools (the same
+//! pools the single-node backend uses) and this map; what it relies on from the cluster is the
+//! protocol: `CLUSTER SLOTS`, and the `MOVED`, `ASK`, `TRYAGAIN` and `CLUSTERDOWN` replies
+//! (handled by the caller's retry, `topology/mod.rs`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+use redis::{Client, ConnectionInfo, ErrorKind, RedisError, RedisResult, Value};
+
+use super::address::NodeTemplate;
+use super::Node;
+use crate::connection::{ConnectionManager, PoolSettings};
+
+/// Slots of a Redis Cluster.
+pub(crate) const SLOTS: u16 = 16384;
+
+/// The shortest time between two refreshes of the map that a redirect or a failure asks for:
+/// a burst of `MOVED` replies after a failover costs one `CLUSTER SLOTS`, not one each.
+const MIN_REFRESH_GAP: Duration = Duration::from_millis(100);
+
+/// The name of the thread that refreshes a slot map in the background (Linux shows 15 bytes).
+const REFRESH_THREAD_NAME: &str = "distlock-rslots";
+
+/// The primaries of a cluster and the slots each serves.
+pub(crate) struct ClusterNodes {
+    seeds: Vec<ConnectionInfo>,
+    template: NodeTemplate,
+    settings: PoolSettings,
+    map: RwLock<SlotMap>,
+    /// Held while refreshing; when the last refresh finished.
+    refreshed: Mutex<Option<Instant>>,
+    /// Set when a reply or a failure suggested the map is out of date.
+    stale: AtomicBool,
+    /// Set while a background refresh runs.
+    refreshing: AtomicBool,
+}
+
+#[derive(Default)]
+struct SlotMap {
+    /// The index in `nodes` of each slot's primary (`None`: unknown, or no primary).
+    owners: Vec<Option<usize>>,
+    nodes: Vec<Arc<Node>>,
+}
+
+impl SlotMap {
+    fn owner(&self, slot: u16) -> Option<Arc<Node>> {
+        let index = (*self.owners.get(usize::from(slot))?)?;
+        self.nodes.get(index).cloned()
+    }
+
+    /// The node at `address`, added (with a new pool) if the map does not know it.
+    fn node_at(&mut self, address: &str, make: impl FnOnce() -> Arc<Node>) -> usize {
+        if let Some(index) = self.nodes.iter().position(|node| node.address == address) {
+            return index;
+        }
+        self.nodes.push(make());
+        self.nodes.len() - 1
+    }
+}
+
+impl ClusterNodes {
+    /// A map that is filled on first use (or by [`refresh`](Self::refresh)).
+    pub(crate) fn new(seeds: Vec<ConnectionInfo>, template: NodeTemplate, settings: PoolSettings) -> Self {
+        Self {
+            seeds,
+            template,
+            settings,
+            map: RwLock::new(SlotMap::default()),
+            refreshed: Mutex::new(None),
+            stale: AtomicBool::new(true),
+            refreshing: AtomicBool::new(false),
+        }
+    }
+
+    /// The primary serving `slot`, refreshing the map first if it is known to be out of date.
+    ///
+    /// # Errors
+    /// No node answered `CLUSTER SLOTS`, or the cluster has no primary for the slot.
+    pub(crate) fn node_for(self: &Arc<Self>, slot: u16) -> RedisResult<Arc<Node>> {
+        if self.stale.load(Ordering::Relaxed) {
+            self.refresh_in_background();
+        }
+        if let Some(node) = self.map.read().owner(slot) {
+            return Ok(node);
+        }
+        self.refresh()?;
+        self.map.read().owner(slot).ok_or_else(|| {
+            RedisError::from((
+                ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
+                "no primary serves the slot",
+                slot.to_string(),
+            ))
+        })
+    }
+
+    /// A plain connection to `node`, outside its pool (test probes).
+    #[cfg(feature = "testkit")]
+    pub(crate) fn open_node(&self, node: &Node, settings: &PoolSettings) -> RedisResult<redis::Connection> {
+        let (host, port) = split_address(&node.address).ok_or_else(|| {
+            RedisError::from((ErrorKind::InvalidClientConfig, "a node address without a port"))
+        })?;
+        ConnectionManager::open(&Client::open(self.template.at(host, port))?, settings)
+    }
+
+    /// The known primaries, in map order.
+    pub(crate) fn primaries(&self) -> Vec<Arc<Node>> {
+        let map = self.map.read();
+        let mut seen: Vec<usize> = map.owners.iter().flatten().copied().collect();
+        seen.sort_unstable();
+        seen.dedup();
+        seen.into_iter().map(|index| Arc::clone(&map.nodes[index])).collect()
+    }
+
+    /// Takes a `MOVED` reply: `slot` is served by `address` now, and the rest of the map may
+    /// have changed too (refreshed on the next lookup, at most every [`MIN_REFRESH_GAP`]).
+    pub(crate) fn moved(&self, slot: u16, address: &str) {
+        if let Some((host, port)) = split_address(address) {
+            let info = self.template.at(host, port);
+            let mut map = self.map.write();
+            let index = map.node_at(&info.addr().to_string(), || self.new_node(info.clone()));
+            if let Some(owner) = map.owners.get_mut(usize::from(slot)) {
+                *owner = Some(index);
+            }
+        }
+        self.mark_stale();
+    }
+
+    /// The map may be out of date (a node failed, the cluster was down): refresh it on the next
+    /// lookup.
+    pub(crate) fn mark_stale(&self) {
+        self.stale.store(true, Ordering::Relaxed);
+    }
+
+    /// Refreshes the map on a thread of its own (one at a time, at most every
+    /// [`MIN_REFRESH_GAP`]): a caller goes on with the map it has — a redirect corrects it for
+    /// its slot — so no call waits for nodes that may not answer (a refresh asks them in turn).
+    fn refresh_in_background(self: &Arc<Self>) {
+        if self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let cluster = Arc::clone(self);
+        let spawned = thread::Builder::new().name(REFRESH_THREAD_NAME.into()).spawn(move || {
+            let last = *cluster.refreshed.lock();
+            if last.is_none_or(|at| at.elapsed() >= MIN_REFRESH_GAP) {
+                if let Err(error) = cluster.refresh() {
+                    tracing::debug!(%error, "refreshing the cluster's slot map failed; the next lookup tries again");
+                }
+            }
+            cluster.refreshing.store(false, Ordering::Release);
+        });
+        if let Err(error) = spawned {
+            tracing::debug!(%error, "cannot start a slot-map refresh thread");
+            self.refreshing.store(false, Ordering::Release);
+        }
+    }
+
+    /// Asks the known primaries, then the seeds, for `CLUSTER SLOTS`; the first answer becomes
+    /// the map. Gives up after one connect plus one read timeout in all, so a lookup stays
+    /// bounded however many nodes are silent.
+    ///
+    /// # Errors
+    /// The last node's failure, when none answered.
+    pub(crate) fn refresh(&self) -> RedisResult<()> {
+        let mut refreshed = self.refreshed.lock();
+        // Another thread refreshed while this one waited for the lock.
+        if refreshed.is_some_and(|at| at.elapsed() < MIN_REFRESH_GAP) && !self.map.read().nodes.is_empty() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.settings.connect_timeout + self.settings.read_timeout;
+        let candidates = self.candidates();
+        let mut last_error = None;
+        for info in candidates {
+            if Instant::now() >= deadline {
+                break;
+            }
+            match self.slots_from(&info) {
+                Ok(ranges) => {
+                    self.install(&ranges);
+                    *refreshed = Some(Instant::now());
+                    self.stale.store(false, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(error) => {
+                    tracing::debug!(%error, node = %info.addr(), "CLUSTER SLOTS failed; asking the next node");
+                    last_error = Some(error);
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| {
+            RedisError::from((ErrorKind::Io, "no cluster node answered CLUSTER SLOTS in time"))
+        }))
+    }
+
+    /// The known primaries, then the seeds: whom to ask for the map, or to connect to.
+    fn candidates(&self) -> Vec<ConnectionInfo> {
+        let mut candidates: Vec<ConnectionInfo> = self
+            .primaries()
+            .iter()
+            .filter_map(|node| split_address(&node.address))
+            .map(|(host, port)| self.template.at(host, port))
+            .collect();
+        candidates.extend(self.seeds.iter().cloned());
+        candidates
+    }
+
+    /// The node at `address` (`host:port`, as a redirect names it), with a pool of its own if
+    /// the map does not know it yet.
+    pub(crate) fn node_at(&self, address: &str) -> Option<Arc<Node>> {
+        let (host, port) = split_address(address)?;
+        let info = self.template.at(host, port);
+        let mut map = self.map.write();
+        let index = map.node_at(&info.addr().to_string(), || self.new_node(info.clone()));
+        Some(Arc::clone(&map.nodes[index]))
+    }
+
+    fn slots_from(&self, info: &ConnectionInfo) -> RedisResult<Vec<SlotRange>> {
+        let client = Client::open(info.clone())?;
+        let mut connection = ConnectionManager::open(&client, &self.settings)?;
+        let reply: Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut connection)?;
+        let asked = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, _) | redis::ConnectionAddr::TcpTls { host, .. } => host.clone(),
+            _ => String::new(),
+        };
+        parse_slots(&reply, &asked)
+    }
+
+    fn install(&self, ranges: &[SlotRange]) {
+        let mut map = self.map.write();
+        let mut owners = vec![None; usize::from(SLOTS)];
+        let mut nodes = Vec::new();
+        for range in ranges {
+            let info = self.template.at(&range.host, range.port);
+            let address = info.addr().to_string();
+            // Keep the pools of nodes that stay primaries.
+            let index = match nodes.iter().position(|node: &Arc<Node>| node.address == address) {
+                Some(index) => index,
+                None => {
+                    let node = map
+                        .nodes
+                        .iter()
+                        .find(|node| node.address == address)
+                        .cloned()
+                        .unwrap_or_else(|| self.new_node(info));
+                    nodes.push(node);
+                    nodes.len() - 1
+                }
+            };
+            for slot in range.start..=range.end.min(SLOTS - 1) {
+                owners[usize::from(slot)] = Some(index);
+            }
+        }
+        *map = SlotMap { owners, nodes };
+    }
+
+    fn new_node(&self, info: ConnectionInfo) -> Arc<Node> {
+        Arc::new(Node::direct(info, self.settings))
+    }
+
+    /// Connects to the first primary (then seed) that accepts a connection: the subscriber's
+    /// connection, for which any node serves, since `PUBLISH` in a cluster reaches every node.
+    pub(crate) fn open_any(&self, settings: &PoolSettings) -> RedisResult<redis::Connection> {
+        let candidates = self.candidates();
+        let mut last_error = None;
+        for info in candidates {
+            match Client::open(info).and_then(|client| ConnectionManager::open(&client, settings)) {
+                Ok(connection) => return Ok(connection),
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| RedisError::from((ErrorKind::Io, "no cluster node to connect to"))))
+    }
+}
+
+/// The slot of `key`: CRC16 (XMODEM) of its hash tag, or of the whole key without one, as
+/// Redis Cluster computes it.
+pub(crate) fn slot_of(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes
+        .iter()
+        .position(|&byte| byte == b'{')
+        .and_then(|open| {
+            let close = bytes[open + 1..].iter().position(|&byte| byte == b'}')?;
+            (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+        })
+        .unwrap_or(bytes);
+    crc16::State::<crc16::XMODEM>::calculate(tagged) % SLOTS
+}
+
+/// One range of `CLUSTER SLOTS`: its slots and their primary.
+#[derive(Debug, PartialEq, Eq)]
+struct SlotRange {
+    start: u16,
+    end: u16,
+    host: String,
+    port: u16,
+}
+
+/// Parses `CLUSTER SLOTS` (`[[start, end, [host, port, id, …], replicas…], …]`); a primary
+/// listed with an empty host is the node that was asked (`asked`).
+fn parse_slots(reply: &Value, asked: &str) -> RedisResult<Vec<SlotRange>> {
+    let malformed = || RedisError::from((ErrorKind::Parse, "malformed CLUSTER SLOTS reply"));
+    let Value::Array(ranges) = reply else { return Err(malformed()) };
+    let mut parsed = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Value::Array(items) = range else { return Err(malformed()) };
+        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(primary))) =
+            (items.first(), items.get(1), items.get(2))
+        else {
+            return Err(malformed());
+        };
+        let host = match primary.first() {
+            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+            Some(Value::SimpleString(host)) => host.clone(),
+            _ => return Err(malformed()),
+        };
+        let Some(Value::Int(port)) = primary.get(1) else { return Err(malformed()) };
+        let host = if host.is_empty() || host == "?" { asked.to_owned() } else { host };
+        parsed.push(SlotRange {
+            start: u16::try_from(*start).map_err(|_| malformed())?,
+            end: u16::try_from(*end).map_err(|_| malformed())?,
+            host,
+            port: u16::try_from(*port).map_err(|_| malformed())?,
+        });
+    }
+    Ok(parsed)
+}
+
+/// `host:port` (or `[v6]:port`) split.
+fn split_address(address: &str) -> Option<(&str, u16)> {
+    let (host, port) = address.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host, port.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_follow_the_hash_tag_like_redis() {
+        // Values from `CLUSTER KEYSLOT`.
+        assert_eq!(slot_of("foo"), 12182);
+        assert_eq!(slot_of("{user1000}.following"), slot_of("{user1000}.followers"));
+        assert_eq!(slot_of("{user1000}.following"), slot_of("user1000"));
+        // An empty tag does not count: the whole key is hashed.
+        assert_eq!(slot_of("foo{}{bar}"), crc16::State::<crc16::XMODEM>::calculate(b"foo{}{bar}") % SLOTS);
+        assert_eq!(slot_of("foo{{bar}}zap"), slot_of("{bar"));
+    }
+
+    #[test]
+    fn cluster_slots_replies_parse() {
+        let node = |host: &str, port: i64| {
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                node("127.0.0.1", 7000),
+                node("127.0.0.1", 7003),
+            ]),
+            Value::Array(vec![Value::Int(5461), Value::Int(16383), node("", 7001)]),
+        ]);
+        let ranges = parse_slots(&reply, "10.0.0.9").unwrap();
+        assert_eq!(ranges[0], SlotRange { start: 0, end: 5460, host: "127.0.0.1".into(), port: 7000 });
+        assert_eq!(ranges[1].host, "10.0.0.9");
+        assert!(parse_slots(&Value::Int(1), "").is_err());
+    }
+
+    #[test]
+    fn moved_addresses_split() {
+        assert_eq!(split_address("127.0.0.1:7000"), Some(("127.0.0.1", 7000)));
+        assert_eq!(split_address("[::1]:7000"), Some(("::1", 7000)));
+        assert_eq!(split_address("nohost"), None);
+    }
+}

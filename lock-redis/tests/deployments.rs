@@ -1,0 +1,85 @@
+//! The replicated deployments: R05 (a cluster's slots, one migrated under load), R06 (a cluster
+//! primary killed, with and without `WAIT`), R07 (a Sentinel failover), each on a deployment of
+//! its own; and the cluster- and Sentinel-specific behaviour around them.
+
+use std::time::Duration;
+
+use lock_core::{Lock, LockClient, LockOptions};
+use lock_redis::redis;
+use lock_redis::testkit::{deployment_scenarios, DeploymentTarget};
+use lock_redis::{RedisBackend, RedisLockKind};
+use lock_testkit::harness::RedisCluster;
+use lock_testkit::run_backend_scenario;
+use lock_testkit::suite::{unique_name, SuiteTarget as _};
+
+#[test]
+fn r05_slots_spread_and_a_slot_migrates_under_load() {
+    run_backend_scenario(deployment_scenarios(), "R05");
+}
+
+#[test]
+fn r06_cluster_failover_with_and_without_wait() {
+    run_backend_scenario(deployment_scenarios(), "R06");
+}
+
+#[test]
+fn r07_sentinel_failover_is_followed() {
+    run_backend_scenario(deployment_scenarios(), "R07");
+}
+
+/// The reentrant-hash layout works on both deployments too (the suite runs `SetNx`).
+#[test]
+fn the_reentrant_hash_layout_works_on_both_deployments() {
+    for target in [DeploymentTarget::cluster(), DeploymentTarget::sentinel()] {
+        let target = target.with_kind(RedisLockKind::ReentrantHash);
+        let locks = LockClient::with_options(target.backend().unwrap(), LockOptions::default());
+        for _ in 0..20 {
+            let lock = Lock::new(&locks, unique_name("hash-deployment"));
+            let outer = lock.lock().unwrap();
+            let inner = lock.try_lock().unwrap().expect("reentrant");
+            drop(inner);
+            assert!(outer.is_held());
+            outer.unlock().unwrap();
+        }
+    }
+}
+
+/// Renewing 10,000 leases spread over the three primaries costs one pipeline per primary, not
+/// one request per lease: each primary runs exactly one `SCRIPT LOAD` (the head of each
+/// pipeline) for the batch, counted with `INFO commandstats` on a cluster of the test's own.
+#[test]
+fn a_renewal_batch_is_one_pipeline_per_primary() {
+    use lock_core::{DistributedLock as _, Extension, OwnerToken};
+    let cluster = RedisCluster::start().unwrap();
+    let backend = RedisBackend::builder(cluster.url()).build().unwrap();
+    let ttl = Duration::from_secs(30);
+    let mut leases: Vec<_> = (0..10_000)
+        .map(|_| {
+            backend.try_acquire(&unique_name("batch"), &OwnerToken::random(), ttl).unwrap().expect("free")
+        })
+        .collect();
+    let primaries: Vec<u16> = cluster.primaries().unwrap().iter().map(|primary| primary.port).collect();
+    let before: Vec<u64> = primaries.iter().map(|&port| script_calls(port)).collect();
+    let mut batch: Vec<Extension<'_, _>> =
+        leases.iter_mut().map(|lease| Extension::new(lease, ttl)).collect();
+    let outcomes = backend.extend_many(&mut batch);
+    assert!(outcomes.iter().all(|outcome| matches!(outcome, Ok(true))), "a lease was not renewed");
+    let after: Vec<u64> = primaries.iter().map(|&port| script_calls(port)).collect();
+    for ((port, before), after) in primaries.iter().zip(before).zip(after) {
+        assert_eq!(after - before, 1, "primary {port}: one pipeline (one SCRIPT LOAD) per batch");
+    }
+    for lease in leases {
+        assert!(backend.release(lease).unwrap());
+    }
+}
+
+/// `SCRIPT` calls the node on `port` has run.
+fn script_calls(port: u16) -> u64 {
+    let mut connection =
+        redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap();
+    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut connection).unwrap();
+    info.lines()
+        .find(|line| line.starts_with("cmdstat_script|load:") || line.starts_with("cmdstat_script:"))
+        .and_then(|line| line.split("calls=").nth(1)?.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
