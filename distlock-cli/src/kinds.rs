@@ -33,13 +33,22 @@ pub enum Servers<'a> {
 pub struct Opened {
     /// The target.
     pub target: Box<dyn KindTarget>,
-    /// For kinds compared with a single server (Redlock: "pair p50 ≤ 2 × single-node"), how to
-    /// make that single-node target; `distlock bench` measures it.
-    pub single_node_reference: Option<Box<dyn Fn() -> Box<dyn KindTarget>>>,
+    /// For kinds compared with a single server (Redlock: "pair p50 ≤ 2 × single-node"), that
+    /// single-node target and the bound; `distlock bench` measures it.
+    pub single_node_reference: Option<SingleNodeReference>,
     /// How to measure where one lock pair's time goes, for kinds that can tell (Redis: the
     /// server time of one acquire, renewal and release beside the plain recipe's; ZooKeeper: the
     /// protocol's floor); `distlock bench` prints it.
     pub time_breakdown: Option<Box<dyn Fn() -> std::result::Result<String, String>>>,
+}
+
+/// The single-node yardstick of a multi-node kind in `distlock bench`.
+pub struct SingleNodeReference {
+    /// Makes the single-node target.
+    pub make: Box<dyn Fn() -> Box<dyn KindTarget>>,
+    /// The largest W1 pair p50 of the kind, as a multiple of the single node's, that meets its
+    /// goal (Redlock 2.0; Redis Cluster and Sentinel 1/0.9: W1 ≥ 0.9 × single-node W1).
+    pub max_ratio: f64,
 }
 
 impl Opened {

@@ -55,7 +55,10 @@ impl RedisLockBuilder {
     /// A builder for the server at `url`, with every default.
     ///
     /// `url` is `redis://[[user]:password@]host[:port][/db]` (`user:password` for an ACL user,
-    /// `:password` for `requirepass`), or `rediss://…` for TLS.
+    /// `:password` for `requirepass`), or `rediss://…` for TLS; for a Sentinel-managed primary
+    /// `redis+sentinel://[[user]:password@]s1[:port],…/<master-name>[/db]`, for a Redis Cluster
+    /// `redis+cluster://[[user]:password@]n1[:port],…/` (`rediss+…` with TLS; see the crate
+    /// docs, *Redis Cluster and Sentinel*).
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
@@ -88,8 +91,9 @@ impl RedisLockBuilder {
         self
     }
 
-    /// The most connections the backend keeps open (they are opened on demand). A caller that
-    /// finds them all busy waits up to the connect timeout. Defaults to 16.
+    /// The most connections the backend keeps open (they are opened on demand), per primary in
+    /// a cluster. A caller that finds them all busy waits up to the connect timeout. Defaults
+    /// to 16.
     pub fn max_connections(mut self, max: u32) -> Self {
         self.max_connections = max;
         self

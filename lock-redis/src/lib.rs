@@ -1,5 +1,5 @@
-//! The Redis backends of distlock: [`RedisBackend`] (one server) and [`RedlockBackend`]
-//! (Redlock over N independent servers) implement
+//! The Redis backends of distlock: [`RedisBackend`] (one server, a Sentinel-managed primary or
+//! a Redis Cluster) and [`RedlockBackend`] (Redlock over N independent servers) implement
 //! [`DistributedLock`](lock_core::DistributedLock) with [`Fencing`](lock_core::Fencing) and
 //! [`NativeWait`](lock_core::NativeWait), so a [`LockClient`](lock_core::LockClient) over
 //! either gets blocking, timed and non-blocking locks, per-thread reentrancy, lease renewal and
@@ -62,6 +62,54 @@
 //! - **Connections**: an r2d2 pool with connect, read and write timeouts; a connection that hit
 //!   an I/O error or a timeout is discarded, never reused with a late reply in flight.
 //! - **Replication**: [`RedisLockBuilder::wait_for_replicas`] adds `WAIT` after acquiring.
+//!
+//! # Redis Cluster and Sentinel
+//! The same [`RedisBackend`] runs on the deployments Redis users run, chosen by the URL:
+//!
+//! | URL | deployment |
+//! | --- | --- |
+//! | `redis://[[user]:password@]host[:port][/db]`, `rediss://…` | one server (or a primary you name) |
+//! | `redis+sentinel://[[user]:password@]s1[:port],s2[:port],…/<master-name>[/db]` | the primary that Redis Sentinel names (default port 26379) |
+//! | `redis+cluster://[[user]:password@]n1[:port],n2[:port],…/` | a Redis Cluster, found through these seed nodes |
+//!
+//! `rediss+sentinel://` and `rediss+cluster://` use TLS. The credentials are the data nodes';
+//! sentinels with a password of their own take `?sentinel_username=…&sentinel_password=…`.
+//! [`RedisLockBuilder::map_addresses`] rewrites the addresses a deployment announces (NAT,
+//! containers), as Redisson's `NatMapper` does.
+//!
+//! - **Cluster**: every key of a lock shares one hash tag, so a lock lives on one primary; the
+//!   backend keeps the slot map (`CLUSTER SLOTS`) and one connection pool per primary, so an
+//!   uncontended acquisition is still one round trip to the slot's primary. A `MOVED` reply
+//!   corrects the map for the slot and the request goes to the new primary at once; `ASK` (a
+//!   slot being migrated) goes to the importing node after `ASKING`; `TRYAGAIN` (a request
+//!   whose keys a migration split) and `CLUSTERDOWN` (a failover under way) are retried after a
+//!   short pause — all within one I/O timeout, after which the reply is the caller's error. The
+//!   map is refreshed in the background after a redirect or a node failure. Renewal batches go
+//!   out as one pipeline per primary, all at once. Wake-ups use plain `PUBLISH`, which a
+//!   cluster forwards to every node, so one subscriber connection (to any node) serves every
+//!   slot, across slot moves and failovers.
+//! - **Sentinel**: each new connection asks the sentinels (in turn, each within the connect and
+//!   read timeouts) for the primary and checks it with `ROLE`: a node that is not the primary
+//!   is never written to. A `READONLY` reply (a primary demoted under an open connection) or a
+//!   refused connection drops the idle connections and retries on a fresh one, which finds the
+//!   new primary: a client follows a failover without being rebuilt.
+//! - **A failover and a held lease** (R06, R07). Replication is asynchronous: a failover may
+//!   promote a replica that never got a lease, and then a rival can acquire a lock that its
+//!   holder still has. So on these deployments a lease is put in doubt
+//!   ([`HoldState::InDoubt`](lock_core::HoldState::InDoubt), `is_held()` false) the moment its
+//!   primary stops answering — a failed call, or the backend's heartbeat, which pings every
+//!   primary holding leases four times a second (with a 1 s timeout) — and back to held only
+//!   when a renewal of that lease succeeds, on whichever primary serves it then; if the new
+//!   primary does not have it, the renewal reports it lost. The holder hears of the doubt
+//!   within about 1.25 s of its primary failing; a failover takes Sentinel's
+//!   `down-after-milliseconds` (default 30 s) or the cluster's `cluster-node-timeout` (default
+//!   15 s) plus an election, so keep those above 2 s. With
+//!   [`RedisLockBuilder::wait_for_replicas`] an acquisition returns only once a replica has the
+//!   lock, and so does the fencing counter: the hold survives the failover of its primary, and
+//!   tokens keep increasing across it. Without `WAIT` the hold and the counter may be lost:
+//!   the holder is told (in doubt, then lost) before a rival can get in, but tokens may repeat.
+//!   Renewals are not `WAIT`ed: a failover may roll a renewed lease back to the lease the
+//!   replica saw.
 //!
 //! # Limits
 //! A single Redis server (or primary) is a single point of truth: with asynchronous replication

@@ -5,11 +5,11 @@ use distlock::redis::testkit::{
     plain_pair, server_time, Deployment, DeploymentTarget, RedisTarget, RedlockTarget, NODES,
 };
 use distlock::redis::RedisLockKind;
-use lock_testkit::harness::shared;
+use lock_testkit::harness::{shared, RedisServer};
 use lock_testkit::negative::BrokenRecipe;
 use lock_testkit::suite::SuiteTarget;
 
-use super::{KindTarget, Opened, Servers};
+use super::{KindTarget, Opened, Servers, SingleNodeReference};
 
 pub(super) fn set_nx(servers: Servers<'_>) -> Result<Opened, String> {
     single_node(RedisLockKind::SetNx, true, servers)
@@ -82,9 +82,12 @@ pub(super) fn redlock(servers: Servers<'_>) -> Result<Opened, String> {
         let backend = target.backend().map_err(|e| e.to_string())?;
         Ok(server_time::measure(&backend, &urls, SERVER_TIME_OPS, SERVER_TIME_ROUNDS)?.to_string())
     }));
-    opened.single_node_reference = Some(Box::new(move || {
-        Box::new(RedisTarget::at(RedisLockKind::SetNx, first.clone())) as Box<dyn KindTarget>
-    }));
+    opened.single_node_reference = Some(SingleNodeReference {
+        make: Box::new(move || {
+            Box::new(RedisTarget::at(RedisLockKind::SetNx, first.clone())) as Box<dyn KindTarget>
+        }),
+        max_ratio: 2.0,
+    });
     Ok(opened)
 }
 
@@ -135,9 +138,9 @@ pub(super) fn sentinel_scenarios() -> Vec<lock_testkit::BackendScenario> {
 }
 
 /// `redis-cluster`: the shared throwaway cluster, or a user's. Its yardstick for `distlock
-/// bench` is the single-node kind on the harness's standalone server (a cluster node answers
-/// only for its own slots, so the single-node client cannot run on one of the primaries); its
-/// time breakdown is how the workloads' names spread over the primaries.
+/// bench` is the single-node kind on a throwaway server with a replica
+/// ([`replicated_single_node`]); its time breakdown is how the workloads' names spread over
+/// the primaries.
 pub(super) fn cluster(servers: Servers<'_>) -> Result<Opened, String> {
     let (url, harness) = deployment_url(servers, || {
         shared::redis_cluster()
@@ -150,10 +153,31 @@ pub(super) fn cluster(servers: Servers<'_>) -> Result<Opened, String> {
         Ok(format!("names over the primaries (10,000 fresh names): {}", target.primary_share(10_000)?))
     }));
     if harness {
-        opened.single_node_reference =
-            Some(Box::new(|| Box::new(RedisTarget::new(RedisLockKind::SetNx)) as Box<dyn KindTarget>));
+        opened.single_node_reference = Some(SingleNodeReference {
+            make: Box::new(|| match replicated_single_node() {
+                Ok(url) => Box::new(RedisTarget::at(RedisLockKind::SetNx, url)) as Box<dyn KindTarget>,
+                // The reference's W1 then fails and says why.
+                Err(error) => {
+                    Box::new(RedisTarget::at(RedisLockKind::SetNx, format!("redis://unavailable/{error}")))
+                }
+            }),
+            max_ratio: W1_WITHIN,
+        });
     }
     Ok(opened)
+}
+
+/// A throwaway server with one replica, as each cluster primary has: the single-node yardstick
+/// of `redis-cluster` (a cluster node answers only for its own slots, so the single-node client
+/// cannot run on one of the primaries; this one costs the server the same replication).
+fn replicated_single_node() -> Result<String, String> {
+    static PAIR: std::sync::OnceLock<Result<(RedisServer, RedisServer), String>> = std::sync::OnceLock::new();
+    let pair = PAIR.get_or_init(|| {
+        let primary = RedisServer::start().map_err(|e| e.to_string())?;
+        let replica = RedisServer::start_replica_of(&primary).map_err(|e| e.to_string())?;
+        Ok((primary, replica))
+    });
+    pair.as_ref().map(|(primary, _)| primary.url()).map_err(Clone::clone)
 }
 
 /// `redis-sentinel`: the shared throwaway Sentinel group, or a user's. Its yardstick for
@@ -168,12 +192,19 @@ pub(super) fn sentinel(servers: Servers<'_>) -> Result<Opened, String> {
     let mut opened = Opened::new(target.clone());
     if harness {
         let primary = target.primary_url()?;
-        opened.single_node_reference = Some(Box::new(move || {
-            Box::new(RedisTarget::at(RedisLockKind::SetNx, primary.clone())) as Box<dyn KindTarget>
-        }));
+        opened.single_node_reference = Some(SingleNodeReference {
+            make: Box::new(move || {
+                Box::new(RedisTarget::at(RedisLockKind::SetNx, primary.clone())) as Box<dyn KindTarget>
+            }),
+            max_ratio: W1_WITHIN,
+        });
     }
     Ok(opened)
 }
+
+/// The goal of `redis-cluster` and `redis-sentinel` against their single-node yardstick: W1 at
+/// least 0.9 × the single node's, so a pair p50 at most 1/0.9 × its.
+const W1_WITHIN: f64 = 1.0 / 0.9;
 
 /// The URL of a replicated deployment: the harness's (`true`), or the user's, checked.
 fn deployment_url(

@@ -55,10 +55,11 @@ impl RedisLockKind {
     }
 }
 
-/// Distributed locks on one Redis server.
+/// Distributed locks on one Redis server, a Sentinel-managed primary, or a Redis Cluster (by
+/// URL: see the crate docs, *Redis Cluster and Sentinel*).
 ///
-/// Every key of one lock shares a Redis Cluster hash tag ([`RedisKeys`]), so the layout is ready
-/// for a cluster; this client itself talks to the one node its URL names.
+/// Every key of one lock shares a Redis Cluster hash tag ([`RedisKeys`]), so in a cluster one
+/// lock is always one primary's business.
 ///
 /// Build it with [`RedisBackend::builder`] and hand it to a [`LockClient`](lock_core::LockClient).
 /// Cloning is cheap: clones share the connection pool and the subscriber connection that wakes
@@ -128,7 +129,8 @@ enum Attempt {
 
 impl RedisBackend {
     /// A builder for a backend on the server at `url` (`redis://[user][:password@]host[:port][/db]`
-    /// or `rediss://…` for TLS).
+    /// or `rediss://…` for TLS), the primary Sentinel names (`redis+sentinel://s1,s2,…/<master>`)
+    /// or a Redis Cluster (`redis+cluster://n1,n2,…/`).
     pub fn builder(url: impl Into<String>) -> RedisLockBuilder {
         RedisLockBuilder::new(url)
     }
