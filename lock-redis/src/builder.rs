@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use lock_core::{Error, OwnerToken, Result};
+use lock_core::{Error, Result};
 
 use crate::connection::PoolSettings;
 use crate::error;
@@ -13,7 +13,6 @@ use crate::single_node::{Inner, RedisBackend, RedisLockKind, ReplicaWait};
 use crate::topology::{
     AddressMap, ClusterNodes, Connector, Heartbeat, Node, Nodes, SentinelResolver, Target,
 };
-use crate::waiter::WaitHub;
 
 /// The longest connect, I/O or `WAIT` timeout accepted: longer is a mistake, not a limit.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(60 * 60);
@@ -190,23 +189,20 @@ impl RedisLockBuilder {
             write_timeout: self.io_timeout,
         };
         let address = target.display();
-        let (nodes, hub_connector) = match target {
+        let nodes = match target {
             Target::Single(client) => {
-                let node = Node::new(address.clone(), Connector::Direct(Box::new(client.clone())), settings);
-                (Nodes::One { node: Arc::new(node), sentinel: false }, Connector::Direct(Box::new(client)))
+                let node = Node::new(address.clone(), Connector::Direct(Box::new(client)), settings);
+                Nodes::One { node: Arc::new(node), sentinel: false }
             }
             Target::Sentinel { sentinels, master, nodes } => {
                 let resolver = Arc::new(SentinelResolver::new(sentinels, master, nodes));
-                let node = Node::new(address.clone(), Connector::Sentinel(Arc::clone(&resolver)), settings);
-                (Nodes::One { node: Arc::new(node), sentinel: true }, Connector::Sentinel(resolver))
+                let node = Node::new(address.clone(), Connector::Sentinel(resolver), settings);
+                Nodes::One { node: Arc::new(node), sentinel: true }
             }
             Target::Cluster { seeds, nodes } => {
-                let cluster = Arc::new(ClusterNodes::new(seeds, nodes, settings));
-                (Nodes::Cluster(Arc::clone(&cluster)), Connector::AnyClusterNode(cluster))
+                Nodes::Cluster(Arc::new(ClusterNodes::new(seeds, nodes, settings)))
             }
         };
-        let control_channel = format!("{}:subscriber:{}", self.key_prefix, OwnerToken::random());
-        let hub = WaitHub::new(hub_connector, settings, control_channel);
         check_deployment(&nodes)?;
         let heartbeat = Arc::new(Heartbeat::new(nodes.cluster().cloned()));
         Ok(RedisBackend::from_inner(Inner {
@@ -216,7 +212,6 @@ impl RedisLockBuilder {
             kind: self.kind,
             fair: self.fair,
             replicas,
-            hub,
             cleanup: crate::cleanup::Cleanup::default(),
             heartbeat,
             address,

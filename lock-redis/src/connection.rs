@@ -401,6 +401,16 @@ impl ConnectionPool {
         }
     }
 
+    /// How the pool's connections are opened.
+    pub(crate) fn connector(&self) -> &Connector {
+        &self.connector
+    }
+
+    /// The pool's limits and timeouts.
+    pub(crate) fn settings(&self) -> PoolSettings {
+        self.settings
+    }
+
     /// A new connection outside the pool, opened like the pool's (with its timeouts).
     ///
     /// # Errors

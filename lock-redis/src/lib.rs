@@ -42,7 +42,8 @@
 //! - **Keys** ([`RedisKeys`]): `<prefix>:{<escaped name>}:lock|fence|queue|queue-timeouts`, one
 //!   Redis Cluster hash tag per lock.
 //! - **Waiting**: a release publishes on the lock's channel (`<prefix>:{<escaped name>}:…`);
-//!   one subscriber connection per backend wakes the waiting threads. An ACL user needs rights
+//!   one subscriber connection per backend (per primary in a cluster) wakes the waiting
+//!   threads. An ACL user needs rights
 //!   on those channels, `&<prefix>:*` (Redis 7 gives new users none: `acl-pubsub-default
 //!   resetchannels`). Without them locking still works — a release whose PUBLISH is refused
 //!   still releases — but nobody is woken: waiters re-check on their own, about once a second
@@ -85,9 +86,12 @@
 //!   whose keys a migration split) and `CLUSTERDOWN` (a failover under way) are retried after a
 //!   short pause — all within one I/O timeout, after which the reply is the caller's error. The
 //!   map is refreshed in the background after a redirect or a node failure. Renewal batches go
-//!   out as one pipeline per primary, all at once. Wake-ups use plain `PUBLISH`, which a
-//!   cluster forwards to every node, so one subscriber connection (to any node) serves every
-//!   slot, across slot moves and failovers.
+//!   out as one pipeline per primary, all at once. Wake-ups use Redis 7's sharded pub/sub: a
+//!   release `SPUBLISH`es on the lock's shard channel, which stays on the slot's primary (and
+//!   its replicas) instead of being forwarded to every node as `PUBLISH` is; each primary a
+//!   client waits on gets one subscriber connection (RESP3) that `SSUBSCRIBE`s there. When a
+//!   slot moves, its old primary drops the shard channels (`sunsubscribe`): the waiters are
+//!   woken, re-check, and wait on the new primary. Redis 7 or newer.
 //! - **Sentinel**: each new connection asks the sentinels (in turn, each within the connect and
 //!   read timeouts) for the primary and checks it with `ROLE`: a node that is not the primary
 //!   is never written to. A `READONLY` reply (a primary demoted under an open connection) or a

@@ -118,7 +118,24 @@ impl LockScripts {
             dequeue: LuaScript::new(with_queue(dequeue)),
         }
     }
+
+    /// The same scripts publishing wake-ups with `SPUBLISH` (Redis 7 sharded pub/sub) instead of
+    /// `PUBLISH`, for a cluster: the message then stays on the slot's primary (and its replicas)
+    /// instead of being forwarded to every node of the cluster.
+    pub(crate) fn sharded(&self) -> Self {
+        let shard = |script: &LuaScript| LuaScript::new(script.source.replace(PUBLISH, SPUBLISH));
+        Self {
+            acquire: shard(&self.acquire),
+            extend: shard(&self.extend),
+            release: shard(&self.release),
+            dequeue: shard(&self.dequeue),
+        }
+    }
 }
+
+/// How every script publishes a wake-up, and its sharded form ([`LockScripts::sharded`]).
+const PUBLISH: &str = "redis.pcall('PUBLISH',";
+const SPUBLISH: &str = "redis.pcall('SPUBLISH',";
 
 fn with_queue(body: &str) -> String {
     assert_eq!(body.matches(QUEUE_MARKER).count(), 1, "a script without one queue marker:\n{body}");
@@ -131,6 +148,18 @@ mod tests {
 
     fn every_kind() -> [&'static LockScripts; 2] {
         [crate::set_nx::scripts(), crate::reentrant_hash::scripts()]
+    }
+
+    #[test]
+    fn sharded_scripts_publish_only_with_spublish() {
+        for scripts in every_kind() {
+            let sharded = scripts.sharded();
+            for script in [&sharded.acquire, &sharded.release, &sharded.dequeue] {
+                assert!(script.source().contains(SPUBLISH), "{}", script.source());
+                assert!(!script.source().contains("'PUBLISH'"), "{}", script.source());
+            }
+            assert_ne!(sharded.release.hash(), scripts.release.hash());
+        }
     }
 
     #[test]

@@ -33,3 +33,9 @@ pub(crate) fn scripts() -> &'static LockScripts {
     });
     &SCRIPTS
 }
+
+/// [`scripts`] publishing with `SPUBLISH`, for a cluster.
+pub(crate) fn sharded_scripts() -> &'static LockScripts {
+    static SCRIPTS: LazyLock<LockScripts> = LazyLock::new(|| scripts().sharded());
+    &SCRIPTS
+}

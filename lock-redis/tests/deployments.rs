@@ -83,3 +83,29 @@ fn script_calls(port: u16) -> u64 {
         .and_then(|line| line.split("calls=").nth(1)?.split(',').next()?.parse().ok())
         .unwrap_or(0)
 }
+
+/// On a cluster a release wakes its waiter through the shard channel on the slot's primary
+/// (`SPUBLISH`/`SSUBSCRIBE`), within milliseconds — not by the waiter's own once-a-second
+/// re-check — for names on every primary.
+#[test]
+fn a_cluster_release_wakes_its_waiter_by_sharded_pub_sub() {
+    let target = DeploymentTarget::cluster();
+    let locks = LockClient::with_options(target.backend().unwrap(), LockOptions::default());
+    for _ in 0..6 {
+        let name = unique_name("sharded-wake");
+        let holder = Lock::new(&locks, name.clone()).lock().unwrap();
+        let waiter_locks = locks.clone();
+        let waiter = std::thread::spawn(move || {
+            let guard =
+                Lock::new(&waiter_locks, name).try_lock_for(Duration::from_secs(10)).unwrap().unwrap();
+            let acquired = std::time::Instant::now();
+            guard.unlock().unwrap();
+            acquired
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let released = std::time::Instant::now();
+        holder.unlock().unwrap();
+        let woken_after = waiter.join().unwrap().saturating_duration_since(released);
+        assert!(woken_after < Duration::from_millis(200), "woken {woken_after:?} after the release");
+    }
+}

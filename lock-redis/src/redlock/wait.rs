@@ -50,7 +50,7 @@ struct NodesWaiter<'a> {
     owner: &'a OwnerToken,
     ttl: Duration,
     slot: Arc<Slot>,
-    registrations: Vec<Registration<'a>>,
+    registrations: Vec<Registration>,
 }
 
 impl Waiter for NodesWaiter<'_> {

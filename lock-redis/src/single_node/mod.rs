@@ -29,7 +29,6 @@ use crate::error::{self, BACKEND};
 use crate::keys::RedisKeys;
 use crate::lua::LockScripts;
 use crate::topology::{Heartbeat, Hop, Next, Nodes};
-use crate::waiter::WaitHub;
 use crate::{millis, reentrant_hash, set_nx};
 use uncontended::Uncontended;
 
@@ -47,10 +46,14 @@ pub enum RedisLockKind {
 }
 
 impl RedisLockKind {
-    fn scripts(self) -> &'static LockScripts {
-        match self {
-            RedisLockKind::SetNx => set_nx::scripts(),
-            RedisLockKind::ReentrantHash => reentrant_hash::scripts(),
+    /// The kind's scripts; with `sharded`, those that wake waiters by sharded pub/sub (a
+    /// cluster's).
+    fn scripts(self, sharded: bool) -> &'static LockScripts {
+        match (self, sharded) {
+            (RedisLockKind::SetNx, false) => set_nx::scripts(),
+            (RedisLockKind::SetNx, true) => set_nx::sharded_scripts(),
+            (RedisLockKind::ReentrantHash, false) => reentrant_hash::scripts(),
+            (RedisLockKind::ReentrantHash, true) => reentrant_hash::sharded_scripts(),
         }
     }
 }
@@ -84,20 +87,12 @@ pub(crate) struct Inner {
     /// Waiters queue and are served in arrival order (`RedisLockBuilder::fair`).
     pub(crate) fair: bool,
     pub(crate) replicas: Option<ReplicaWait>,
-    pub(crate) hub: WaitHub,
     /// Watches the primaries of leases on a replicated deployment (`topology/heartbeat.rs`).
     pub(crate) heartbeat: Arc<Heartbeat>,
     /// Undos of failed calls still to be sent (`cleanup.rs`).
     pub(crate) cleanup: cleanup::Cleanup,
     /// Where the URL points, without credentials, for `Debug`.
     pub(crate) address: String,
-}
-
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // The last clone is gone: the subscriber thread has no one left to wake.
-        self.hub.close();
-    }
 }
 
 /// The pause before the second retry of a redirected request (see [`RedisBackend::routed`]).
@@ -179,7 +174,7 @@ impl RedisBackend {
     }
 
     pub(crate) fn scripts(&self) -> &'static LockScripts {
-        self.inner.kind.scripts()
+        self.inner.kind.scripts(self.inner.nodes.cluster().is_some())
     }
 
     /// Where this backend's locks live.
@@ -282,7 +277,14 @@ impl RedisBackend {
                     // A waiter whose wake-ups are already subscribed makes its queued attempt
                     // right after subscribing, which is immediate; one that must subscribe first
                     // (round trips) queues now, so its place does not wait for them.
-                    Uncontended::Refused if !waiting || self.inner.hub.is_subscribed(keys.channel()) => {
+                    Uncontended::Refused
+                        if !waiting
+                            || self
+                                .inner
+                                .nodes
+                                .hub(hop, &self.inner.prefix)
+                                .is_subscribed(keys.channel()) =>
+                    {
                         return Ok(Attempt::Held { retry_in: None });
                     }
                     Uncontended::Refused => {}

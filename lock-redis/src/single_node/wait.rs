@@ -1,6 +1,7 @@
 //! The single-node wait: a fair queue in Redis, woken by the release's pub/sub message (the loop
 //! itself is `wait_loop.rs`).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result};
@@ -9,8 +10,9 @@ use super::{Attempt, RedisBackend, RedisLease, Route};
 use crate::cleanup;
 use crate::error;
 use crate::keys::RedisKeys;
+use crate::topology::{Hop, Node};
 use crate::wait_loop::{self, Refusal, Waiter};
-use crate::waiter::Registration;
+use crate::waiter::{Registration, WaitHub};
 
 /// How long a waiter's place in the queue lasts without a refresh. Live waiters refresh it on
 /// every re-check (at least every [`FALLBACK_RECHECK`](crate::wait_loop::FALLBACK_RECHECK)), so only a dead waiter's entry lapses,
@@ -46,22 +48,19 @@ impl RedisBackend {
         }
     }
 
-    /// Pokes the subscriber thread so it subscribes to a newly waited channel at once.
+    /// Pokes the subscriber thread of `hub` (on `hop`'s node) so it subscribes to a newly waited
+    /// channel at once.
     ///
     /// # Errors
     /// When the server did not answer (a timeout, a broken or refused connection): the caller's
     /// next attempt would only cost another timeout. Other failures (an ACL user without rights
     /// on the control channel) are logged: the subscriber still gets there within its tick.
-    fn poke_subscriber(&self, keys: &RedisKeys) -> Result<()> {
-        // Any node will do (in a cluster PUBLISH reaches every node): the lock's own.
-        let result =
-            self.inner.nodes.hop(keys).and_then(|hop| hop.connection()).and_then(|mut connection| {
-                connection
-                    .run(|c| {
-                        redis::cmd("PUBLISH").arg(self.inner.hub.control_channel()).arg("").query::<i64>(c)
-                    })
-                    .map_err(|e| error::map("wake the subscriber", e))
-            });
+    fn poke_subscriber(&self, hop: &Hop, hub: &WaitHub) -> Result<()> {
+        let result = hop.connection().and_then(|mut connection| {
+            connection
+                .run(|c| redis::cmd("PUBLISH").arg(hub.control_channel()).arg("").query::<i64>(c))
+                .map_err(|e| error::map("wake the subscriber", e))
+        });
         match result {
             Err(error) if error.is_retryable() => Err(error),
             Err(error) => {
@@ -73,6 +72,35 @@ impl RedisBackend {
     }
 }
 
+impl QueueWaiter<'_> {
+    /// Registers with the hub of `hop`'s node (in place of any earlier registration); returns
+    /// whether its subscriber thread needs a poke.
+    fn register(&mut self, hop: &Hop) -> bool {
+        let hub = self.backend.inner.nodes.hub(hop, &self.backend.inner.prefix);
+        let (joined, poke) = hub.register(self.keys.channel(), &self.owner.to_hex());
+        self.registration = Some(joined);
+        self.registered_on = Some(Arc::clone(&hop.node));
+        poke
+    }
+
+    /// In a cluster, after the lock's slot moved to another primary (its old primary gave up
+    /// the shard channel and woke this waiter), waits on the new primary's hub instead. Best
+    /// effort: a failed poke leaves the subscription to the subscriber's next tick.
+    fn follow_slot(&mut self) {
+        let Some(registered) = &self.registered_on else { return };
+        let Ok(hop) = self.backend.inner.nodes.hop(self.keys) else { return };
+        if Arc::ptr_eq(&hop.node, registered) {
+            return;
+        }
+        if self.register(&hop) {
+            let hub = self.backend.inner.nodes.hub(&hop, &self.backend.inner.prefix);
+            if let Err(error) = self.backend.poke_subscriber(&hop, hub) {
+                tracing::debug!(%error, "poking the subscriber of the slot's new primary failed");
+            }
+        }
+    }
+}
+
 /// One waiting acquisition in a single server's queue.
 struct QueueWaiter<'a> {
     backend: &'a RedisBackend,
@@ -80,7 +108,9 @@ struct QueueWaiter<'a> {
     keys: &'a RedisKeys,
     owner: &'a OwnerToken,
     ttl: Duration,
-    registration: Option<Registration<'a>>,
+    registration: Option<Registration>,
+    /// The node whose hub the registration is with (a cluster's primary for the lock's slot).
+    registered_on: Option<Arc<Node>>,
     /// Attempts made so far.
     attempts: u32,
     /// Whether an answered attempt refused the lock: the waiter may have a place in the queue.
@@ -102,16 +132,17 @@ impl Waiter for QueueWaiter<'_> {
             Attempt::Acquired(lease) => Ok(lease),
             Attempt::Held { retry_in } => {
                 self.refused = waiting;
+                self.follow_slot();
                 Err(Refusal { retry_in, back_off: None })
             }
         })
     }
 
     fn subscribe(&mut self, until: Instant) -> Result<()> {
-        let (joined, poke) = self.backend.inner.hub.register(self.keys.channel(), &self.owner.to_hex());
-        self.registration = Some(joined);
-        if poke {
-            self.backend.poke_subscriber(self.keys)?;
+        let hop = self.backend.inner.nodes.hop(self.keys)?;
+        if self.register(&hop) {
+            let hub = self.backend.inner.nodes.hub(&hop, &self.backend.inner.prefix);
+            self.backend.poke_subscriber(&hop, hub)?;
         }
         if let Some(joined) = &self.registration {
             joined.wait_subscribed(until);
@@ -151,6 +182,7 @@ impl NativeWait for RedisBackend {
             owner,
             ttl,
             registration: None,
+            registered_on: None,
             attempts: 0,
             refused: false,
         };

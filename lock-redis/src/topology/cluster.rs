@@ -265,20 +265,6 @@ impl ClusterNodes {
     fn new_node(&self, info: ConnectionInfo) -> Arc<Node> {
         Arc::new(Node::direct(info, self.settings))
     }
-
-    /// Connects to the first primary (then seed) that accepts a connection: the subscriber's
-    /// connection, for which any node serves, since `PUBLISH` in a cluster reaches every node.
-    pub(crate) fn open_any(&self, settings: &PoolSettings) -> RedisResult<redis::Connection> {
-        let candidates = self.candidates();
-        let mut last_error = None;
-        for info in candidates {
-            match Client::open(info).and_then(|client| ConnectionManager::open(&client, settings)) {
-                Ok(connection) => return Ok(connection),
-                Err(error) => last_error = Some(error),
-            }
-        }
-        Err(last_error.unwrap_or_else(|| RedisError::from((ErrorKind::Io, "no cluster node to connect to"))))
-    }
 }
 
 /// The slot of `key`: CRC16 (XMODEM) of its hash tag, or of the whole key without one, as

@@ -17,15 +17,16 @@ pub(crate) use cluster::{slot_of, ClusterNodes};
 pub(crate) use heartbeat::Heartbeat;
 pub(crate) use sentinel::SentinelResolver;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use lock_core::{Error, Result};
+use lock_core::{Error, OwnerToken, Result};
 use redis::{Client, ConnectionInfo, RedisResult, ServerErrorKind};
 
 use crate::connection::{ConnectionManager, ConnectionPool, PoolSettings, PooledConnection};
 use crate::error::{self, redis_cause};
 use crate::keys::RedisKeys;
+use crate::waiter::WaitHub;
 
 /// How connections to one destination are opened.
 #[derive(Clone)]
@@ -34,11 +35,24 @@ pub(crate) enum Connector {
     Direct(Box<Client>),
     /// Whichever node the sentinels name primary at the time of connecting.
     Sentinel(Arc<SentinelResolver>),
-    /// Any node of the cluster (the subscriber's connection: `PUBLISH` reaches every node).
-    AnyClusterNode(Arc<ClusterNodes>),
 }
 
 impl Connector {
+    /// The same destination spoken to in RESP3 (a sharded subscriber's connection: its pub/sub
+    /// traffic comes as push values, `waiter/sharded.rs`). Only a direct connector changes.
+    pub(crate) fn resp3(&self) -> Connector {
+        match self {
+            Connector::Direct(client) => {
+                let info = client.get_connection_info().clone();
+                let settings = info.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
+                let client = Client::open(info.set_redis_settings(settings))
+                    .expect("a ConnectionInfo always opens a Client");
+                Connector::Direct(Box::new(client))
+            }
+            other => other.clone(),
+        }
+    }
+
     /// Opens one connection with the pool's timeouts.
     ///
     /// # Errors
@@ -47,7 +61,6 @@ impl Connector {
         match self {
             Connector::Direct(client) => ConnectionManager::open(client, settings),
             Connector::Sentinel(resolver) => resolver.open(settings),
-            Connector::AnyClusterNode(cluster) => cluster.open_any(settings),
         }
     }
 }
@@ -59,6 +72,8 @@ pub(crate) struct Node {
     pub(crate) pool: ConnectionPool,
     /// The doubt signals of the leases granted here (replicated deployments only).
     pub(crate) watched: heartbeat::Watched,
+    /// The waiters of locks served here and their subscriber thread, made on the first wait.
+    hub: OnceLock<WaitHub>,
 }
 
 impl Node {
@@ -68,7 +83,22 @@ impl Node {
             address,
             pool: ConnectionPool::new(connector, settings),
             watched: heartbeat::Watched::default(),
+            hub: OnceLock::new(),
         }
+    }
+
+    /// The hub of the waiters for locks on this node, connecting like the pool; its control
+    /// channel is under `prefix`. `sharded`: lock channels are shard channels (a cluster node).
+    fn hub(&self, prefix: &str, sharded: bool) -> &WaitHub {
+        self.hub.get_or_init(|| {
+            let control = format!("{prefix}:subscriber:{}", OwnerToken::random());
+            let (connector, settings) = (self.pool.connector(), self.pool.settings());
+            if sharded {
+                WaitHub::sharded(connector.resp3(), settings, control)
+            } else {
+                WaitHub::new(connector.clone(), settings, control)
+            }
+        })
     }
 
     /// A node reached directly at `info`.
@@ -76,6 +106,15 @@ impl Node {
         let address = info.addr().to_string();
         let client = Client::open(info).expect("a ConnectionInfo always opens a Client");
         Self::new(address, Connector::Direct(Box::new(client)), settings)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // Nobody can wait on this node any more: its subscriber thread has no one to wake.
+        if let Some(hub) = self.hub.get() {
+            hub.close();
+        }
     }
 }
 
@@ -136,6 +175,12 @@ impl Nodes {
     /// A hop to `node`, announced with `ASKING` when `asking`.
     pub(crate) fn hop_to(node: Arc<Node>, asking: bool) -> Hop {
         Hop { node, asking }
+    }
+
+    /// The hub through which a waiter on `hop` is woken: the node's own, with shard channels in
+    /// a cluster.
+    pub(crate) fn hub<'h>(&self, hop: &'h Hop, prefix: &str) -> &'h WaitHub {
+        hop.node.hub(prefix, self.cluster().is_some())
     }
 
     /// Every node requests currently go to (the cluster's primaries).

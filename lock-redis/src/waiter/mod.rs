@@ -30,6 +30,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::connection::PoolSettings;
 use crate::topology::Connector;
 
+mod sharded;
 mod subscriber;
 
 /// How long the subscriber blocks in a read before it looks at its to-do list and whether its
@@ -52,8 +53,18 @@ pub(crate) struct WaitHub {
     shared: Arc<HubShared>,
 }
 
+/// How a hub subscribes to lock channels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Channels {
+    /// `SUBSCRIBE`: one server, a Sentinel primary, a Redlock node.
+    Classic,
+    /// `SSUBSCRIBE` on the node serving the channel's slot (`sharded.rs`).
+    Sharded,
+}
+
 struct HubShared {
     connector: Connector,
+    channels: Channels,
     settings: PoolSettings,
     /// Where waiters poke the subscriber thread so it subscribes at once; unique per hub.
     control_channel: String,
@@ -139,8 +150,8 @@ impl Slot {
 }
 
 /// A thread's place among the waiters of one channel; leaves on drop.
-pub(crate) struct Registration<'a> {
-    hub: &'a WaitHub,
+pub(crate) struct Registration {
+    hub: Arc<HubShared>,
     channel: String,
     slot: Arc<Slot>,
 }
@@ -149,10 +160,26 @@ impl WaitHub {
     /// A hub whose subscriber connects like the pool does. `control_channel` must be unique to
     /// this hub.
     pub(crate) fn new(connector: Connector, settings: PoolSettings, control_channel: String) -> Self {
+        Self::with_channels(connector, settings, control_channel, Channels::Classic)
+    }
+
+    /// A hub for one cluster node, whose lock channels are shard channels (`SSUBSCRIBE`; the
+    /// releases `SPUBLISH`).
+    pub(crate) fn sharded(connector: Connector, settings: PoolSettings, control_channel: String) -> Self {
+        Self::with_channels(connector, settings, control_channel, Channels::Sharded)
+    }
+
+    fn with_channels(
+        connector: Connector,
+        settings: PoolSettings,
+        control_channel: String,
+        channels: Channels,
+    ) -> Self {
         let shared = Arc::new(HubShared {
             connector,
             settings,
             control_channel,
+            channels,
             state: Mutex::new(HubState::default()),
         });
         Self { shared }
@@ -166,13 +193,13 @@ impl WaitHub {
     /// Adds a waiter with owner token `token` on `channel`, starting the subscriber thread if
     /// needed. The second value says whether the caller should poke the thread (publish on the
     /// control channel) because the channel still needs subscribing.
-    pub(crate) fn register(&self, channel: &str, token: &str) -> (Registration<'_>, bool) {
+    pub(crate) fn register(&self, channel: &str, token: &str) -> (Registration, bool) {
         self.register_slot(channel, Slot::new(token))
     }
 
     /// Like [`register`](Self::register), with a slot the caller may register with other hubs
     /// too.
-    pub(crate) fn register_slot(&self, channel: &str, slot: Arc<Slot>) -> (Registration<'_>, bool) {
+    pub(crate) fn register_slot(&self, channel: &str, slot: Arc<Slot>) -> (Registration, bool) {
         let mut state = self.shared.state.lock();
         let entry = state.channels.entry(channel.to_owned()).or_default();
         entry.waiters.push(Arc::clone(&slot));
@@ -199,7 +226,7 @@ impl WaitHub {
             }
         }
         drop(state);
-        (Registration { hub: self, channel: channel.to_owned(), slot }, poke)
+        (Registration { hub: Arc::clone(&self.shared), channel: channel.to_owned(), slot }, poke)
     }
 
     /// Whether `channel` is subscribed: a waiter registering now would be woken by the next
@@ -214,7 +241,7 @@ impl WaitHub {
     }
 }
 
-impl Registration<'_> {
+impl Registration {
     /// Waits until the channel is subscribed, or until `until`; returns whether it is.
     pub(crate) fn wait_subscribed(&self, until: Instant) -> bool {
         self.slot.wait_subscribed(until)
@@ -232,9 +259,9 @@ impl Registration<'_> {
     }
 }
 
-impl Drop for Registration<'_> {
+impl Drop for Registration {
     fn drop(&mut self) {
-        let mut state = self.hub.shared.state.lock();
+        let mut state = self.hub.state.lock();
         if let Some(entry) = state.channels.get_mut(&self.channel) {
             entry.waiters.retain(|slot| !Arc::ptr_eq(slot, &self.slot));
             if entry.waiters.is_empty() {
@@ -315,6 +342,23 @@ impl HubShared {
         } else {
             for slot in &channel.waiters {
                 slot.update(|s| s.subscribed = false);
+            }
+        }
+    }
+
+    /// The server says the channel's slot is no longer its own (a sharded hub: `SSUBSCRIBE`
+    /// answered `MOVED`, or a `sunsubscribe` came after the slot moved): it is not subscribed,
+    /// is not tried again here for [`REFUSED_RETRY`], and its waiters are woken to re-check —
+    /// which finds the slot's new primary, and subscribes there.
+    fn mark_moved(&self, name: &str) {
+        if let Some(channel) = self.state.lock().channels.get_mut(name) {
+            channel.subscribed = false;
+            channel.refused_at = Some(Instant::now());
+            for slot in &channel.waiters {
+                slot.update(|s| {
+                    s.subscribed = false;
+                    s.woken = true;
+                });
             }
         }
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, RedisResult};
 
-use super::{HubShared, REFUSED_RETRY, TICK};
+use super::{Channels, HubShared, REFUSED_RETRY, TICK};
 
 /// Longest pause between reconnection attempts of the subscriber.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
@@ -33,7 +33,10 @@ pub(super) fn run(shared: &HubShared) {
     while !shared.is_closed() {
         let started = Instant::now();
         let outcome =
-            shared.connector.open(&shared.settings).and_then(|mut connection| serve(shared, &mut connection));
+            shared.connector.open(&shared.settings).and_then(|mut connection| match shared.channels {
+                Channels::Classic => serve(shared, &mut connection),
+                Channels::Sharded => super::sharded::serve(shared, &mut connection),
+            });
         if let Err(error) = outcome {
             tracing::debug!(%error, "redis subscriber connection failed; reconnecting");
             shared.connection_lost();
