@@ -221,6 +221,10 @@ impl DistributedLock for AnyBackend {
         each!(self, inner => inner.session_suspended())
     }
 
+    fn doubt_signal(&self, lease: &AnyLease) -> Option<lock_core::DoubtSignal> {
+        paired!(self, lease, |inner, lease| inner.doubt_signal(lease), |_any| None)
+    }
+
     fn profile(&self) -> BackendProfile {
         each!(self, inner => inner.profile())
     }

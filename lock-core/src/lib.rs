@@ -57,7 +57,7 @@ mod url;
 pub use backend::{Acquired, DistributedLock, Extension, Fencing, FencingToken, HoldKind, NativeWait};
 pub use callbacks::{CALLBACK_THREAD_NAME, MAX_CALLBACK_THREADS};
 pub use client::LockClient;
-pub use doubt::DoubtSignal;
+pub use doubt::{DoubtMark, DoubtSignal};
 pub use error::{display_chain, BoxError, Error, Result};
 pub use guard::LockGuard;
 pub use lock::Lock;

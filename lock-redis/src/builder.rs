@@ -204,7 +204,7 @@ impl RedisLockBuilder {
             }
         };
         check_deployment(&nodes)?;
-        let heartbeat = Arc::new(Heartbeat::new(nodes.cluster().cloned()));
+        let heartbeat = Arc::new(Heartbeat::new(nodes.cluster().cloned(), self.io_timeout));
         Ok(RedisBackend::from_inner(Inner {
             nodes,
             io_timeout: self.io_timeout,

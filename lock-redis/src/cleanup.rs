@@ -226,10 +226,13 @@ fn send(node: &Node, backend: &RedisBackend, jobs: &[Job]) -> lock_core::Result<
     let mut connection = node.pool.get()?;
     let values = connection.exchange(&request, replies).map_err(|e| error::map("clean up", e))?;
     let answers = values.len().saturating_sub(jobs.len());
-    // A slot that moved (or is moving) meanwhile: the whole round again, on a fresh map (an
-    // undo is idempotent: compare-and-delete, leave the queue).
+    // A slot that moved (or is moving) meanwhile, a primary demoted: the whole round again, on
+    // a fresh map or connection (an undo is idempotent: compare-and-delete under a token no
+    // acquisition reuses, leave the queue).
     let redirected = values.iter().skip(answers).find_map(|value| match value {
-        Value::ServerError(error) if matches!(error.code(), "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN") => {
+        Value::ServerError(error)
+            if matches!(error.code(), "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY") =>
+        {
             Some(error.clone())
         }
         _ => None,
@@ -237,6 +240,10 @@ fn send(node: &Node, backend: &RedisBackend, jobs: &[Job]) -> lock_core::Result<
     if let Some(redirect) = redirected {
         if let Some(cluster) = backend.nodes().cluster() {
             cluster.mark_stale();
+        }
+        if redirect.code() == "READONLY" {
+            // A demoted primary: fresh connections find the new one.
+            node.pool.discard_idle();
         }
         return Err(error::map("clean up", redis::RedisError::from(redirect)));
     }

@@ -41,7 +41,8 @@ const TIMEOUT_SLACK: Duration = Duration::from_millis(2);
 /// server does not hold up the next attempt entirely.
 const CONNECTOR_THREADS: usize = 2;
 
-/// The name of those threads, two per backend (Linux shows 15 bytes of a thread name).
+/// The name of those threads, two per pool: per backend, or per primary of a cluster (Linux
+/// shows 15 bytes of a thread name).
 pub const CONNECTOR_THREAD_NAME: &str = "distlock-rconn";
 
 /// Timeouts and limits of a pool.

@@ -121,6 +121,23 @@ pub(crate) fn error_chain(error: &Error) -> String {
     error.to_string()
 }
 
+/// A copy of `error` with the same variant (so the same meaning and `is_retryable`) and its
+/// message as the source, but no Redis error behind it: for another item of the same failed
+/// batch, and for a failure that must not be taken for a redirect and sent again
+/// ([`redis_cause`] finds nothing in it).
+pub(crate) fn detached(error: &Error) -> Error {
+    let source = || -> lock_core::BoxError { error_chain(error).into() };
+    match error {
+        Error::Connection { backend, .. } => Error::Connection { backend, source: source() },
+        Error::Authentication { backend, .. } => Error::Authentication { backend, source: source() },
+        Error::Timeout { backend, operation, .. } => {
+            Error::Timeout { backend, operation, source: Some(source()) }
+        }
+        Error::InvalidConfig { reason } => Error::InvalidConfig { reason: reason.clone() },
+        _ => Error::Backend { backend: BACKEND, source: source() },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -101,8 +101,9 @@
 //!   promote a replica that never got a lease, and then a rival can acquire a lock that its
 //!   holder still has. So on these deployments a lease is put in doubt
 //!   ([`HoldState::InDoubt`](lock_core::HoldState::InDoubt), `is_held()` false) the moment its
-//!   primary stops answering — a failed call, or the backend's heartbeat, which pings every
-//!   primary holding leases four times a second (with a 1 s timeout) — and back to held only
+//!   primary stops answering — a failed call or renewal, or the backend's heartbeat, which asks
+//!   every primary holding leases for its `ROLE` four times a second (with a 1 s timeout) —
+//!   and back to held only
 //!   when a renewal of that lease succeeds, on whichever primary serves it then; if the new
 //!   primary does not have it, the renewal reports it lost. The holder hears of the doubt
 //!   within about 1.25 s of its primary failing; a failover takes Sentinel's

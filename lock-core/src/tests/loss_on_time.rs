@@ -140,7 +140,7 @@ fn a_lease_is_in_doubt_while_its_backend_raises_the_signal() {
     signal.raise();
     assert_eq!(guard.state(), HoldState::InDoubt, "the backend's doubt shows at once");
     assert!(!guard.is_held());
-    signal.clear();
+    signal.clear_since(signal.mark());
     assert_eq!(guard.state(), HoldState::Held, "confirmed again");
 }
 

@@ -1,10 +1,13 @@
 //! [`RedisLease`]: one acquisition of a [`RedisBackend`](super::RedisBackend) lock.
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{FencingToken, LockName};
+use lock_core::{DoubtMark, DoubtSignal, FencingToken, LockName};
 
 use crate::keys::RedisKeys;
+use crate::topology::{Heartbeat, Node};
 
 /// One acquisition of a [`RedisBackend`](super::RedisBackend) lock.
 #[derive(Debug)]
@@ -16,12 +19,27 @@ pub struct RedisLease {
     pub(crate) lease: Duration,
     /// Raised while the lease's primary is unreachable (replicated deployments only: see
     /// `topology/heartbeat.rs`).
-    pub(crate) doubt: Option<lock_core::DoubtSignal>,
+    pub(crate) watch: Option<LeaseWatch>,
+}
+
+/// A lease's doubt signal and the node whose failures raise it.
+pub(crate) struct LeaseWatch {
+    pub(crate) signal: DoubtSignal,
+    pub(crate) node: Arc<Node>,
+}
+
+impl fmt::Debug for LeaseWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseWatch")
+            .field("in_doubt", &self.signal.is_raised())
+            .field("node", &self.node.address)
+            .finish()
+    }
 }
 
 impl RedisLease {
     /// A grant that may exist under `token` (its fencing token unknown), for clean-up.
-    pub(crate) fn in_doubt(name: &LockName, keys: &RedisKeys, token: String, lease: Duration) -> Self {
+    pub(crate) fn possible_grant(name: &LockName, keys: &RedisKeys, token: String, lease: Duration) -> Self {
         Self::granted(name, keys, token, 0, lease)
     }
 
@@ -34,14 +52,37 @@ impl RedisLease {
         lease: Duration,
     ) -> Self {
         let fence = FencingToken::new(u64::try_from(fence).unwrap_or(0));
-        Self { name: name.clone(), keys: keys.clone(), token, fence, lease, doubt: None }
+        Self { name: name.clone(), keys: keys.clone(), token, fence, lease, watch: None }
     }
 
-    /// The server extended the lease to `ttl`: whatever doubt there was is over.
-    pub(crate) fn confirmed(&mut self, ttl: Duration) {
+    /// Taken before sending a request that may confirm the lease (see [`confirmed`](Self::confirmed)).
+    pub(crate) fn doubt_mark(&self) -> Option<DoubtMark> {
+        self.watch.as_ref().map(|watch| watch.signal.mark())
+    }
+
+    /// `node` extended the lease to `ttl`, in answer to a request sent at `mark`: the doubt
+    /// raised before that is over, and from now on `node`'s failures are the ones that raise it.
+    pub(crate) fn confirmed(
+        &mut self,
+        ttl: Duration,
+        mark: Option<DoubtMark>,
+        node: &Arc<Node>,
+        heartbeat: &Arc<Heartbeat>,
+    ) {
         self.lease = ttl;
-        if let Some(doubt) = &self.doubt {
-            doubt.clear();
+        if let (Some(watch), Some(mark)) = (&mut self.watch, mark) {
+            watch.signal.clear_since(mark);
+            if !Arc::ptr_eq(&watch.node, node) {
+                heartbeat.move_watch(&watch.signal, &watch.node, node);
+                watch.node = Arc::clone(node);
+            }
+        }
+    }
+
+    /// An extension got no answer: the lease may be gone with its primary.
+    pub(crate) fn unconfirmed(&self) {
+        if let Some(watch) = &self.watch {
+            watch.signal.raise();
         }
     }
 

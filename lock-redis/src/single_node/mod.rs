@@ -7,6 +7,7 @@ mod replication;
 mod uncontended;
 mod wait;
 
+use lease::LeaseWatch;
 pub use lease::RedisLease;
 pub(crate) use replication::ReplicaWait;
 pub(crate) use wait::QUEUE_ENTRY_TTL;
@@ -189,7 +190,8 @@ impl RedisBackend {
 
     /// Runs `request` against the node serving `keys`, following what the deployment answers
     /// (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `READONLY`: see [`Nodes::after_failure`]) for
-    /// at most one I/O timeout. The first redirect is followed at once; later ones after a
+    /// one I/O timeout: no retry starts after that (one already under way runs to its own
+    /// connect and I/O timeouts). The first redirect is followed at once; later ones after a
     /// pause that doubles up to [`MAX_REDIRECT_PAUSE`].
     pub(crate) fn routed<T>(
         &self,
@@ -221,7 +223,7 @@ impl RedisBackend {
             }
             retries += 1;
             hop = match ask {
-                Some(node) => Nodes::hop_to(node, true),
+                Some(node) => Nodes::asking(node),
                 None => self.inner.nodes.hop(keys)?,
             };
         }
@@ -301,7 +303,10 @@ impl RedisBackend {
                                 lease,
                                 "handing a lock taken out of turn back failed",
                             );
-                            return Err(error::map("hand a lock taken out of turn to the queue", e));
+                            // Detached: a redirect here must not send the attempt again under
+                            // the same token, which the clean-up above would then release.
+                            let error = error::map("hand a lock taken out of turn to the queue", e);
+                            return Err(error::detached(&error));
                         }
                     }
                 }
@@ -365,7 +370,11 @@ impl RedisBackend {
         }
         // The request may have reached the server, and nothing can follow it there.
         let why = "the acquisition's reply did not come";
-        cleanup::release_in_background(self, RedisLease::in_doubt(name, keys, token.to_owned(), ttl), why);
+        cleanup::release_in_background(
+            self,
+            RedisLease::possible_grant(name, keys, token.to_owned(), ttl),
+            why,
+        );
         if joined {
             cleanup::leave_queue_in_background(self, keys, token.to_owned(), why);
         }
@@ -389,7 +398,8 @@ impl RedisBackend {
             self.confirm_replicated(connection, &lease, wait)?;
         }
         if self.inner.nodes.replicated() {
-            lease.doubt = Some(self.inner.heartbeat.watch(&hop.node, self.inner.io_timeout));
+            let signal = self.inner.heartbeat.watch(&hop.node);
+            lease.watch = Some(LeaseWatch { signal, node: Arc::clone(&hop.node) });
         }
         Ok(Attempt::Acquired(lease))
     }
@@ -451,18 +461,30 @@ impl DistributedLock for RedisBackend {
 
     fn extend(&self, lease: &mut RedisLease, ttl: Duration) -> Result<bool> {
         check_lease(ttl)?;
-        let extended: i64 = self.routed(&lease.keys, |hop| {
-            hop.connection()?
+        let mark = lease.doubt_mark();
+        let extended = self.routed(&lease.keys, |hop| {
+            let extended: i64 = hop
+                .connection()?
                 .run(|c| {
                     let script = &self.scripts().extend;
                     script.query(c, script.invoke(&[lease.keys.lock()]).arg(&lease.token).arg(millis(ttl)))
                 })
-                .map_err(|e| error::map("extend", e))
-        })?;
-        if extended == 1 {
-            lease.confirmed(ttl);
+                .map_err(|e| error::map("extend", e))?;
+            Ok((extended, Arc::clone(&hop.node)))
+        });
+        match extended {
+            Ok((1, node)) => {
+                lease.confirmed(ttl, mark, &node, &self.inner.heartbeat);
+                Ok(true)
+            }
+            Ok(_) => Ok(false),
+            Err(error) => {
+                if error.is_retryable() {
+                    lease.unconfirmed();
+                }
+                Err(error)
+            }
         }
-        Ok(extended == 1)
     }
 
     /// Extends the leases of the batch in ONE pipeline per node: 10,000 leases on one server
@@ -487,7 +509,7 @@ impl DistributedLock for RedisBackend {
     }
 
     fn doubt_signal(&self, lease: &RedisLease) -> Option<lock_core::DoubtSignal> {
-        lease.doubt.clone()
+        lease.watch.as_ref().map(|watch| watch.signal.clone())
     }
 }
 

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::thread;
 
-use lock_core::{check_lease, Error, Extension, Result};
+use lock_core::{check_lease, DoubtMark, Error, Extension, Result};
 use redis::{RedisResult, ServerErrorKind, Value};
 
 use super::{RedisBackend, RedisLease};
-use crate::error::{self, error_chain, BACKEND};
+use crate::error::{self, detached, BACKEND};
 use crate::millis;
 use crate::topology::Node;
 
@@ -21,16 +21,38 @@ struct NodeBatch {
 impl RedisBackend {
     /// Extends every lease of `batch`: one pipeline per node, sent to all nodes at once, so a
     /// batch costs one round trip (and, against a node that stopped answering, one read
-    /// timeout) whatever its size and however many nodes it spans. A lease whose slot moved
-    /// meanwhile (its reply is a redirect) is extended on its own, following the redirect.
+    /// timeout) whatever its size and however many nodes it spans.
+    ///
+    /// A lease whose slot moved (`MOVED`: the map is corrected from the reply) goes out again
+    /// in a second round of pipelines, with the others that moved; a lease whose slot is
+    /// migrating or whose primary is failing over (`ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
+    /// `READONLY`) gets a retryable error: the renewal thread tries it again soon, and its lease
+    /// stays valid meanwhile. So a batch costs two rounds at most, never one request per lease.
     pub(super) fn extend_batch(&self, batch: &mut [Extension<'_, RedisLease>]) -> Vec<Result<bool>> {
         let mut outcomes: Vec<Option<Result<bool>>> =
             batch.iter().map(|item| check_lease(item.ttl).err().map(Err)).collect();
-        let mut groups: Vec<NodeBatch> = Vec::new();
-        for index in 0..batch.len() {
-            if outcomes[index].is_some() {
-                continue;
+        let mut pending: Vec<usize> = (0..batch.len()).filter(|&index| outcomes[index].is_none()).collect();
+        for round in 0..2 {
+            if pending.is_empty() {
+                break;
             }
+            let moved = self.extend_round(batch, &pending, &mut outcomes, round == 0);
+            pending = moved;
+        }
+        outcomes.into_iter().map(|outcome| outcome.unwrap_or_else(|| Ok(false))).collect()
+    }
+
+    /// One round of [`extend_batch`](Self::extend_batch) over the items `pending`; returns the
+    /// items whose slot moved, when `may_retry` (else they get a retryable error).
+    fn extend_round(
+        &self,
+        batch: &mut [Extension<'_, RedisLease>],
+        pending: &[usize],
+        outcomes: &mut [Option<Result<bool>>],
+        may_retry: bool,
+    ) -> Vec<usize> {
+        let mut groups: Vec<NodeBatch> = Vec::new();
+        for &index in pending {
             match self.inner.nodes.hop(&batch[index].lease.keys) {
                 Ok(hop) => match groups.iter_mut().find(|group| Arc::ptr_eq(&group.node, &hop.node)) {
                     Some(group) => group.items.push(index),
@@ -39,30 +61,11 @@ impl RedisBackend {
                 Err(error) => outcomes[index] = Some(Err(error)),
             }
         }
+        let marks: Vec<Option<DoubtMark>> = batch.iter().map(|item| item.lease.doubt_mark()).collect();
         let requests: Vec<Vec<u8>> =
             groups.iter().map(|group| self.extend_request(batch, &group.items)).collect();
-        let replies: Vec<Result<Vec<Value>>> = match groups.as_slice() {
-            [] => Vec::new(),
-            [group] => vec![exchange(group, &requests[0])],
-            _ => thread::scope(|scope| {
-                let running: Vec<_> = groups
-                    .iter()
-                    .zip(&requests)
-                    .map(|(group, request)| scope.spawn(move || exchange(group, request)))
-                    .collect();
-                running
-                    .into_iter()
-                    .map(|thread| {
-                        thread.join().unwrap_or_else(|_| {
-                            Err(Error::Backend {
-                                backend: BACKEND,
-                                source: "a renewal thread panicked".into(),
-                            })
-                        })
-                    })
-                    .collect()
-            }),
-        };
+        let replies = exchange_all(&groups, &requests);
+        let mut moved = Vec::new();
         for (group, replies) in groups.iter().zip(replies) {
             match replies {
                 // The first reply is the script load's.
@@ -72,15 +75,21 @@ impl RedisBackend {
                             .unwrap_or_else(|e| Err(e.into()));
                         let item = &mut batch[index];
                         outcomes[index] = Some(match reply {
-                            Ok(extended) => {
-                                if extended == 1 {
-                                    item.lease.confirmed(item.ttl);
-                                }
-                                Ok(extended == 1)
+                            Ok(1) => {
+                                item.lease.confirmed(
+                                    item.ttl,
+                                    marks[index],
+                                    &group.node,
+                                    &self.inner.heartbeat,
+                                );
+                                Ok(true)
                             }
-                            Err(e) if is_redirect(&e) => {
-                                lock_core::DistributedLock::extend(self, item.lease, item.ttl)
+                            Ok(_) => Ok(false),
+                            Err(e) if may_retry && self.follow_move(&e) => {
+                                moved.push(index);
+                                continue;
                             }
+                            Err(e) if is_elsewhere_or_unavailable(&e) => Err(not_renewed_here(&e)),
                             Err(e) => Err(error::map("extend", e)),
                         });
                     }
@@ -88,16 +97,30 @@ impl RedisBackend {
                 Err(error) => {
                     if error.is_retryable() {
                         self.nodes().node_failed(&group.node);
+                        for &index in &group.items {
+                            batch[index].lease.unconfirmed();
+                        }
                     }
                     // One failure for the node's part of the batch; each of its leases gets it
                     // (the error is not Clone, so each gets the same description and meaning).
                     for &index in &group.items {
-                        outcomes[index] = Some(Err(same_error(&error)));
+                        outcomes[index] = Some(Err(detached(&error)));
                     }
                 }
             }
         }
-        outcomes.into_iter().map(|outcome| outcome.unwrap_or_else(|| Ok(false))).collect()
+        moved
+    }
+
+    /// Takes a `MOVED` reply into the slot map; whether it was one.
+    fn follow_move(&self, error: &redis::RedisError) -> bool {
+        match (self.nodes().cluster(), error.kind(), error.redirect_node()) {
+            (Some(cluster), redis::ErrorKind::Server(ServerErrorKind::Moved), Some((address, slot))) => {
+                cluster.moved(slot, address);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// `SCRIPT LOAD` of the extend script, then one `EVALSHA` per item: EVALSHA in a pipeline
@@ -115,6 +138,39 @@ impl RedisBackend {
     }
 }
 
+/// Sends every node's part of a round at once (a thread per node beyond the first), each read
+/// with one connect and one read timeout (the trait's no-hang rule).
+fn exchange_all(groups: &[NodeBatch], requests: &[Vec<u8>]) -> Vec<Result<Vec<Value>>> {
+    if groups.len() <= 1 {
+        return groups.iter().zip(requests).map(|(group, request)| exchange(group, request)).collect();
+    }
+    thread::scope(|scope| {
+        let running: Vec<_> = groups
+            .iter()
+            .zip(requests)
+            .map(|(group, request)| {
+                // No thread to be had: that node's part is sent here, in turn.
+                thread::Builder::new()
+                    .name(RENEWAL_THREAD_NAME.into())
+                    .spawn_scoped(scope, move || exchange(group, request))
+                    .map_err(|_| (group, request))
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|running| match running {
+                Ok(thread) => thread.join().unwrap_or_else(|_| {
+                    Err(Error::Backend { backend: BACKEND, source: "a renewal thread panicked".into() })
+                }),
+                Err((group, request)) => exchange(group, request),
+            })
+            .collect()
+    })
+}
+
+/// The name of the threads that send a batch's pipelines to the second and later primaries.
+const RENEWAL_THREAD_NAME: &str = "distlock-rrenew";
+
 /// Sends a node's part of a batch and reads its replies with one connect and one read timeout
 /// (the trait's no-hang rule).
 fn exchange(group: &NodeBatch, request: &[u8]) -> Result<Vec<Value>> {
@@ -122,8 +178,14 @@ fn exchange(group: &NodeBatch, request: &[u8]) -> Result<Vec<Value>> {
     connection.exchange(request, 1 + group.items.len()).map_err(|e| error::map("extend", e))
 }
 
+/// A lease not renewed because its node answered that its keys are elsewhere or unavailable
+/// for now: a retryable error (the renewal thread tries again soon; the lease stays valid).
+fn not_renewed_here(error: &redis::RedisError) -> Error {
+    Error::Connection { backend: BACKEND, source: format!("not renewed this round: {error}").into() }
+}
+
 /// Whether a reply says the lease's keys are served elsewhere now, or not at this moment.
-fn is_redirect(error: &redis::RedisError) -> bool {
+fn is_elsewhere_or_unavailable(error: &redis::RedisError) -> bool {
     matches!(
         error.kind(),
         redis::ErrorKind::Server(
@@ -136,21 +198,6 @@ fn is_redirect(error: &redis::RedisError) -> bool {
     )
 }
 
-/// A copy of `error` for another item of the same failed batch: same variant (so the same
-/// meaning and `is_retryable`), with the original's message as the source.
-fn same_error(error: &Error) -> Error {
-    let source = || -> lock_core::BoxError { error_chain(error).into() };
-    match error {
-        Error::Connection { backend, .. } => Error::Connection { backend, source: source() },
-        Error::Authentication { backend, .. } => Error::Authentication { backend, source: source() },
-        Error::Timeout { backend, operation, .. } => {
-            Error::Timeout { backend, operation, source: Some(source()) }
-        }
-        Error::InvalidConfig { reason } => Error::InvalidConfig { reason: reason.clone() },
-        _ => Error::Backend { backend: BACKEND, source: source() },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,9 +205,9 @@ mod tests {
     #[test]
     fn a_batch_error_is_copied_with_its_meaning() {
         let timeout = Error::Timeout { backend: BACKEND, operation: "extend", source: None };
-        assert!(matches!(same_error(&timeout), Error::Timeout { operation: "extend", .. }));
+        assert!(matches!(detached(&timeout), Error::Timeout { operation: "extend", .. }));
         let refused = Error::Connection { backend: BACKEND, source: "refused".into() };
-        let copy = same_error(&refused);
+        let copy = detached(&refused);
         assert!(copy.is_retryable());
         assert!(std::error::Error::source(&copy).unwrap().to_string().contains("refused"));
     }
@@ -171,8 +218,10 @@ mod tests {
             Value::ServerError(error) => redis::RedisError::from(error),
             other => panic!("{other:?}"),
         };
-        assert!(is_redirect(&reply(b"-MOVED 3999 127.0.0.1:6381\r\n")));
-        assert!(is_redirect(&reply(b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n")));
-        assert!(!is_redirect(&reply(b"-NOPERM no rights\r\n")));
+        assert!(is_elsewhere_or_unavailable(&reply(b"-MOVED 3999 127.0.0.1:6381\r\n")));
+        assert!(is_elsewhere_or_unavailable(&reply(
+            b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n"
+        )));
+        assert!(!is_elsewhere_or_unavailable(&reply(b"-NOPERM no rights\r\n")));
     }
 }

@@ -39,7 +39,8 @@ impl RedisBackend {
                 // Not known to be replicated: give it back, on another connection (this one may
                 // still owe the WAIT reply) and another thread — this one holds a pooled
                 // connection, and with a pool of one a second checkout here would wait in vain.
-                let copy = RedisLease::in_doubt(&lease.name, &lease.keys, lease.token.clone(), lease.lease);
+                let copy =
+                    RedisLease::possible_grant(&lease.name, &lease.keys, lease.token.clone(), lease.lease);
                 cleanup::release_in_background(self, copy, "WAIT failed");
                 return Err(error::map("wait for replicas", e));
             }

@@ -272,6 +272,7 @@ fn r06_cluster_failover() {
     eventually(10 * SECOND, "the holder confirms its hold on the new primary", || {
         guard.state() == HoldState::Held
     });
+    stays_held(&guard);
     guard.unlock().expect("unlock on the new primary");
     let next = retried(|| Lock::new(&rival, name.clone()).try_lock()).expect("free after the unlock");
     assert!(next.fencing_token().expect("a token") > token_a, "tokens keep rising across the failover");
@@ -316,7 +317,22 @@ fn r06_cluster_failover() {
     let told_at = told_at.expect("the holder was told before the rival acquired");
     assert!(told_at < rival_at);
     println!("R06 without WAIT: the holder was told {:?} before the rival acquired", rival_at - told_at);
-    std::mem::forget(guard); // Its primary is gone.
+    // Its primary is gone and the new one never had it: the release finds nothing to free.
+    drop(guard);
+}
+
+/// A hold confirmed on the new primary stays held through several heartbeat rounds: the dead
+/// primary that granted it no longer puts it in doubt.
+fn stays_held(guard: &LockGuard<RedisBackend>) {
+    let until = Instant::now() + 3 * SECOND / 2;
+    while Instant::now() < until {
+        assert_eq!(
+            guard.state(),
+            HoldState::Held,
+            "the hold flapped after it was confirmed on the new primary"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// R07: a Sentinel failover. With `WAIT` the hold survives and a rival is refused; a client
@@ -357,6 +373,7 @@ fn r07_sentinel_failover() {
     eventually(10 * SECOND, "the holder confirms its hold on the new primary", || {
         guard.state() == HoldState::Held
     });
+    stays_held(&guard);
     guard.unlock().expect("unlock");
 
     // The old primary comes back and is made a replica of the new one.

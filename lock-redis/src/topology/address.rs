@@ -142,6 +142,9 @@ impl Target {
                 Ok(Target::Sentinel { sentinels, master, nodes })
             }
             Deployment::Cluster => {
+                if !parts.query.is_empty() {
+                    return Err("a redis+cluster:// URL takes no options after `?`".into());
+                }
                 if !parts.path.trim_matches('/').is_empty() {
                     return Err(
                         "a Redis Cluster has only database 0: write redis+cluster://host:port,…/".into()
@@ -237,14 +240,15 @@ impl<'a> Parts<'a> {
             Some(at) => rest.split_at(at),
             None => (rest, ""),
         };
-        // The credentials end at the last `@` (a password may hold a raw `/` or `@`); the hosts
-        // end at the next `/` or `?`.
-        let (userinfo, rest) = match rest.rfind('@') {
-            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
-            None => (None, rest),
+        // The authority ends at the first `/` or `?` (a password holds them percent-encoded, as
+        // redis-rs requires); in it, the credentials end at the last `@` (a raw `@` in a password
+        // stays in the password).
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, rest) = rest.split_at(authority_end);
+        let (userinfo, hosts) = match authority.rfind('@') {
+            Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
+            None => (None, authority),
         };
-        let hosts_end = rest.find(['/', '?']).unwrap_or(rest.len());
-        let (hosts, rest) = rest.split_at(hosts_end);
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         let hosts: Vec<&str> = hosts.split(',').map(str::trim).filter(|host| !host.is_empty()).collect();
         if hosts.is_empty() {
@@ -353,9 +357,14 @@ mod tests {
     }
 
     #[test]
-    fn a_raw_slash_in_a_password_stays_in_the_password() {
+    fn encoded_characters_and_a_raw_at_sign_stay_in_the_password() {
         let Target::Cluster { seeds, .. } = parse("redis+cluster://:a%2Fb@n1:7000/") else { panic!() };
         assert_eq!(seeds[0].redis_settings().password(), Some("a/b"));
+        let Target::Sentinel { nodes, master, .. } = parse("redis+sentinel://:p@ss@s1/master@dc1") else {
+            panic!()
+        };
+        assert_eq!(nodes.at("h", 1).redis_settings().password(), Some("p@ss"));
+        assert_eq!(master, "master@dc1", "an `@` after the hosts is not the credentials' end");
     }
 
     #[test]
@@ -366,6 +375,7 @@ mod tests {
             "redis+cluster://:hunter2@n1:1/3",
             "redis+sentinel://:hunter2@s1/m?what=1",
             "redis+cluster://:hunter2@n1:notaport/",
+            "redis+cluster://:hunter2@n1:1/?protocol=resp3",
         ] {
             let error = Target::parse(url).err().unwrap_or_else(|| panic!("{url} parsed"));
             assert!(!error.contains("hunter2"), "{url}: {error}");

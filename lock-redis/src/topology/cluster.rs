@@ -9,7 +9,7 @@
 //! protocol: `CLUSTER SLOTS`, and the `MOVED`, `ASK`, `TRYAGAIN` and `CLUSTERDOWN` replies
 //! (handled by the caller's retry, `topology/mod.rs`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -43,6 +43,8 @@ pub(crate) struct ClusterNodes {
     stale: AtomicBool,
     /// Set while a background refresh runs.
     refreshing: AtomicBool,
+    /// Where the next refresh starts in its list of candidates.
+    rotation: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -79,6 +81,7 @@ impl ClusterNodes {
             refreshed: Mutex::new(None),
             stale: AtomicBool::new(true),
             refreshing: AtomicBool::new(false),
+            rotation: AtomicUsize::new(0),
         }
     }
 
@@ -106,10 +109,10 @@ impl ClusterNodes {
     /// A plain connection to `node`, outside its pool (test probes).
     #[cfg(feature = "testkit")]
     pub(crate) fn open_node(&self, node: &Node, settings: &PoolSettings) -> RedisResult<redis::Connection> {
-        let (host, port) = split_address(&node.address).ok_or_else(|| {
-            RedisError::from((ErrorKind::InvalidClientConfig, "a node address without a port"))
+        let info = node.info.clone().ok_or_else(|| {
+            RedisError::from((ErrorKind::InvalidClientConfig, "a cluster node without an address"))
         })?;
-        ConnectionManager::open(&Client::open(self.template.at(host, port))?, settings)
+        ConnectionManager::open(&Client::open(info)?, settings)
     }
 
     /// The known primaries, in map order.
@@ -145,14 +148,18 @@ impl ClusterNodes {
     /// [`MIN_REFRESH_GAP`]): a caller goes on with the map it has — a redirect corrects it for
     /// its slot — so no call waits for nodes that may not answer (a refresh asks them in turn).
     fn refresh_in_background(self: &Arc<Self>) {
-        if self.refreshing.swap(true, Ordering::AcqRel) {
+        let recent = self
+            .refreshed
+            .try_lock()
+            .is_some_and(|last| last.is_some_and(|at| at.elapsed() < MIN_REFRESH_GAP));
+        if recent || self.refreshing.swap(true, Ordering::AcqRel) {
             return;
         }
         let cluster = Arc::clone(self);
         let spawned = thread::Builder::new().name(REFRESH_THREAD_NAME.into()).spawn(move || {
             let last = *cluster.refreshed.lock();
             if last.is_none_or(|at| at.elapsed() >= MIN_REFRESH_GAP) {
-                if let Err(error) = cluster.refresh() {
+                if let Err(error) = cluster.refresh_within(None) {
                     tracing::debug!(%error, "refreshing the cluster's slot map failed; the next lookup tries again");
                 }
             }
@@ -165,29 +172,40 @@ impl ClusterNodes {
     }
 
     /// Asks the known primaries, then the seeds, for `CLUSTER SLOTS`; the first answer becomes
-    /// the map. Gives up after one connect plus one read timeout in all, so a lookup stays
-    /// bounded however many nodes are silent.
+    /// the map. Gives up after one connect plus one read timeout in all (a candidate started
+    /// before that runs to its own timeouts), so a caller's lookup stays bounded however many
+    /// nodes are silent.
     ///
     /// # Errors
     /// The last node's failure, when none answered.
     pub(crate) fn refresh(&self) -> RedisResult<()> {
+        self.refresh_within(Some(self.settings.connect_timeout + self.settings.read_timeout))
+    }
+
+    /// [`refresh`](Self::refresh), giving up after `budget` (never, for the background
+    /// refresh: it asks every candidate in turn). Each refresh starts at the next candidate
+    /// of the list, so a node that stays silent is not always asked first.
+    fn refresh_within(&self, budget: Option<Duration>) -> RedisResult<()> {
         let mut refreshed = self.refreshed.lock();
-        // Another thread refreshed while this one waited for the lock.
+        // Another thread refreshed (or tried) while this one waited for the lock.
         if refreshed.is_some_and(|at| at.elapsed() < MIN_REFRESH_GAP) && !self.map.read().nodes.is_empty() {
             return Ok(());
         }
-        let deadline = Instant::now() + self.settings.connect_timeout + self.settings.read_timeout;
-        let candidates = self.candidates();
+        // Cleared first: a failure reported while this refresh runs marks the map again.
+        self.stale.store(false, Ordering::Relaxed);
+        let deadline = budget.map(|budget| Instant::now() + budget);
+        let mut candidates = self.candidates();
+        let first = self.rotation.fetch_add(1, Ordering::Relaxed) % candidates.len().max(1);
+        candidates.rotate_left(first);
         let mut last_error = None;
         for info in candidates {
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 break;
             }
             match self.slots_from(&info) {
                 Ok(ranges) => {
-                    self.install(&ranges);
+                    self.install(&ranges, &info);
                     *refreshed = Some(Instant::now());
-                    self.stale.store(false, Ordering::Relaxed);
                     return Ok(());
                 }
                 Err(error) => {
@@ -196,19 +214,17 @@ impl ClusterNodes {
                 }
             }
         }
+        *refreshed = Some(Instant::now());
+        self.mark_stale();
         Err(last_error.unwrap_or_else(|| {
             RedisError::from((ErrorKind::Io, "no cluster node answered CLUSTER SLOTS in time"))
         }))
     }
 
-    /// The known primaries, then the seeds: whom to ask for the map, or to connect to.
+    /// The known primaries, then the seeds: whom to ask for the map.
     fn candidates(&self) -> Vec<ConnectionInfo> {
-        let mut candidates: Vec<ConnectionInfo> = self
-            .primaries()
-            .iter()
-            .filter_map(|node| split_address(&node.address))
-            .map(|(host, port)| self.template.at(host, port))
-            .collect();
+        let mut candidates: Vec<ConnectionInfo> =
+            self.primaries().iter().filter_map(|node| node.info.clone()).collect();
         candidates.extend(self.seeds.iter().cloned());
         candidates
     }
@@ -227,19 +243,20 @@ impl ClusterNodes {
         let client = Client::open(info.clone())?;
         let mut connection = ConnectionManager::open(&client, &self.settings)?;
         let reply: Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut connection)?;
-        let asked = match info.addr() {
-            redis::ConnectionAddr::Tcp(host, _) | redis::ConnectionAddr::TcpTls { host, .. } => host.clone(),
-            _ => String::new(),
-        };
-        parse_slots(&reply, &asked)
+        parse_slots(&reply)
     }
 
-    fn install(&self, ranges: &[SlotRange]) {
+    /// Makes `ranges` the map; `asked` is the node they came from (already mapped), for ranges
+    /// whose primary is "the node asked".
+    fn install(&self, ranges: &[SlotRange], asked: &ConnectionInfo) {
         let mut map = self.map.write();
         let mut owners = vec![None; usize::from(SLOTS)];
         let mut nodes = Vec::new();
         for range in ranges {
-            let info = self.template.at(&range.host, range.port);
+            let info = match &range.primary {
+                Endpoint::At(host, port) => self.template.at(host, *port),
+                Endpoint::Asked => asked.clone(),
+            };
             let address = info.addr().to_string();
             // Keep the pools of nodes that stay primaries.
             let index = match nodes.iter().position(|node: &Arc<Node>| node.address == address) {
@@ -287,13 +304,22 @@ pub(crate) fn slot_of(key: &str) -> u16 {
 struct SlotRange {
     start: u16,
     end: u16,
-    host: String,
-    port: u16,
+    primary: Endpoint,
 }
 
-/// Parses `CLUSTER SLOTS` (`[[start, end, [host, port, id, …], replicas…], …]`); a primary
-/// listed with an empty host is the node that was asked (`asked`).
-fn parse_slots(reply: &Value, asked: &str) -> RedisResult<Vec<SlotRange>> {
+/// Where a range's primary is, as `CLUSTER SLOTS` says.
+#[derive(Debug, PartialEq, Eq)]
+enum Endpoint {
+    /// At this announced address (the address map still to be applied).
+    At(String, u16),
+    /// The node that was asked (an empty host).
+    Asked,
+}
+
+/// Parses `CLUSTER SLOTS` (`[[start, end, [host, port, id, …], replicas…], …]`). An empty host
+/// is the node that was asked; a range whose primary's endpoint is unknown (`NULL` or `?`, with
+/// `cluster-preferred-endpoint-type unknown-endpoint`) is left out: its slots stay unrouted.
+fn parse_slots(reply: &Value) -> RedisResult<Vec<SlotRange>> {
     let malformed = || RedisError::from((ErrorKind::Parse, "malformed CLUSTER SLOTS reply"));
     let Value::Array(ranges) = reply else { return Err(malformed()) };
     let mut parsed = Vec::with_capacity(ranges.len());
@@ -307,15 +333,20 @@ fn parse_slots(reply: &Value, asked: &str) -> RedisResult<Vec<SlotRange>> {
         let host = match primary.first() {
             Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
             Some(Value::SimpleString(host)) => host.clone(),
+            Some(Value::Nil) => continue,
             _ => return Err(malformed()),
         };
         let Some(Value::Int(port)) = primary.get(1) else { return Err(malformed()) };
-        let host = if host.is_empty() || host == "?" { asked.to_owned() } else { host };
+        let port = u16::try_from(*port).map_err(|_| malformed())?;
+        let primary = match host.as_str() {
+            "?" => continue,
+            "" => Endpoint::Asked,
+            _ => Endpoint::At(host, port),
+        };
         parsed.push(SlotRange {
             start: u16::try_from(*start).map_err(|_| malformed())?,
             end: u16::try_from(*end).map_err(|_| malformed())?,
-            host,
-            port: u16::try_from(*port).map_err(|_| malformed())?,
+            primary,
         });
     }
     Ok(parsed)
@@ -361,10 +392,19 @@ mod tests {
             ]),
             Value::Array(vec![Value::Int(5461), Value::Int(16383), node("", 7001)]),
         ]);
-        let ranges = parse_slots(&reply, "10.0.0.9").unwrap();
-        assert_eq!(ranges[0], SlotRange { start: 0, end: 5460, host: "127.0.0.1".into(), port: 7000 });
-        assert_eq!(ranges[1].host, "10.0.0.9");
-        assert!(parse_slots(&Value::Int(1), "").is_err());
+        let ranges = parse_slots(&reply).unwrap();
+        assert_eq!(
+            ranges[0],
+            SlotRange { start: 0, end: 5460, primary: Endpoint::At("127.0.0.1".into(), 7000) }
+        );
+        assert_eq!(ranges[1].primary, Endpoint::Asked);
+        assert!(parse_slots(&Value::Int(1)).is_err());
+        let unknown = Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(9),
+            Value::Array(vec![Value::Nil, Value::Int(7000)]),
+        ])]);
+        assert!(parse_slots(&unknown).unwrap().is_empty(), "an unknown endpoint routes nothing");
     }
 
     #[test]

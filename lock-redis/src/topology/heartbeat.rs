@@ -2,12 +2,16 @@
 //! stops answering, a failover may follow and promote a replica that never got the lease — the
 //! rival that then acquires it would be a second holder. So the holder is told first: every
 //! lease on such a deployment carries a [`DoubtSignal`] registered with its node; the node's
-//! signals are raised the moment a request or a heartbeat finds it unreachable, and each is
-//! cleared only when an extension of its own lease succeeds (on whichever node serves it then).
+//! signals are raised the moment a request or a heartbeat finds it unreachable (or no longer
+//! the primary), and a lease's own signal when its renewal goes unanswered. A signal is cleared
+//! only by an extension of its own lease sent after the doubt arose, and then follows the
+//! lease to the node that confirmed it (a failover, a slot move): the old node's failures no
+//! longer concern it.
 //!
-//! The heartbeat thread (one per backend, while it has leases) `PING`s every node holding a
-//! lease every [`HEARTBEAT_EVERY`], waiting at most [`HEARTBEAT_TIMEOUT`]: a killed primary is
-//! noticed within one period, a stopped one within one period plus the timeout — far inside
+//! The heartbeat thread (one per backend, while it has leases) asks every node holding a lease
+//! for its `ROLE` every [`HEARTBEAT_EVERY`], all nodes at once, waiting at most
+//! [`HEARTBEAT_TIMEOUT`]: a killed or demoted primary is noticed within one period, a stopped
+//! one within one period plus the timeout — far inside
 //! the time Sentinel (`down-after-milliseconds`) or the cluster (`cluster-node-timeout`) take
 //! to declare it failed, as long as those stay above ~2 s (their defaults are 30 s and 15 s).
 
@@ -19,6 +23,7 @@ use lock_core::DoubtSignal;
 use parking_lot::Mutex;
 
 use super::{ClusterNodes, Node};
+use crate::error::RedisFailure;
 
 /// How often each node that holds leases is pinged.
 pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_millis(250);
@@ -36,10 +41,12 @@ pub(crate) struct Watched {
 }
 
 impl Watched {
-    fn add(&self) -> DoubtSignal {
-        let signal = DoubtSignal::new();
+    fn add(&self, signal: &DoubtSignal) {
         self.signals.lock().push(signal.clone());
-        signal
+    }
+
+    fn remove(&self, signal: &DoubtSignal) {
+        self.signals.lock().retain(|known| !known.same_as(signal));
     }
 
     /// Raises every live signal: the node may have lost its leases.
@@ -60,11 +67,12 @@ impl Watched {
 }
 
 /// The heartbeat of one backend: the nodes it watches, and whether its thread runs.
-#[derive(Default)]
 pub(crate) struct Heartbeat {
     state: Mutex<HeartbeatState>,
     /// The cluster whose slot map a failed heartbeat marks out of date.
     cluster: Option<Arc<ClusterNodes>>,
+    /// How long a heartbeat waits for its answer.
+    timeout: Duration,
 }
 
 #[derive(Default)]
@@ -74,14 +82,28 @@ struct HeartbeatState {
 }
 
 impl Heartbeat {
-    /// A heartbeat for a backend on `cluster` (or on one node, `None`).
-    pub(crate) fn new(cluster: Option<Arc<ClusterNodes>>) -> Self {
-        Self { state: Mutex::default(), cluster }
+    /// A heartbeat for a backend on `cluster` (or on one node, `None`) whose I/O timeout is
+    /// `io_timeout`.
+    pub(crate) fn new(cluster: Option<Arc<ClusterNodes>>, io_timeout: Duration) -> Self {
+        Self { state: Mutex::default(), cluster, timeout: HEARTBEAT_TIMEOUT.min(io_timeout) }
     }
 
     /// A signal for a lease just granted on `node`, watched from now on.
-    pub(crate) fn watch(self: &Arc<Self>, node: &Arc<Node>, io_timeout: Duration) -> DoubtSignal {
-        let signal = node.watched.add();
+    pub(crate) fn watch(self: &Arc<Self>, node: &Arc<Node>) -> DoubtSignal {
+        let signal = DoubtSignal::new();
+        self.add(&signal, node);
+        signal
+    }
+
+    /// The lease of `signal`, watched on `from`, was just confirmed on `to` (its slot moved, its
+    /// primary failed over): from now on `to`'s failures put it in doubt, and `from`'s no more.
+    pub(crate) fn move_watch(self: &Arc<Self>, signal: &DoubtSignal, from: &Node, to: &Arc<Node>) {
+        from.watched.remove(signal);
+        self.add(signal, to);
+    }
+
+    fn add(self: &Arc<Self>, signal: &DoubtSignal, node: &Arc<Node>) {
+        node.watched.add(signal);
         let mut state = self.state.lock();
         if !state.nodes.iter().any(|known| Arc::ptr_eq(known, node)) {
             state.nodes.push(Arc::clone(node));
@@ -89,17 +111,16 @@ impl Heartbeat {
         if !state.running {
             state.running = true;
             let heartbeat = Arc::clone(self);
-            let timeout = HEARTBEAT_TIMEOUT.min(io_timeout);
-            if let Err(error) = thread::Builder::new().name(NAME.into()).spawn(move || heartbeat.run(timeout))
-            {
+            if let Err(error) = thread::Builder::new().name(NAME.into()).spawn(move || heartbeat.run()) {
                 tracing::warn!(%error, "cannot start the redis heartbeat thread; doubt comes from failed calls only");
                 state.running = false;
             }
         }
-        signal
     }
 
-    fn run(&self, timeout: Duration) {
+    /// Every [`HEARTBEAT_EVERY`], checks every node that holds leases — all at once, so a node
+    /// that does not answer delays no other's check — until none does.
+    fn run(&self) {
         loop {
             let nodes = {
                 let mut state = self.state.lock();
@@ -111,28 +132,48 @@ impl Heartbeat {
                 state.nodes.clone()
             };
             let round = Instant::now();
-            for node in nodes {
-                if let Err(error) = ping(&node, timeout) {
-                    tracing::debug!(node = %node.address, %error, "a redis primary holding leases did not answer; its leases are in doubt");
-                    node.watched.raise_all();
-                    if let Some(cluster) = &self.cluster {
-                        cluster.mark_stale();
+            thread::scope(|scope| {
+                let mut inline = Vec::new();
+                for node in &nodes {
+                    let spawned =
+                        thread::Builder::new().name(NAME.into()).spawn_scoped(scope, || self.check(node));
+                    if spawned.is_err() {
+                        inline.push(node);
                     }
                 }
-            }
+                // No thread to be had: check those here, one after the other.
+                for node in inline {
+                    self.check(node);
+                }
+            });
             thread::sleep(HEARTBEAT_EVERY.saturating_sub(round.elapsed()));
+        }
+    }
+
+    fn check(&self, node: &Node) {
+        if let Err(error) = confirm_primary(node, self.timeout) {
+            tracing::debug!(node = %node.address, %error, "a redis primary holding leases did not answer as one; its leases are in doubt");
+            node.watched.raise_all();
+            if let Some(cluster) = &self.cluster {
+                cluster.mark_stale();
+            }
         }
     }
 }
 
-/// One `PING` on a pooled connection, answered within `timeout`.
-fn ping(node: &Node, timeout: Duration) -> Result<(), String> {
-    let mut connection = node.pool.get().map_err(|e| e.to_string())?;
+/// `ROLE` on a pooled connection, answered `master` within `timeout`. A pool whose connections
+/// are all busy says nothing about the node: that is no failure.
+fn confirm_primary(node: &Node, timeout: Duration) -> Result<(), String> {
+    let mut connection = match node.pool.get() {
+        Ok(connection) => connection,
+        Err(RedisFailure::PoolTimeout { .. }) => return Ok(()),
+        Err(error) => return Err(error.to_string()),
+    };
     let replies = connection
-        .exchange_within(&redis::cmd("PING").get_packed_command(), 1, timeout)
+        .exchange_within(&redis::cmd("ROLE").get_packed_command(), 1, timeout)
         .map_err(|e| e.to_string())?;
     match replies.first() {
-        Some(redis::Value::SimpleString(pong)) if pong == "PONG" => Ok(()),
-        other => Err(format!("PING answered {other:?}")),
+        Some(role) if super::sentinel::is_master(role) => Ok(()),
+        other => Err(format!("ROLE answered {other:?}")),
     }
 }

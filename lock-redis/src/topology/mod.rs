@@ -74,6 +74,8 @@ pub(crate) struct Node {
     pub(crate) watched: heartbeat::Watched,
     /// The waiters of locks served here and their subscriber thread, made on the first wait.
     hub: OnceLock<WaitHub>,
+    /// How a cluster node is reached (the address map applied), for refreshes and probes.
+    pub(crate) info: Option<ConnectionInfo>,
 }
 
 impl Node {
@@ -84,6 +86,7 @@ impl Node {
             pool: ConnectionPool::new(connector, settings),
             watched: heartbeat::Watched::default(),
             hub: OnceLock::new(),
+            info: None,
         }
     }
 
@@ -104,8 +107,10 @@ impl Node {
     /// A node reached directly at `info`.
     pub(crate) fn direct(info: ConnectionInfo, settings: PoolSettings) -> Self {
         let address = info.addr().to_string();
-        let client = Client::open(info).expect("a ConnectionInfo always opens a Client");
-        Self::new(address, Connector::Direct(Box::new(client)), settings)
+        let client = Client::open(info.clone()).expect("a ConnectionInfo always opens a Client");
+        let mut node = Self::new(address, Connector::Direct(Box::new(client)), settings);
+        node.info = Some(info);
+        node
     }
 }
 
@@ -172,9 +177,9 @@ impl Nodes {
         Ok(Hop { node, asking: false })
     }
 
-    /// A hop to `node`, announced with `ASKING` when `asking`.
-    pub(crate) fn hop_to(node: Arc<Node>, asking: bool) -> Hop {
-        Hop { node, asking }
+    /// A hop to `node` (where an `ASK` redirect points), announced with `ASKING`.
+    pub(crate) fn asking(node: Arc<Node>) -> Hop {
+        Hop { node, asking: true }
     }
 
     /// The hub through which a waiter on `hop` is woken: the node's own, with shard channels in
@@ -251,6 +256,10 @@ impl Nodes {
                 },
                 _ => Next::Fail,
             },
+            // On one server (no deployment that changes under the request) these are answers.
+            redis::ErrorKind::Server(
+                ServerErrorKind::TryAgain | ServerErrorKind::ClusterDown | ServerErrorKind::ReadOnly,
+            ) if !self.replicated() => Next::Fail,
             redis::ErrorKind::Server(ServerErrorKind::TryAgain) => retry,
             redis::ErrorKind::Server(ServerErrorKind::ClusterDown) => {
                 if let Some(cluster) = self.cluster() {

@@ -106,7 +106,7 @@ impl SentinelResolver {
 }
 
 /// Whether a `ROLE` reply says `master`.
-fn is_master(role: &Value) -> bool {
+pub(super) fn is_master(role: &Value) -> bool {
     match role {
         Value::Array(items) => {
             matches!(
