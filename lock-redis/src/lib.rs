@@ -91,7 +91,11 @@
 //!   its replicas) instead of being forwarded to every node as `PUBLISH` is; each primary a
 //!   client waits on gets one subscriber connection (RESP3) that `SSUBSCRIBE`s there. When a
 //!   slot moves, its old primary drops the shard channels (`sunsubscribe`): the waiters are
-//!   woken, re-check, and wait on the new primary. Redis 7 or newer.
+//!   woken, re-check, and wait on the new primary. Redis 7 or newer. While a slot migrates,
+//!   Redis refuses requests whose keys the migration split (`TRYAGAIN`) — a lock's acquire and
+//!   release touch several keys, so those wait (up to the I/O timeout) until the slot's keys
+//!   have moved: move slots holding busy locks quickly (`redis-cli --cluster reshard` moves a
+//!   slot's few keys in milliseconds).
 //! - **Sentinel**: each new connection asks the sentinels (in turn, each within the connect and
 //!   read timeouts) for the primary and checks it with `ROLE`: a node that is not the primary
 //!   is never written to. A `READONLY` reply (a primary demoted under an open connection) or a
