@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::backend::DistributedLock;
 use crate::error::Result;
 use crate::lock::Lock;
+use crate::multi::MultiLock;
 use crate::name::LockName;
 use crate::options::LockOptions;
 use crate::reentrancy::HoldTable;
@@ -145,6 +146,16 @@ impl<B: DistributedLock> LockClient<B> {
     /// [`Error::InvalidName`](crate::Error::InvalidName) when `name` breaks the [`LockName`] rules.
     pub fn lock_named(&self, name: &str) -> Result<Lock<B>> {
         Ok(Lock::new(self, LockName::new(name)?))
+    }
+
+    /// The locks called `names`, to be taken together, all or nothing (see [`MultiLock`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`](crate::Error::InvalidName) when a name breaks the [`LockName`]
+    /// rules; [`Error::InvalidConfig`](crate::Error::InvalidConfig) for no names at all.
+    pub fn multi_lock<S: AsRef<str>>(&self, names: impl IntoIterator<Item = S>) -> Result<MultiLock<B>> {
+        let names = names.into_iter().map(|name| LockName::new(name.as_ref())).collect::<Result<Vec<_>>>()?;
+        MultiLock::new(self, names)
     }
 
     /// The backend.

@@ -8,6 +8,8 @@
 //!   [`Lock::try_lock_until`]), per-thread reentrancy, lease renewal in batches by a small
 //!   bounded set of background threads, and a [`LockGuard`] that releases on drop and reports its
 //!   [`HoldState`] — loss through a [`LostSignal`] at the lease's end, never later.
+//! - [`MultiLock`] takes several locks of one client together, all or nothing, in one global
+//!   order (no deadlock between multi-locks).
 //! - [`MemoryBackend`] is the in-process reference backend.
 //!
 //! ```
@@ -44,6 +46,7 @@ mod held;
 mod lock;
 mod lost;
 mod memory;
+mod multi;
 mod name;
 mod options;
 mod owner;
@@ -63,6 +66,7 @@ pub use guard::LockGuard;
 pub use lock::Lock;
 pub use lost::LostSignal;
 pub use memory::{MemoryBackend, MemoryLease};
+pub use multi::{MultiGuard, MultiLock};
 pub use name::LockName;
 pub use options::{
     check_lease, LockOptions, LockOptionsBuilder, OnLost, DRIFT_ALLOWANCE, MAX_BACKOFF, MAX_LEASE,

@@ -4,7 +4,7 @@
 //! - [`harness`]: real throwaway servers on free loopback ports, shared across a test run and
 //!   gone when it ends; each server kind behind its own feature (`redis-server`,
 //!   `postgres-server`, `mariadb-server`, `zookeeper-server`).
-//! - [`suite`]: the conformance suite S01–S16 (catalogued in the repository's `docs/scenarios.md`), written once over
+//! - [`suite`]: the conformance suite S01–S16 and ML01 (catalogued in the repository's `docs/scenarios.md`), written once over
 //!   [`DistributedLock`](lock_core::DistributedLock) and registered per backend with
 //!   [`conformance_tests!`].
 //! - [`negative`]: the frame the backends' broken recipes (N01–N06) are shipped and checked in;

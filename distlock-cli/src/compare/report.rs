@@ -14,7 +14,7 @@ pub struct Report {
     pub mode: &'static str,
     /// Seconds the run took.
     pub elapsed_s: f64,
-    /// The scenarios of the matrix, in order: S01–S16 that were selected.
+    /// The scenarios of the matrix, in order: those of S01–S16 and ML01 that were selected.
     pub scenarios: Vec<ScenarioInfo>,
     /// One entry per backend kind, in the order of `distlock kinds`.
     pub kinds: Vec<KindReport>,

@@ -24,7 +24,7 @@ pub use scenarios::holder_crash::HOLD_VAR as S04_HOLD_VARIABLE;
 pub use support::{set_name_namespace, unique_name};
 pub use target::{Abilities, MemoryTarget, NotApplicable, OwnServers, PausableServers, SuiteTarget};
 
-/// Expands to one `#[test]` per scenario S01–S16 in a module named `$module`, each running the
+/// Expands to one `#[test]` per scenario (S01–S16, ML01) in a module named `$module`, each running the
 /// scenario against the [`SuiteTarget`] that `$target` evaluates to (once per test: make it cheap,
 /// e.g. a handle to servers shared across the run).
 ///
@@ -55,6 +55,7 @@ macro_rules! conformance_tests {
                 s14_guard_life_cycle "S14",
                 s15_loss_on_time "S15",
                 s16_connection_cut "S16",
+                ml01_multi_lock "ML01",
             );
         }
     };

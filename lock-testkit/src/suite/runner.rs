@@ -15,7 +15,7 @@ pub struct Scenario {
 }
 
 /// Every core scenario, in order.
-pub const SCENARIOS: [Scenario; 16] = [
+pub const SCENARIOS: [Scenario; 17] = [
     Scenario { id: "S01", title: "mutual exclusion under contention" },
     Scenario { id: "S02", title: "try-lock on a held lock" },
     Scenario { id: "S03", title: "timed wait" },
@@ -32,6 +32,7 @@ pub const SCENARIOS: [Scenario; 16] = [
     Scenario { id: "S14", title: "guard life cycle" },
     Scenario { id: "S15", title: "loss on time (a server stops answering)" },
     Scenario { id: "S16", title: "connection cut (the server frees the lock)" },
+    Scenario { id: "ML01", title: "multi-lock {a, b} against {b, a}: no deadlock, all or nothing" },
 ];
 
 /// Runs scenario `id` against `target` without judging the result (negative controls need the
@@ -54,6 +55,7 @@ pub fn run<T: SuiteTarget>(target: &T, id: &str, test_name: &str) -> ScenarioRes
         "S14" => scenarios::guard_life_cycle::run(target),
         "S15" => scenarios::loss_on_time::run(target),
         "S16" => scenarios::connection_cut::run(target),
+        "ML01" => scenarios::multi_lock::run(target),
         other => Err(crate::suite::Failure(format!("no scenario {other}"))),
     }
 }

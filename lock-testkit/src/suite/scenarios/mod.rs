@@ -11,6 +11,7 @@ pub(crate) mod independent_and_safe_names;
 pub(crate) mod lease_renewal;
 pub(crate) mod lock_lost_underneath;
 pub(crate) mod loss_on_time;
+pub(crate) mod multi_lock;
 pub(crate) mod mutual_exclusion;
 pub(crate) mod owner_safe_release;
 pub(crate) mod reentrancy;
