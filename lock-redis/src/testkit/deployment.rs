@@ -3,11 +3,12 @@
 //! ones `DISTLOCK_REDIS_CLUSTER` / `DISTLOCK_REDIS_SENTINEL` name).
 
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use lock_core::{Error, LockName};
 use lock_testkit::harness::shared::{self, REDIS_CLUSTER_VARIABLE, REDIS_SENTINEL_VARIABLE};
-use lock_testkit::harness::{RedisCluster, RedisSentinelGroup};
+use lock_testkit::harness::{RedisCluster, RedisOptions, RedisSentinelGroup, RedisServer};
 use lock_testkit::suite::{NotApplicable, OwnServers, PausableServers, SuiteTarget};
 use lock_testkit::workload::RoundTripProbe;
 
@@ -259,6 +260,27 @@ impl SuiteTarget for DeploymentTarget {
         Ok(backend.map(|backend| OwnServers { backend, servers, call_bound }))
     }
 
+    fn wrong_password_backend(&self) -> Result<lock_core::Result<RedisBackend>, NotApplicable> {
+        // A private server that requires a password, reached the way the deployment is: as a
+        // cluster seed (the slot-map request authenticates first), or as a sentinel with a
+        // wrong `sentinel_password`. Either way the client's authentication is what fails.
+        static SERVER: OnceLock<Result<RedisServer, String>> = OnceLock::new();
+        let server = SERVER.get_or_init(|| {
+            RedisServer::start_with(RedisOptions::new().password(PASSWORD)).map_err(|e| format!("{e:?}"))
+        });
+        let port = match server {
+            Ok(server) => server.port(),
+            Err(error) => return Ok(Err(Error::backend("harness", error.clone()))),
+        };
+        let url = match self.deployment {
+            Deployment::Cluster => format!("redis+cluster://:wrong-password@127.0.0.1:{port}/"),
+            Deployment::Sentinel => {
+                format!("redis+sentinel://127.0.0.1:{port}/distlock-primary?sentinel_password=wrong-password")
+            }
+        };
+        Ok(self.builder(&url).build())
+    }
+
     fn unreachable_report_bound(&self) -> Duration {
         // build() asks each given node once (connect, then read): the scenario passes two.
         2 * (2 * CONNECT_TIMEOUT) + Duration::from_secs(3)
@@ -286,6 +308,9 @@ impl SuiteTarget for DeploymentTarget {
         Ok(deleted)
     }
 }
+
+/// The password of the private server behind [`SuiteTarget::wrong_password_backend`].
+const PASSWORD: &str = "correct-horse-battery-staple";
 
 /// S15: the connect and read timeouts of the client of the deployment the scenario stops.
 const OWN_SERVER_TIMEOUT: Duration = Duration::from_secs(1);
