@@ -15,8 +15,14 @@ use super::MySqlBackend;
 /// Leases per renewal statement: keeps one statement well under `max_allowed_packet`.
 const BATCH: usize = 2_000;
 
-/// How often a queue transaction chosen as a deadlock's victim is tried again.
-const DEADLOCK_RETRIES: u32 = 3;
+/// How often a queue transaction chosen as a deadlock's victim is tried again (within the
+/// caller's deadline): under heavy contention on neighbouring names InnoDB may pick the same
+/// victim a few times in a row.
+const DEADLOCK_RETRIES: u32 = 20;
+
+/// The longest pause before retrying a deadlock's victim; each retry waits a random part of
+/// `retry × 2 ms` up to this, so two victims do not collide again in step.
+const MAX_DEADLOCK_PAUSE: Duration = Duration::from_millis(50);
 
 impl MySqlBackend {
     pub(crate) fn table_try(
@@ -157,7 +163,9 @@ impl MySqlBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<std::result::Result<Duration, ()>>> {
         let sql = self.inner.tables.queue(&hex(name.as_str().as_bytes()), waiter, replaces, note);
-        let results = self.in_transaction("queue", &sql, deadline)?;
+        // A victim of InnoDB's deadlock verdicts until the retries ran out: not queued this
+        // time, as if the row were missing; the waiter tries again at its next turn.
+        let Some(results) = self.in_transaction("queue", &sql, deadline)? else { return Ok(None) };
         let Some(row) = results.sets.last().and_then(|set| set.1.first()) else { return Ok(None) };
         if row.get::<Option<i64>, _>(0).flatten().unwrap_or(0) == 0 {
             return Ok(None);
@@ -179,7 +187,9 @@ impl MySqlBackend {
         deadline: Option<Instant>,
     ) -> Result<()> {
         let sql = self.inner.tables.dequeue(&hex(name.as_str().as_bytes()), waiter, requeue);
-        let results = self.in_transaction("leave the queue", &sql, deadline)?;
+        let results = self.in_transaction("leave the queue", &sql, deadline)?.ok_or_else(|| {
+            lock_core::Error::backend(super::error::BACKEND, "leaving the queue lost to deadlocks every time")
+        })?;
         self.ring(&results);
         Ok(())
     }
@@ -187,24 +197,39 @@ impl MySqlBackend {
     /// Runs a batch that opens a transaction: on failure the session is ended, which rolls it
     /// back, rather than a connection in an open transaction pooled. A deadlock (InnoDB picked
     /// this transaction as the victim: queue entries of neighbouring names share index gaps) is
-    /// retried, at most [`DEADLOCK_RETRIES`] times and not past `deadline`.
+    /// retried, at most [`DEADLOCK_RETRIES`] times and not past `deadline`; `Ok(None)` when
+    /// every try was a deadlock's victim.
     fn in_transaction(
         &self,
         operation: &'static str,
         sql: &str,
         deadline: Option<Instant>,
-    ) -> Result<super::connection::Results> {
+    ) -> Result<Option<super::connection::Results>> {
         let mut retries = 0;
         loop {
             let mut connection = self.inner.pool.get()?;
             match connection.try_run(sql) {
-                Ok(results) => return Ok(results),
+                Ok(results) => return Ok(Some(results)),
                 Err(error) => {
                     connection.poison();
                     let time_left = deadline.is_none_or(|deadline| Instant::now() < deadline);
                     if super::error::is_deadlock(&error) && retries < DEADLOCK_RETRIES && time_left {
                         retries += 1;
+                        let most = (Duration::from_millis(2) * retries).min(MAX_DEADLOCK_PAUSE);
+                        let pause = most.mul_f64(rand::random_range(0.5..=1.0));
+                        let pause = deadline.map_or(pause, |deadline| {
+                            pause.min(deadline.saturating_duration_since(Instant::now()))
+                        });
+                        std::thread::sleep(pause);
                         continue;
+                    }
+                    if super::error::is_deadlock(&error) {
+                        tracing::debug!(
+                            operation,
+                            retries,
+                            "InnoDB chose this transaction as a deadlock's victim every time"
+                        );
+                        return Ok(None);
                     }
                     return Err(super::error::map(operation, error));
                 }
