@@ -175,19 +175,10 @@ impl SuiteTarget for DeploymentTarget {
 
     fn remaining_lease(&self, name: &LockName) -> Result<lock_core::Result<Option<Duration>>, NotApplicable> {
         let keys = self.keys(name);
-        if self.kind == RedisLockKind::SetNx {
-            match self.probe_query::<Option<String>>(keys.lock(), redis::cmd("GET").arg(keys.lock())) {
-                Ok(Some(value)) if value.starts_with("turn:") => return Ok(Ok(None)),
-                Ok(_) => {}
-                Err(error) => return Ok(Err(error)),
-            }
-        }
-        let pttl = self.probe_query::<i64>(keys.lock(), redis::cmd("PTTL").arg(keys.lock()));
-        Ok(pttl.map(|ms| match ms {
-            -2 => None,
-            -1 => Some(Duration::MAX),
-            ms => Some(Duration::from_millis(ms.max(0).unsigned_abs())),
-        }))
+        Ok(self
+            .probe_for(keys.lock())
+            .map_err(|e| Error::backend("redis probe", e))
+            .and_then(|mut connection| super::single_node::server_lease(self.kind, &keys, &mut connection)))
     }
 
     fn break_lock(&self, name: &LockName) -> Result<lock_core::Result<()>, NotApplicable> {

@@ -137,21 +137,11 @@ impl SuiteTarget for RedisTarget {
     }
 
     fn remaining_lease(&self, name: &LockName) -> Result<lock_core::Result<Option<Duration>>, NotApplicable> {
-        // A free `SetNx` lock reserved for the wait queue's head (`turn:<token>`) has no holder.
-        if self.kind == RedisLockKind::SetNx {
-            match self.probe_query::<Option<String>>(redis::cmd("GET").arg(self.keys(name).lock())) {
-                Ok(Some(value)) if value.starts_with("turn:") => return Ok(Ok(None)),
-                Ok(_) => {}
-                Err(error) => return Ok(Err(error)),
-            }
-        }
-        let pttl = self.probe_query::<i64>(redis::cmd("PTTL").arg(self.keys(name).lock()));
-        Ok(pttl.map(|ms| match ms {
-            -2 => None,
-            // A key without expiry: an immortal lock, reported as an endless lease.
-            -1 => Some(Duration::MAX),
-            ms => Some(Duration::from_millis(ms.max(0).unsigned_abs())),
-        }))
+        let keys = self.keys(name);
+        Ok(self
+            .probe()
+            .map_err(|e| Error::backend("redis probe", e))
+            .and_then(|mut connection| server_lease(self.kind, &keys, &mut connection)))
     }
 
     fn break_lock(&self, name: &LockName) -> Result<lock_core::Result<()>, NotApplicable> {
@@ -244,6 +234,33 @@ impl SuiteTarget for RedisTarget {
     fn clean_up(&self, prefix: &str) -> Result<u64, String> {
         delete_keys_of_names(&self.url, "distlock", prefix)
     }
+}
+
+/// S05's probe: the lease the server has on the lock of `keys` (`None` when it is not held), read
+/// on `connection`, a plain connection to the node serving it.
+///
+/// # Errors
+/// When the server does not answer.
+pub(super) fn server_lease(
+    kind: RedisLockKind,
+    keys: &RedisKeys,
+    connection: &mut redis::Connection,
+) -> lock_core::Result<Option<Duration>> {
+    let probe = |e: redis::RedisError| Error::backend("redis probe", e);
+    // A free `SetNx` lock reserved for the wait queue's head (`turn:<token>`) has no holder.
+    if kind == RedisLockKind::SetNx {
+        let value: Option<String> = redis::cmd("GET").arg(keys.lock()).query(connection).map_err(probe)?;
+        if value.is_some_and(|value| value.starts_with("turn:")) {
+            return Ok(None);
+        }
+    }
+    let ms: i64 = redis::cmd("PTTL").arg(keys.lock()).query(connection).map_err(probe)?;
+    Ok(match ms {
+        -2 => None,
+        // A key without expiry: an immortal lock, reported as an endless lease.
+        -1 => Some(Duration::MAX),
+        ms => Some(Duration::from_millis(ms.max(0).unsigned_abs())),
+    })
 }
 
 /// `url` with its `host:port` replaced by the address `route` gives for the server it names
