@@ -265,15 +265,7 @@ fn r06_cluster_failover() {
     let promoted =
         cluster.wait_for_new_primary(slot, primary, FAILOVER_TIMEOUT).expect("the replica takes over");
     println!("R06: the replica on {promoted} serves the slot {:?} after the kill", killed.elapsed());
-    assert!(
-        retried(|| Lock::new(&rival, name.clone()).try_lock()).is_none(),
-        "the lock survived the failover: the rival is refused"
-    );
-    eventually(10 * SECOND, "the holder confirms its hold on the new primary", || {
-        guard.state() == HoldState::Held
-    });
-    stays_held(&guard);
-    guard.unlock().expect("unlock on the new primary");
+    survived_failover(guard, &rival, &name);
     let next = retried(|| Lock::new(&rival, name.clone()).try_lock()).expect("free after the unlock");
     assert!(next.fencing_token().expect("a token") > token_a, "tokens keep rising across the failover");
     next.unlock().expect("unlock");
@@ -321,6 +313,20 @@ fn r06_cluster_failover() {
     drop(guard);
 }
 
+/// A `WAIT`ed hold after its primary failed over: a rival is refused, the holder confirms it on
+/// the new primary and it stays held, and it unlocks there.
+fn survived_failover(guard: LockGuard<RedisBackend>, rival: &LockClient<RedisBackend>, name: &LockName) {
+    assert!(
+        retried(|| Lock::new(rival, name.clone()).try_lock()).is_none(),
+        "the WAITed lock survived the failover: the rival is refused"
+    );
+    eventually(10 * SECOND, "the holder confirms its hold on the new primary", || {
+        guard.state() == HoldState::Held
+    });
+    stays_held(&guard);
+    guard.unlock().expect("unlock on the new primary");
+}
+
 /// A hold confirmed on the new primary stays held through several heartbeat rounds: the dead
 /// primary that granted it no longer puts it in doubt.
 fn stays_held(guard: &LockGuard<RedisBackend>) {
@@ -366,15 +372,7 @@ fn r07_sentinel_failover() {
     };
     let late = reached_at - promoted_at;
     assert!(late <= SECOND, "the client reached the new primary {late:?} after the failover");
-    assert!(
-        retried(|| Lock::new(&rival, name.clone()).try_lock()).is_none(),
-        "the WAITed lock survived the failover"
-    );
-    eventually(10 * SECOND, "the holder confirms its hold on the new primary", || {
-        guard.state() == HoldState::Held
-    });
-    stays_held(&guard);
-    guard.unlock().expect("unlock");
+    survived_failover(guard, &rival, &name);
 
     // The old primary comes back and is made a replica of the new one.
     old_node.process().restart().expect("restart the old primary");

@@ -30,6 +30,12 @@ pub(crate) fn tail(path: &Path, lines: usize) -> String {
     }
 }
 
+/// One node's part of a deployment's error report: `label: state`, then the last `lines` lines
+/// of its log, indented.
+pub(crate) fn node_report(label: &str, state: &str, log: &Path, lines: usize) -> String {
+    format!("\n{label}: {state}\n  {log:?} ends with:\n    {}", tail(log, lines).replace('\n', "\n    "))
+}
+
 fn read_end(path: &Path) -> std::io::Result<String> {
     let mut file = File::open(path)?;
     let length = file.metadata()?.len();

@@ -5,7 +5,6 @@
 mod migration;
 mod topology;
 
-use std::fmt::Write as _;
 use std::ops::RangeInclusive;
 use std::path::Path;
 use std::thread;
@@ -287,13 +286,11 @@ impl RedisCluster {
                     )
                 }
             };
-            // Writing to a String cannot fail.
-            let _ = write!(
-                text,
-                "\nnode {}: {state}\n  {:?} ends with:\n    {}",
-                node.port(),
+            text += &logs::node_report(
+                &format!("node {}", node.port()),
+                &state,
                 process.log_path(),
-                logs::tail(process.log_path(), LOG_LINES_PER_NODE).replace('\n', "\n    ")
+                LOG_LINES_PER_NODE,
             );
         }
         text

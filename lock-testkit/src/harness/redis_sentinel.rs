@@ -2,7 +2,6 @@
 //! every one its own process on free loopback ports, so tests can kill the primary and watch
 //! the sentinels promote a replica.
 
-use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 use std::thread;
@@ -310,13 +309,8 @@ impl RedisSentinelGroup {
             } else {
                 role(port).map_or_else(|why| format!("no answer: {why}"), |role| format!("role {role}"))
             };
-            // Writing to a String cannot fail.
-            let _ = write!(
-                text,
-                "\nport {port}: {state}\n  {:?} ends with:\n    {}",
-                process.log_path(),
-                logs::tail(process.log_path(), LOG_LINES_PER_NODE).replace('\n', "\n    ")
-            );
+            text +=
+                &logs::node_report(&format!("port {port}"), &state, process.log_path(), LOG_LINES_PER_NODE);
         }
         text
     }
