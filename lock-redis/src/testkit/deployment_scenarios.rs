@@ -64,12 +64,16 @@ fn client(backend: RedisBackend, lease: Duration) -> LockClient<RedisBackend> {
 }
 
 fn raw(port: u16) -> redis::Connection {
-    let connection = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-        .expect("a URL")
-        .get_connection_with_timeout(2 * SECOND)
-        .expect("a connection to a node");
-    connection.set_read_timeout(Some(5 * SECOND)).expect("a read timeout");
-    connection
+    try_raw(port).expect("a connection to a node")
+}
+
+/// A connection to the node on `port`, or the error: a node being reconfigured (a sentinel
+/// making a restarted primary a replica kills its clients) may reset a fresh connection.
+fn try_raw(port: u16) -> redis::RedisResult<redis::Connection> {
+    let connection =
+        redis::Client::open(format!("redis://127.0.0.1:{port}/"))?.get_connection_with_timeout(2 * SECOND)?;
+    connection.set_read_timeout(Some(5 * SECOND))?;
+    Ok(connection)
 }
 
 fn slot_of_name(name: &LockName) -> u16 {
@@ -377,8 +381,8 @@ fn r07_sentinel_failover() {
     // The old primary comes back and is made a replica of the new one.
     old_node.process().restart().expect("restart the old primary");
     eventually(FAILOVER_TIMEOUT, "the old primary rejoins as a replica", || {
-        redis::cmd("ROLE")
-            .query::<redis::Value>(&mut raw(old))
+        try_raw(old)
+            .and_then(|mut connection| redis::cmd("ROLE").query::<redis::Value>(&mut connection))
             .is_ok_and(|role| matches!(role, redis::Value::Array(items) if matches!(items.first(), Some(redis::Value::BulkString(role)) if role == b"slave")))
     });
     let writes_before = client_writes(old);
