@@ -145,6 +145,28 @@ pub trait DistributedLock: Send + Sync + 'static {
     fn fencing(&self) -> Option<&dyn Fencing<Lease = Self::Lease>> {
         None
     }
+
+    /// This backend's [`ReadWrite`](crate::ReadWrite) ability, if it has one.
+    ///
+    /// Defaults to `None`: [`ReadWriteLock`](crate::ReadWriteLock)s of this backend then fail
+    /// with [`Error::Unsupported`](crate::Error::Unsupported).
+    fn read_write(&self) -> Option<&dyn crate::ReadWrite<Lease = Self::Lease>> {
+        None
+    }
+
+    /// This backend's [`Permits`](crate::Permits) ability, if it has one.
+    ///
+    /// Defaults to `None`: [`Semaphore`](crate::Semaphore)s of this backend then fail with
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    fn permits(&self) -> Option<&dyn crate::Permits<Lease = Self::Lease>> {
+        None
+    }
+
+    /// Why this backend has no [`ReadWrite`](crate::ReadWrite) or [`Permits`](crate::Permits)
+    /// ability, in words for reports (`"GET_LOCK has no shared mode"`); `None` when it has both.
+    fn missing_abilities(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// One lease to extend, with the lease duration to extend it to.

@@ -12,6 +12,8 @@ use crate::name::LockName;
 use crate::options::LockOptions;
 use crate::reentrancy::HoldTable;
 use crate::renewal::LeaseTable;
+use crate::rw_lock::ReadWriteLock;
+use crate::semaphore::Semaphore;
 
 /// The entry point: hands out [`Lock`]s by name over one backend.
 ///
@@ -156,6 +158,23 @@ impl<B: DistributedLock> LockClient<B> {
     pub fn multi_lock<S: AsRef<str>>(&self, names: impl IntoIterator<Item = S>) -> Result<MultiLock<B>> {
         let names = names.into_iter().map(|name| LockName::new(name.as_ref())).collect::<Result<Vec<_>>>()?;
         MultiLock::new(self, names)
+    }
+
+    /// The read-write lock called `name` (see [`ReadWriteLock`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`](crate::Error::InvalidName) when `name` breaks the [`LockName`] rules.
+    pub fn read_write_lock(&self, name: &str) -> Result<ReadWriteLock<B>> {
+        Ok(ReadWriteLock::new(self, LockName::new(name)?))
+    }
+
+    /// The semaphore called `name` with `permits` permits (see [`Semaphore`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`](crate::Error::InvalidName) when `name` breaks the [`LockName`]
+    /// rules; [`Error::InvalidConfig`](crate::Error::InvalidConfig) for zero permits.
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore<B>> {
+        Semaphore::new(self, LockName::new(name)?, permits)
     }
 
     /// The backend.

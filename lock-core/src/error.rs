@@ -95,6 +95,17 @@ pub enum Error {
         /// The lock concerned.
         name: LockName,
     },
+    /// A semaphore was asked for with another number of permits than the one its current
+    /// holders use: admitting it would let more holders in than either count allows.
+    #[error("semaphore {name} has {held_with} permits on the server; this client asked for {asked}")]
+    PermitsMismatch {
+        /// The semaphore concerned.
+        name: LockName,
+        /// The count this client asked for.
+        asked: u32,
+        /// The count the semaphore's current holders use.
+        held_with: u32,
+    },
     /// Every connection of the client's pool is in use (session holds own one each): a `try_`
     /// call reports this at once instead of waiting for a connection to come back.
     #[error("{backend}: all {size} connections of the pool are in use")]

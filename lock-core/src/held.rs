@@ -6,12 +6,14 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::backend::{DistributedLock, FencingToken, HoldKind};
+use crate::backend::{Acquired, DistributedLock, FencingToken, HoldKind};
 use crate::callbacks;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::name::LockName;
-use crate::options::OnLost;
+use crate::options::{LockOptions, OnLost};
+use crate::owner::OwnerToken;
+use crate::reentrancy::HoldMode;
 use crate::state::HoldState;
 
 /// One acquisition: the backend's lease plus what the holder believes about it.
@@ -20,6 +22,9 @@ use crate::state::HoldState;
 /// release waits for an in-flight renewal and a renewal never touches a released lease.
 pub(crate) struct HeldLease<B: DistributedLock> {
     pub(crate) name: LockName,
+    pub(crate) mode: HoldMode,
+    /// The owner token the lease is bound to (a writer's read lock is asked under it).
+    pub(crate) owner: OwnerToken,
     /// The lease the holder may count on after each confirmation: the requested lease less the
     /// backend's [`lease_margin`](DistributedLock::lease_margin) and the clock-drift margin of
     /// the rest.
@@ -49,22 +54,27 @@ pub(crate) struct HeldLease<B: DistributedLock> {
 }
 
 impl<B: DistributedLock> HeldLease<B> {
-    /// A hold of `lease`, acquired by a request sent at `sent_at` for `ttl`, which the holder
-    /// counts as `margin` shorter (the allowance for clock drift).
+    /// A hold of `name`'s `mode` lock by `owner`, won by `acquired` under `options`: its lease
+    /// counts from the winning request's send time, less the backend's
+    /// [`lease_margin`](DistributedLock::lease_margin) and the clock-drift margin of the rest.
     pub(crate) fn new(
-        name: LockName,
-        lease: B::Lease,
-        sent_at: Instant,
-        ttl: Duration,
-        margin: Duration,
+        (name, mode, owner): (LockName, HoldMode, OwnerToken),
+        acquired: Acquired<B::Lease>,
         backend: &B,
-        on_lost: Option<OnLost>,
+        options: &LockOptions,
     ) -> Self {
+        let Acquired { lease, sent_at, .. } = acquired;
+        let ttl = options.lease;
+        let unvouched = backend.lease_margin(ttl).min(ttl);
+        let margin = unvouched + options.drift_margin(ttl - unvouched);
+        let on_lost = options.on_lost.clone();
         let fencing = backend.fencing().map(|f| f.fencing_token(&lease));
         let doubt = backend.doubt_signal(&lease);
         let valid_for = ttl.saturating_sub(margin);
         Self {
             name,
+            mode,
+            owner,
             valid_for,
             ttl,
             hold_kind: backend.hold_kind(),

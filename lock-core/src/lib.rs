@@ -10,6 +10,8 @@
 //!   [`HoldState`] — loss through a [`LostSignal`] at the lease's end, never later.
 //! - [`MultiLock`] takes several locks of one client together, all or nothing, in one global
 //!   order (no deadlock between multi-locks).
+//! - [`ReadWriteLock`] (many readers or one writer) and [`Semaphore`] (N permits, each a lease)
+//!   work on backends with the [`ReadWrite`] and [`Permits`] abilities, with the same guards.
 //! - [`MemoryBackend`] is the in-process reference backend.
 //!
 //! ```
@@ -35,6 +37,8 @@
 //! ```
 #![warn(missing_docs)]
 
+mod abilities;
+mod acquire;
 mod backend;
 mod backoff;
 mod callbacks;
@@ -53,10 +57,13 @@ mod owner;
 mod profile;
 mod reentrancy;
 mod renewal;
+mod rw_lock;
+mod semaphore;
 mod state;
 mod thread_pool;
 mod url;
 
+pub use abilities::{poll_until, Access, Deadline, Permits, ReadWrite, Request};
 pub use backend::{Acquired, DistributedLock, Extension, Fencing, FencingToken, HoldKind, NativeWait};
 pub use callbacks::{CALLBACK_THREAD_NAME, MAX_CALLBACK_THREADS};
 pub use client::LockClient;
@@ -74,6 +81,8 @@ pub use options::{
 pub use owner::OwnerToken;
 pub use profile::BackendProfile;
 pub use renewal::{MAX_RENEWAL_IO_THREADS, MAX_RENEWAL_THREADS, RENEWAL_THREAD_PREFIX};
+pub use rw_lock::ReadWriteLock;
+pub use semaphore::Semaphore;
 pub use state::HoldState;
 pub use url::{redact_url, split_url_list, UrlParts};
 

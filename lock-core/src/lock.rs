@@ -2,18 +2,18 @@
 //! acquisition.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::abilities::Deadline;
+use crate::acquire;
 use crate::backend::{Acquired, DistributedLock};
 use crate::backoff::Backoff;
 use crate::client::LockClient;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::guard::LockGuard;
-use crate::held::HeldLease;
 use crate::name::LockName;
 use crate::owner::OwnerToken;
-use crate::reentrancy::{HoldTable, Reentry};
+use crate::reentrancy::HoldMode;
 
 /// One named lock of a [`LockClient`]. Cheap to clone; clones are the same lock.
 ///
@@ -22,14 +22,6 @@ use crate::reentrancy::{HoldTable, Reentry};
 pub struct Lock<B: DistributedLock> {
     client: LockClient<B>,
     name: LockName,
-}
-
-/// How long an acquisition may wait.
-#[derive(Clone, Copy)]
-enum Wait {
-    No,
-    Until(Instant),
-    Forever,
 }
 
 impl<B: DistributedLock> Lock<B> {
@@ -56,16 +48,7 @@ impl<B: DistributedLock> Lock<B> {
     /// holds the lock but has lost it; [`Error::WouldDeadlock`] when this thread already holds a
     /// non-reentrant lock; [`Error::Closed`] after [`LockClient::close`].
     pub fn lock(&self) -> Result<LockGuard<B>> {
-        let (min, max) = self.client.shared.options.backoff();
-        let mut backoff = Backoff::new(min, max);
-        loop {
-            // An unbounded wait ends only with the lock or an error; a backend that returns
-            // early anyway (breaking its contract) is asked again, after a pause.
-            if let Some(guard) = self.acquire(Wait::Forever)? {
-                return Ok(guard);
-            }
-            backoff.sleep_until(None);
-        }
+        acquire::until_acquired(&self.client.shared, || self.acquire(Deadline::Never))
     }
 
     /// Acquires the lock if it is free right now; `Ok(None)` if someone else holds it.
@@ -74,7 +57,7 @@ impl<B: DistributedLock> Lock<B> {
     /// As [`lock`](Self::lock), except that a non-reentrant lock held by this thread is simply
     /// `Ok(None)`.
     pub fn try_lock(&self) -> Result<Option<LockGuard<B>>> {
-        self.acquire(Wait::No)
+        self.acquire(Deadline::Now)
     }
 
     /// Acquires the lock, waiting at most `timeout`; `Ok(None)` if it stayed held.
@@ -94,17 +77,17 @@ impl<B: DistributedLock> Lock<B> {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard<B>>> {
-        self.acquire(Wait::Until(deadline))
+        self.acquire(Deadline::At(deadline))
     }
 
     /// Whether the current thread holds this lock (through this client) and has not lost it.
     pub fn is_held_by_current_thread(&self) -> bool {
-        self.client.shared.holds.current(&self.name).is_some_and(|(_, held)| held.is_held())
+        self.client.shared.holds.current(&self.name, HoldMode::Mutex).is_some_and(|(_, held)| held.is_held())
     }
 
     /// How many times the current thread has locked this lock without unlocking it.
     pub fn hold_count(&self) -> usize {
-        self.client.shared.holds.current(&self.name).map_or(0, |(count, _)| count)
+        self.client.shared.holds.current(&self.name, HoldMode::Mutex).map_or(0, |(count, _)| count)
     }
 
     /// Releases this client's hold on the lock, whichever thread holds it and however many
@@ -121,7 +104,7 @@ impl<B: DistributedLock> Lock<B> {
     /// lock was no longer held under this client's token.
     pub fn force_unlock(&self) -> Result<bool> {
         let shared = &self.client.shared;
-        let holds = shared.holds.remove_all(&self.name);
+        let holds = shared.holds.remove_all(&self.name, HoldMode::Mutex);
         let mut outcome = Ok(!holds.is_empty());
         for held in holds {
             let released = held.release(&shared.backend);
@@ -133,56 +116,19 @@ impl<B: DistributedLock> Lock<B> {
         outcome
     }
 
-    fn acquire(&self, wait: Wait) -> Result<Option<LockGuard<B>>> {
+    fn acquire(&self, deadline: Deadline) -> Result<Option<LockGuard<B>>> {
         let shared = &self.client.shared;
-        if shared.is_closed() {
-            return Err(Error::Closed);
-        }
-        match shared.holds.reenter(&self.name, shared.options.reentrant) {
-            Reentry::Entered(held) if !held.is_held() => {
-                shared.holds.exit(HoldTable::<B>::current_thread(), &self.name);
-                return Err(Error::NotHeld { name: self.name.clone() });
-            }
-            Reentry::Entered(held) => return Ok(Some(LockGuard::new(Arc::clone(shared), held))),
-            Reentry::Refused => {
-                return match wait {
-                    Wait::No => Ok(None),
-                    Wait::Until(_) | Wait::Forever => Err(Error::WouldDeadlock { name: self.name.clone() }),
-                }
-            }
-            Reentry::NotHeld => {}
+        if let Some(answer) = acquire::reentered(shared, &self.name, HoldMode::Mutex, deadline)? {
+            return Ok(answer);
         }
         let owner = OwnerToken::random();
-        let acquired = match wait {
-            Wait::No => self.try_acquire_once(&owner)?,
-            Wait::Until(deadline) => self.acquire_waiting(&owner, Some(deadline))?,
-            Wait::Forever => self.acquire_waiting(&owner, None)?,
+        let acquired = match deadline {
+            Deadline::Now => self.try_acquire_once(&owner)?,
+            Deadline::At(deadline) => self.acquire_waiting(&owner, Some(deadline))?,
+            Deadline::Never => self.acquire_waiting(&owner, None)?,
         };
-        let Some(Acquired { lease, sent_at, .. }) = acquired else { return Ok(None) };
-        let options = &shared.options;
-        let ttl = options.lease;
-        // What the backend vouches for, less the clock-drift margin of that.
-        let unvouched = shared.backend.lease_margin(ttl).min(ttl);
-        let margin = unvouched + options.drift_margin(ttl - unvouched);
-        let held = Arc::new(HeldLease::new(
-            self.name.clone(),
-            lease,
-            sent_at,
-            ttl,
-            margin,
-            &*shared.backend,
-            options.on_lost.clone(),
-        ));
-        // Recorded and checked against `close` in one step: a close either sees this hold (and
-        // releases it) or has already refused it.
-        if !shared.holds.insert_unless_closed(Arc::clone(&held)) {
-            if let Err(error) = held.release(&shared.backend) {
-                tracing::debug!(lock = %self.name, %error, "releasing an acquisition that finished after close");
-            }
-            return Err(Error::Closed);
-        }
-        shared.leases.track(Arc::clone(&held), sent_at, options.renewal.then_some(options.renew_interval));
-        Ok(Some(LockGuard::new(Arc::clone(shared), held)))
+        let Some(acquired) = acquired else { return Ok(None) };
+        acquire::record(shared, (&self.name, HoldMode::Mutex, owner), acquired).map(Some)
     }
 
     fn try_acquire_once(&self, owner: &OwnerToken) -> Result<Option<Acquired<B::Lease>>> {

@@ -10,6 +10,20 @@ use crate::backend::DistributedLock;
 use crate::held::HeldLease;
 use crate::name::LockName;
 
+/// Which of a name's locks a hold is: the mutex, a read-write lock's read or write side, or one
+/// semaphore permit. Each is counted apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum HoldMode {
+    Mutex,
+    Read,
+    Write,
+    /// Permits are never re-entered: each acquisition is its own permit, told apart by a
+    /// process-wide serial number.
+    Permit(u64),
+}
+
+type Key = (ThreadId, LockName, HoldMode);
+
 /// The locks each thread of one client holds, with Java `ReentrantLock` hold counts.
 ///
 /// The backend is touched only when a count goes 0 → 1 (acquire) and 1 → 0 (release); nested
@@ -19,7 +33,7 @@ pub(crate) struct HoldTable<B: DistributedLock> {
 }
 
 struct Holds<B: DistributedLock> {
-    by_thread: HashMap<(ThreadId, LockName), Hold<B>>,
+    by_thread: HashMap<Key, Hold<B>>,
     /// Set by [`HoldTable::close`]: no hold is recorded after it.
     closed: bool,
 }
@@ -44,8 +58,8 @@ impl<B: DistributedLock> HoldTable<B> {
         Self { holds: Mutex::new(Holds { by_thread: HashMap::new(), closed: false }) }
     }
 
-    fn key(name: &LockName) -> (ThreadId, LockName) {
-        (thread::current().id(), name.clone())
+    fn key(name: &LockName, mode: HoldMode) -> Key {
+        (thread::current().id(), name.clone(), mode)
     }
 
     /// The id under which the current thread's holds are kept; guards remember it, so releasing
@@ -54,9 +68,9 @@ impl<B: DistributedLock> HoldTable<B> {
         thread::current().id()
     }
 
-    /// Enters `name` again if the current thread holds it (and `reentrant` allows).
-    pub(crate) fn reenter(&self, name: &LockName, reentrant: bool) -> Reentry<B> {
-        match self.holds.lock().by_thread.get_mut(&Self::key(name)) {
+    /// Enters `name`'s `mode` lock again if the current thread holds it (and `reentrant` allows).
+    pub(crate) fn reenter(&self, name: &LockName, mode: HoldMode, reentrant: bool) -> Reentry<B> {
+        match self.holds.lock().by_thread.get_mut(&Self::key(name, mode)) {
             None => Reentry::NotHeld,
             Some(_) if !reentrant => Reentry::Refused,
             Some(hold) => {
@@ -69,7 +83,7 @@ impl<B: DistributedLock> HoldTable<B> {
     /// Records a fresh acquisition by the current thread (count 1), unless the table was
     /// closed; returns whether it was recorded.
     pub(crate) fn insert_unless_closed(&self, held: Arc<HeldLease<B>>) -> bool {
-        let key = Self::key(&held.name);
+        let key = Self::key(&held.name, held.mode);
         let mut holds = self.holds.lock();
         if holds.closed {
             return false;
@@ -83,10 +97,10 @@ impl<B: DistributedLock> HoldTable<B> {
         self.holds.lock().closed
     }
 
-    /// Lowers `thread`'s count for `name`; returns `true` when it reached zero (the entry is then
-    /// gone and the caller must release the lease).
-    pub(crate) fn exit(&self, thread: ThreadId, name: &LockName) -> bool {
-        let key = (thread, name.clone());
+    /// Lowers `thread`'s count for `name`'s `mode` lock; returns `true` when it reached zero (the
+    /// entry is then gone and the caller must release the lease).
+    pub(crate) fn exit(&self, thread: ThreadId, name: &LockName, mode: HoldMode) -> bool {
+        let key = (thread, name.clone(), mode);
         let mut holds = self.holds.lock();
         let Some(hold) = holds.by_thread.get_mut(&key) else {
             // Guards are !Send, so only a guard of this thread can get here; no entry means it
@@ -102,11 +116,16 @@ impl<B: DistributedLock> HoldTable<B> {
         }
     }
 
-    /// Forgets every thread's hold of `name`; returns their acquisitions (one, unless a thread
-    /// kept a lost hold while another acquired anew).
-    pub(crate) fn remove_all(&self, name: &LockName) -> Vec<Arc<HeldLease<B>>> {
+    /// Forgets every thread's hold of `name`'s `mode` lock; returns their acquisitions (one for
+    /// the mutex, unless a thread kept a lost hold while another acquired anew).
+    pub(crate) fn remove_all(&self, name: &LockName, mode: HoldMode) -> Vec<Arc<HeldLease<B>>> {
         let mut holds = self.holds.lock();
-        let keys: Vec<_> = holds.by_thread.keys().filter(|(_, held)| held == name).cloned().collect();
+        let keys: Vec<_> = holds
+            .by_thread
+            .keys()
+            .filter(|(_, held, held_mode)| held == name && *held_mode == mode)
+            .cloned()
+            .collect();
         keys.into_iter().filter_map(|key| holds.by_thread.remove(&key)).map(|hold| hold.held).collect()
     }
 
@@ -120,8 +139,12 @@ impl<B: DistributedLock> HoldTable<B> {
         Some(holds.by_thread.drain().map(|(_, hold)| hold.held).collect())
     }
 
-    /// The current thread's hold count and acquisition of `name`, if it holds it.
-    pub(crate) fn current(&self, name: &LockName) -> Option<(usize, Arc<HeldLease<B>>)> {
-        self.holds.lock().by_thread.get(&Self::key(name)).map(|hold| (hold.count, Arc::clone(&hold.held)))
+    /// The current thread's hold count and acquisition of `name`'s `mode` lock, if it holds it.
+    pub(crate) fn current(&self, name: &LockName, mode: HoldMode) -> Option<(usize, Arc<HeldLease<B>>)> {
+        self.holds
+            .lock()
+            .by_thread
+            .get(&Self::key(name, mode))
+            .map(|hold| (hold.count, Arc::clone(&hold.held)))
     }
 }

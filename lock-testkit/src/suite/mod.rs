@@ -7,6 +7,7 @@
 //! reports `n/a` with the reason, printed in the test output; it never passes silently.
 
 pub mod breach;
+mod child;
 mod fenced;
 mod outcome;
 mod runner;
@@ -14,17 +15,17 @@ mod scenarios;
 mod support;
 mod target;
 
-pub use fenced::{FencedResource, StaleToken};
-pub use outcome::{Failure, ScenarioResult, Verdict};
-pub use runner::{run, run_scenario, Scenario, SCENARIOS};
 /// Set in S04's holder process (this binary re-run with the calling test's name as its first
 /// argument): a binary that is not a libtest harness (`distlock compare`) must recognise it and
 /// run S04 on the same target again, which then holds the lock until killed.
-pub use scenarios::holder_crash::HOLD_VAR as S04_HOLD_VARIABLE;
+pub use child::HOLD_VAR as S04_HOLD_VARIABLE;
+pub use fenced::{FencedResource, StaleToken};
+pub use outcome::{Failure, ScenarioResult, Verdict};
+pub use runner::{run, run_scenario, Scenario, SCENARIOS};
 pub use support::{set_name_namespace, unique_name};
 pub use target::{Abilities, MemoryTarget, NotApplicable, OwnServers, PausableServers, SuiteTarget};
 
-/// Expands to one `#[test]` per scenario (S01–S16, ML01) in a module named `$module`, each running the
+/// Expands to one `#[test]` per scenario (S01–S16, ML01, RW01–RW04, SEM01–SEM03) in a module named `$module`, each running the
 /// scenario against the [`SuiteTarget`] that `$target` evaluates to (once per test: make it cheap,
 /// e.g. a handle to servers shared across the run).
 ///
@@ -56,6 +57,13 @@ macro_rules! conformance_tests {
                 s15_loss_on_time "S15",
                 s16_connection_cut "S16",
                 ml01_multi_lock "ML01",
+                rw01_read_write_exclusion "RW01",
+                rw02_writer_not_starved "RW02",
+                rw03_read_write_reentrancy "RW03",
+                rw04_read_write_crash "RW04",
+                sem01_semaphore_bound "SEM01",
+                sem02_permit_crash "SEM02",
+                sem03_permits_mismatch "SEM03",
             );
         }
     };

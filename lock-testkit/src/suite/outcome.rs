@@ -53,3 +53,14 @@ macro_rules! applicable {
     };
 }
 pub(crate) use applicable;
+
+/// Ends the scenario as not applicable unless the kind has the shared-mode `ability`
+/// (see [`shared_ability`](crate::suite::support::shared_ability)).
+macro_rules! needs {
+    ($target:expr, $ability:literal) => {
+        if let Err(reason) = $crate::suite::support::shared_ability($target, $ability)? {
+            return Ok($crate::suite::Verdict::NotApplicable(reason));
+        }
+    };
+}
+pub(crate) use needs;

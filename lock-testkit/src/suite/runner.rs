@@ -15,7 +15,7 @@ pub struct Scenario {
 }
 
 /// Every core scenario, in order.
-pub const SCENARIOS: [Scenario; 17] = [
+pub const SCENARIOS: [Scenario; 24] = [
     Scenario { id: "S01", title: "mutual exclusion under contention" },
     Scenario { id: "S02", title: "try-lock on a held lock" },
     Scenario { id: "S03", title: "timed wait" },
@@ -33,6 +33,13 @@ pub const SCENARIOS: [Scenario; 17] = [
     Scenario { id: "S15", title: "loss on time (a server stops answering)" },
     Scenario { id: "S16", title: "connection cut (the server frees the lock)" },
     Scenario { id: "ML01", title: "multi-lock {a, b} against {b, a}: no deadlock, all or nothing" },
+    Scenario { id: "RW01", title: "read-write: readers share, a writer excludes" },
+    Scenario { id: "RW02", title: "read-write: a writer is not starved by a stream of readers" },
+    Scenario { id: "RW03", title: "read-write: reentrancy and downgrade; upgrade is WouldDeadlock" },
+    Scenario { id: "RW04", title: "read-write: killed reader and writer release their holds" },
+    Scenario { id: "SEM01", title: "semaphore: never more than N holders (2 processes)" },
+    Scenario { id: "SEM02", title: "semaphore: a killed holder's permit returns" },
+    Scenario { id: "SEM03", title: "semaphore: a mismatched count is refused" },
 ];
 
 /// Runs scenario `id` against `target` without judging the result (negative controls need the
@@ -56,6 +63,13 @@ pub fn run<T: SuiteTarget>(target: &T, id: &str, test_name: &str) -> ScenarioRes
         "S15" => scenarios::loss_on_time::run(target),
         "S16" => scenarios::connection_cut::run(target),
         "ML01" => scenarios::multi_lock::run(target),
+        "RW01" => scenarios::read_write_exclusion::run(target),
+        "RW02" => scenarios::writer_not_starved::run(target),
+        "RW03" => scenarios::read_write_reentrancy::run(target),
+        "RW04" => scenarios::read_write_crash::run(target, test_name),
+        "SEM01" => scenarios::semaphore_bound::run(target, test_name),
+        "SEM02" => scenarios::permit_crash::run(target, test_name),
+        "SEM03" => scenarios::permits_mismatch::run(target),
         other => Err(crate::suite::Failure(format!("no scenario {other}"))),
     }
 }

@@ -47,6 +47,14 @@ pub(crate) fn acquire<B: DistributedLock>(lock: &Lock<B>) -> Result<LockGuard<B>
         .ok_or_else(|| Failure(format!("could not acquire {} within {ACQUIRE_BOUND:?}", lock.name())))
 }
 
+/// The guard a timed acquisition of `name` returned; not getting one is a failure.
+pub(crate) fn acquire_within<G>(
+    acquired: lock_core::Result<Option<G>>,
+    name: &LockName,
+) -> Result<G, Failure> {
+    acquired?.ok_or_else(|| Failure(format!("could not acquire {name} within {ACQUIRE_BOUND:?}")))
+}
+
 pub(crate) const MS: Duration = Duration::from_millis(1);
 pub(crate) const SECOND: Duration = Duration::from_secs(1);
 
@@ -63,4 +71,24 @@ pub(crate) fn has_ability(declared: bool, present: bool, ability: &str) -> Resul
         ))),
         (declared, _) => Ok(declared),
     }
+}
+
+/// RW01–RW04 and SEM01–SEM03: whether `ability` (`"read_write"` or `"permits"`) applies to the
+/// kind, checked as [`has_ability`] checks the mutex's; `Err(reason)` for n/a, with the backend's
+/// own [`missing_abilities`](lock_core::DistributedLock::missing_abilities) reason.
+pub(crate) fn shared_ability<T: SuiteTarget>(
+    target: &T,
+    ability: &str,
+) -> Result<Result<(), String>, Failure> {
+    let backend = target.backend()?;
+    let abilities = target.abilities();
+    let (declared, present) = match ability {
+        "read_write" => (abilities.read_write, backend.read_write().is_some()),
+        _ => (abilities.permits, backend.permits().is_some()),
+    };
+    if has_ability(declared, present, ability)? {
+        return Ok(Ok(()));
+    }
+    let reason = backend.missing_abilities().unwrap_or("the backend has no such ability");
+    Ok(Err(format!("{}: {reason}", backend.backend_name())))
 }

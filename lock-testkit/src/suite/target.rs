@@ -18,17 +18,26 @@ pub struct Abilities {
     pub fencing: bool,
     /// [`NativeWait`](lock_core::NativeWait): S11 applies.
     pub native_wait: bool,
+    /// [`ReadWrite`](lock_core::ReadWrite): RW01–RW04 apply.
+    pub read_write: bool,
+    /// [`Permits`](lock_core::Permits): SEM01–SEM03 apply.
+    pub permits: bool,
 }
 
 impl Abilities {
-    /// Fencing tokens and server wake-ups.
-    pub const ALL: Self = Self { fencing: true, native_wait: true };
-    /// Neither (the docs' broken recipes).
-    pub const NONE: Self = Self { fencing: false, native_wait: false };
+    /// Fencing tokens and server wake-ups for the mutex (no read-write locks or semaphores).
+    pub const ALL: Self = Self { fencing: true, native_wait: true, read_write: false, permits: false };
+    /// None (the docs' broken recipes).
+    pub const NONE: Self = Self { fencing: false, native_wait: false, read_write: false, permits: false };
 
     /// Fencing tokens, and server wake-ups if `native_wait`.
     pub const fn fencing_and(native_wait: bool) -> Self {
-        Self { fencing: true, native_wait }
+        Self { fencing: true, native_wait, read_write: false, permits: false }
+    }
+
+    /// These abilities, and read-write locks if `read_write` and semaphores if `permits`.
+    pub const fn with_shared(self, read_write: bool, permits: bool) -> Self {
+        Self { read_write, permits, ..self }
     }
 }
 
@@ -256,7 +265,7 @@ impl SuiteTarget for MemoryTarget {
     }
 
     fn abilities(&self) -> Abilities {
-        Abilities::ALL
+        Abilities::ALL.with_shared(true, true)
     }
 
     fn backend(&self) -> lock_core::Result<MemoryBackend> {

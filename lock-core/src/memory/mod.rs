@@ -1,20 +1,27 @@
-//! [`MemoryBackend`]: the in-process reference backend.
+//! [`MemoryBackend`]: the in-process reference backend, for the mutex, read-write locks and
+//! semaphores.
 
-use std::collections::HashMap;
+mod read_write;
+mod semaphore;
+mod table;
+
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use crate::abilities::{Access, Permits, ReadWrite, Request};
 use crate::backend::{Acquired, DistributedLock, Fencing, FencingToken, NativeWait};
 use crate::error::Result;
 use crate::name::LockName;
 use crate::options::check_lease;
 use crate::owner::OwnerToken;
+use table::Locks;
 
 /// Locks kept in this process's memory, with the same semantics as the server backends: leases
-/// that expire, owner-bound extend and release, fencing tokens and native wake-ups.
+/// that expire, owner-bound extend and release, fencing tokens and native wake-ups — for the
+/// mutex, [`ReadWrite`] locks (writer-preferring) and [`Permits`].
 ///
 /// It is the reference the conformance suite holds every server backend to, and the default for
 /// examples. Clones share one lock space ("one server"); it coordinates threads, not processes.
@@ -30,51 +37,21 @@ struct State {
     released: Condvar,
 }
 
-#[derive(Default)]
-struct Locks {
-    held: HashMap<LockName, Entry>,
-    /// The last fencing token issued per name; kept after release so tokens never repeat.
-    fences: HashMap<LockName, u64>,
-}
-
-struct Entry {
-    owner: OwnerToken,
-    expires_at: Instant,
-}
-
 /// A lease of the [`MemoryBackend`].
 #[derive(Debug)]
 pub struct MemoryLease {
     name: LockName,
     owner: OwnerToken,
     fence: FencingToken,
+    kind: LeaseKind,
 }
 
-impl Locks {
-    /// The current holder of `name`, after dropping an expired one.
-    fn holder(&mut self, name: &LockName, now: Instant) -> Option<&mut Entry> {
-        if self.held.get(name).is_some_and(|entry| entry.expires_at <= now) {
-            self.held.remove(name);
-        }
-        self.held.get_mut(name)
-    }
-
-    fn acquire(
-        &mut self,
-        name: &LockName,
-        owner: &OwnerToken,
-        ttl: Duration,
-        now: Instant,
-    ) -> Option<MemoryLease> {
-        if self.holder(name, now).is_some() {
-            return None;
-        }
-        let fence = self.fences.entry(name.clone()).or_insert(0);
-        *fence += 1;
-        let fence = FencingToken::new(*fence);
-        self.held.insert(name.clone(), Entry { owner: *owner, expires_at: now + ttl });
-        Some(MemoryLease { name: name.clone(), owner: *owner, fence })
-    }
+/// Which primitive a [`MemoryLease`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseKind {
+    Mutex,
+    Rw(Access),
+    Permit,
 }
 
 impl MemoryBackend {
@@ -86,7 +63,7 @@ impl MemoryBackend {
     /// Deletes `name`'s lock whoever holds it, as an operator deleting a key would; returns
     /// whether it was held. For tests of a lock lost underneath its holder.
     pub fn force_release(&self, name: &LockName) -> bool {
-        let removed = self.state.locks.lock().held.remove(name).is_some();
+        let removed = self.state.locks.lock().mutexes.remove(name).is_some();
         self.state.released.notify_all();
         removed
     }
@@ -94,7 +71,39 @@ impl MemoryBackend {
     /// How long `name`'s current lease has left, as the "server" sees it; `None` if not held.
     pub fn remaining_lease(&self, name: &LockName) -> Option<Duration> {
         let now = Instant::now();
-        self.state.locks.lock().holder(name, now).map(|entry| entry.expires_at - now)
+        self.state.locks.lock().mutex_holder(name, now).map(|entry| entry.expires_at - now)
+    }
+
+    /// Tries `attempt` under the table's lock until it grants or `deadline` passes, sleeping on
+    /// the release condition variable (and waking at `next_wake`'s instant) in between.
+    fn wait_for<L>(
+        &self,
+        deadline: Option<Instant>,
+        mut attempt: impl FnMut(&mut Locks, Instant) -> Result<Option<L>>,
+        next_wake: impl Fn(&mut Locks, Instant) -> Option<Instant>,
+    ) -> Result<Option<Acquired<L>>> {
+        let mut locks = self.state.locks.lock();
+        loop {
+            let now = Instant::now();
+            if let Some(lease) = attempt(&mut locks, now)? {
+                return Ok(Some(Acquired::new(lease, now)));
+            }
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return Ok(None);
+            }
+            // Wake on a release, at a holder's expiry, or at the deadline, whichever is first.
+            let wake = [next_wake(&mut locks, now), deadline].into_iter().flatten().min();
+            self.sleep(&mut locks, wake);
+        }
+    }
+
+    fn sleep(&self, locks: &mut MutexGuard<'_, Locks>, until: Option<Instant>) {
+        match until {
+            Some(at) => {
+                self.state.released.wait_until(locks, at);
+            }
+            None => self.state.released.wait(locks),
+        }
     }
 }
 
@@ -115,27 +124,24 @@ impl DistributedLock for MemoryBackend {
 
     fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<MemoryLease>> {
         check_lease(ttl)?;
-        Ok(self.state.locks.lock().acquire(name, owner, ttl, Instant::now()))
+        Ok(self.state.locks.lock().acquire_mutex(name, owner, ttl, Instant::now()))
     }
 
     fn extend(&self, lease: &mut MemoryLease, ttl: Duration) -> Result<bool> {
         check_lease(ttl)?;
         let now = Instant::now();
-        let mut locks = self.state.locks.lock();
-        Ok(match locks.holder(&lease.name, now) {
-            Some(entry) if entry.owner == lease.owner => {
-                entry.expires_at = now + ttl;
+        Ok(match self.state.locks.lock().expiry_of(lease, now) {
+            Some(expires_at) => {
+                *expires_at = now + ttl;
                 true
             }
-            _ => false,
+            None => false,
         })
     }
 
     fn release(&self, lease: MemoryLease) -> Result<bool> {
-        let mut locks = self.state.locks.lock();
-        let owned = locks.holder(&lease.name, Instant::now()).is_some_and(|entry| entry.owner == lease.owner);
+        let owned = self.state.locks.lock().remove(&lease, Instant::now());
         if owned {
-            locks.held.remove(&lease.name);
             self.state.released.notify_all();
         }
         Ok(owned)
@@ -146,6 +152,14 @@ impl DistributedLock for MemoryBackend {
     }
 
     fn fencing(&self) -> Option<&dyn Fencing<Lease = MemoryLease>> {
+        Some(self)
+    }
+
+    fn read_write(&self) -> Option<&dyn ReadWrite<Lease = MemoryLease>> {
+        Some(self)
+    }
+
+    fn permits(&self) -> Option<&dyn Permits<Lease = MemoryLease>> {
         Some(self)
     }
 }
@@ -159,25 +173,11 @@ impl NativeWait for MemoryBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired<MemoryLease>>> {
         check_lease(ttl)?;
-        let mut locks = self.state.locks.lock();
-        loop {
-            let now = Instant::now();
-            if let Some(lease) = locks.acquire(name, owner, ttl, now) {
-                return Ok(Some(Acquired::new(lease, now)));
-            }
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return Ok(None);
-            }
-            // Wake on a release, at the holder's expiry, or at the deadline, whichever is first.
-            let expiry = locks.holder(name, now).map(|entry| entry.expires_at);
-            let wake = [expiry, deadline].into_iter().flatten().min();
-            match wake {
-                Some(at) => {
-                    self.state.released.wait_until(&mut locks, at);
-                }
-                None => self.state.released.wait(&mut locks),
-            }
-        }
+        self.wait_for(
+            deadline,
+            |locks, now| Ok(locks.acquire_mutex(name, owner, ttl, now)),
+            |locks, now| locks.mutex_holder(name, now).map(|entry| entry.expires_at),
+        )
     }
 }
 
@@ -189,6 +189,11 @@ impl Fencing for MemoryBackend {
 
 impl fmt::Debug for MemoryBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemoryBackend").field("held", &self.state.locks.lock().held.len()).finish()
+        f.debug_struct("MemoryBackend").field("held", &self.state.locks.lock().mutexes.len()).finish()
     }
+}
+
+/// Checks a request's lease, for the read-write and semaphore paths.
+fn check(request: &Request<'_>) -> Result<()> {
+    check_lease(request.ttl)
 }

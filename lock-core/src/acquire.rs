@@ -1,0 +1,88 @@
+//! The steps every primitive's acquisition shares: re-entering a hold the thread already has,
+//! and recording a fresh one (hold count, close check, renewal, guard).
+
+use std::sync::Arc;
+
+use crate::abilities::Deadline;
+use crate::backend::{Acquired, DistributedLock};
+use crate::backoff::Backoff;
+use crate::client::Shared;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::held::HeldLease;
+use crate::name::LockName;
+use crate::owner::OwnerToken;
+use crate::reentrancy::{HoldMode, HoldTable, Reentry};
+
+/// What the current thread already has of `name`'s `mode` lock: `Some(answer)` when that decides
+/// the acquisition (entered again, or refused), `None` when the backend must be asked.
+///
+/// # Errors
+/// [`Error::Closed`] after close; [`Error::NotHeld`] when the thread's hold is lost;
+/// [`Error::WouldDeadlock`] when a non-reentrant hold is asked to wait for itself.
+pub(crate) fn reentered<B: DistributedLock>(
+    shared: &Arc<Shared<B>>,
+    name: &LockName,
+    mode: HoldMode,
+    deadline: Deadline,
+) -> Result<Option<Option<LockGuard<B>>>> {
+    if shared.is_closed() {
+        return Err(Error::Closed);
+    }
+    match shared.holds.reenter(name, mode, shared.options.reentrant) {
+        Reentry::Entered(held) if !held.is_held() => {
+            shared.holds.exit(HoldTable::<B>::current_thread(), name, mode);
+            Err(Error::NotHeld { name: name.clone() })
+        }
+        Reentry::Entered(held) => Ok(Some(Some(LockGuard::new(Arc::clone(shared), held)))),
+        Reentry::Refused => match deadline {
+            Deadline::Now => Ok(Some(None)),
+            Deadline::At(_) | Deadline::Never => Err(Error::WouldDeadlock { name: name.clone() }),
+        },
+        Reentry::NotHeld => Ok(None),
+    }
+}
+
+/// Records a fresh acquisition of `name`'s `mode` lock by `owner` for the current thread, starts
+/// renewing it, and hands out its guard.
+///
+/// # Errors
+/// [`Error::Closed`] when the client was closed meanwhile (the acquisition is then released).
+pub(crate) fn record<B: DistributedLock>(
+    shared: &Arc<Shared<B>>,
+    (name, mode, owner): (&LockName, HoldMode, OwnerToken),
+    acquired: Acquired<B::Lease>,
+) -> Result<LockGuard<B>> {
+    let sent_at = acquired.sent_at;
+    let options = &shared.options;
+    let held = Arc::new(HeldLease::new((name.clone(), mode, owner), acquired, &*shared.backend, options));
+    // Recorded and checked against `close` in one step: a close either sees this hold (and
+    // releases it) or has already refused it.
+    if !shared.holds.insert_unless_closed(Arc::clone(&held)) {
+        if let Err(error) = held.release(&shared.backend) {
+            tracing::debug!(lock = %name, %error, "releasing an acquisition that finished after close");
+        }
+        return Err(Error::Closed);
+    }
+    shared.leases.track(Arc::clone(&held), sent_at, options.renewal.then_some(options.renew_interval));
+    Ok(LockGuard::new(Arc::clone(shared), held))
+}
+
+/// Calls `attempt` — an unbounded wait — until it returns a guard. A backend returning early from
+/// an unbounded wait breaks its contract; it is asked again, after a pause.
+///
+/// # Errors
+/// The first error `attempt` returns.
+pub(crate) fn until_acquired<B: DistributedLock>(
+    shared: &Shared<B>,
+    mut attempt: impl FnMut() -> Result<Option<LockGuard<B>>>,
+) -> Result<LockGuard<B>> {
+    let (min, max) = shared.options.backoff();
+    let mut backoff = Backoff::new(min, max);
+    loop {
+        if let Some(guard) = attempt()? {
+            return Ok(guard);
+        }
+        backoff.sleep_until(None);
+    }
+}

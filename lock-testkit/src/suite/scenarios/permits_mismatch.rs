@@ -1,0 +1,46 @@
+//! SEM03 — one count per name: while a client holds a permit of a 3-permit semaphore, a client
+//! asking for the same name with 5 permits gets `PermitsMismatch` (never a sixth, silent
+//! admission), from a try and from a wait; zero permits is `InvalidConfig`; once nothing is held,
+//! the name may be used with another count.
+
+use std::time::Duration;
+
+use lock_core::{Error, Semaphore};
+
+use crate::suite::outcome::{ensure, needs};
+use crate::suite::support::{acquire_within, client, options, unique_name, ACQUIRE_BOUND, SECOND};
+use crate::suite::{ScenarioResult, SuiteTarget, Verdict};
+
+pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
+    needs!(target, "permits");
+    let name = unique_name("sem03");
+    let first = client(target, options(10 * SECOND, true))?;
+    let second = client(target, options(10 * SECOND, true))?;
+    let three = Semaphore::new(&first, name.clone(), 3)?;
+    let five = Semaphore::new(&second, name.clone(), 5)?;
+    let zero = second.semaphore(name.as_str(), 0);
+    ensure!(matches!(zero, Err(Error::InvalidConfig { .. })), "zero permits gave {zero:?}");
+
+    let held = acquire_within(three.try_acquire_for(ACQUIRE_BOUND), &name)?;
+    for (form, outcome) in [
+        ("try_acquire", five.try_acquire()),
+        ("try_acquire_for", five.try_acquire_for(Duration::from_millis(300))),
+    ] {
+        ensure!(
+            matches!(outcome, Err(Error::PermitsMismatch { asked: 5, held_with: 3, .. })),
+            "{form} with 5 permits while 3-permit holders exist returned {:?}",
+            outcome.map(|guard| guard.is_some())
+        );
+    }
+    held.unlock()?;
+
+    let now_five = acquire_within(five.try_acquire_for(ACQUIRE_BOUND), &name)?;
+    let outcome = three.try_acquire();
+    ensure!(
+        matches!(outcome, Err(Error::PermitsMismatch { asked: 3, held_with: 5, .. })),
+        "once the count was 5, a 3-permit request returned {:?}",
+        outcome.map(|guard| guard.is_some())
+    );
+    now_five.unlock()?;
+    Ok(Verdict::Pass)
+}
