@@ -4,12 +4,13 @@
 use std::time::{Duration, Instant};
 
 use lock_core::{
-    Acquired, BackendProfile, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind, LockName,
-    MemoryBackend, MemoryLease, NativeWait, OwnerToken, Result,
+    Access, Acquired, BackendProfile, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind,
+    LockName, MemoryBackend, MemoryLease, NativeWait, OwnerToken, Permits, ReadWrite, Request, Result,
 };
 
 /// One backend of any kind this build has (each variant behind its Cargo feature), implementing
-/// [`DistributedLock`] — and [`NativeWait`] and [`Fencing`] exactly when the inner backend does —
+/// [`DistributedLock`] — and [`NativeWait`], [`Fencing`], [`ReadWrite`] and [`Permits`] exactly
+/// when the inner backend does —
 /// by delegation.
 ///
 /// ```
@@ -270,6 +271,53 @@ impl DistributedLock for AnyBackend {
         let able = each!(self, inner => inner.fencing().is_some());
         able.then_some(self as &dyn Fencing<Lease = AnyLease>)
     }
+
+    fn read_write(&self) -> Option<&dyn ReadWrite<Lease = AnyLease>> {
+        let able = each!(self, inner => inner.read_write().is_some());
+        able.then_some(self as &dyn ReadWrite<Lease = AnyLease>)
+    }
+
+    fn permits(&self) -> Option<&dyn Permits<Lease = AnyLease>> {
+        let able = each!(self, inner => inner.permits().is_some());
+        able.then_some(self as &dyn Permits<Lease = AnyLease>)
+    }
+
+    fn missing_abilities(&self) -> Option<&'static str> {
+        each!(self, inner => inner.missing_abilities())
+    }
+}
+
+impl ReadWrite for AnyBackend {
+    /// The inner backend's read-write lock.
+    ///
+    /// # Errors
+    /// As the inner backend's; [`Error::Unsupported`] when it has none (then
+    /// [`read_write`](DistributedLock::read_write) is `None`, and lock-core never calls this).
+    fn acquire_rw(&self, request: &Request<'_>, access: Access) -> Result<Option<Acquired<AnyLease>>> {
+        each!(self, inner => match inner.read_write() {
+            Some(able) => able.acquire_rw(request, access).map(wrap),
+            None => Err(Error::Unsupported { backend: inner.backend_name(), feature: "read-write locks" }),
+        })
+    }
+}
+
+impl Permits for AnyBackend {
+    /// The inner backend's semaphore.
+    ///
+    /// # Errors
+    /// As the inner backend's; [`Error::Unsupported`] when it has none (then
+    /// [`permits`](DistributedLock::permits) is `None`, and lock-core never calls this).
+    fn acquire_permit(&self, request: &Request<'_>, permits: u32) -> Result<Option<Acquired<AnyLease>>> {
+        each!(self, inner => match inner.permits() {
+            Some(able) => able.acquire_permit(request, permits).map(wrap),
+            None => Err(Error::Unsupported { backend: inner.backend_name(), feature: "semaphores" }),
+        })
+    }
+}
+
+/// An inner backend's acquisition as an [`AnyLease`] one.
+fn wrap<L: Into<AnyLease>>(acquired: Option<Acquired<L>>) -> Option<Acquired<AnyLease>> {
+    acquired.map(|acquired| Acquired::new(acquired.lease.into(), acquired.sent_at))
 }
 
 impl NativeWait for AnyBackend {
@@ -286,9 +334,7 @@ impl NativeWait for AnyBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired<AnyLease>>> {
         each!(self, inner => match inner.native_wait() {
-            Some(wait) => wait
-                .acquire_until(name, owner, ttl, deadline)
-                .map(|acquired| acquired.map(|a| Acquired::new(AnyLease::from(a.lease), a.sent_at))),
+            Some(wait) => wait.acquire_until(name, owner, ttl, deadline).map(wrap),
             None => Err(Error::Unsupported { backend: inner.backend_name(), feature: "a native wait" }),
         })
     }
@@ -327,6 +373,12 @@ mod tests {
         let rival = LockClient::new(backend);
         assert!(rival.lock_named("any").unwrap().try_lock().unwrap().is_none());
         guard.unlock().unwrap();
+        let read = client.read_write_lock("any").unwrap().read().unwrap();
+        assert!(rival.read_write_lock("any").unwrap().try_write().unwrap().is_none());
+        drop(read);
+        let permit = client.semaphore("any", 1).unwrap().acquire().unwrap();
+        assert!(rival.semaphore("any", 1).unwrap().try_acquire().unwrap().is_none());
+        drop(permit);
     }
 
     #[test]

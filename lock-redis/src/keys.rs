@@ -26,6 +26,8 @@ use lock_core::LockName;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RedisKeys {
+    /// `<prefix>:{<escaped name>}:`, for the keys of the name's read-write lock and semaphore.
+    base: String,
     lock: String,
     fence: String,
     queue: String,
@@ -47,7 +49,23 @@ impl RedisKeys {
             queue: with("queue"),
             queue_timeouts: with("queue-timeouts"),
             channel: with("released"),
+            base,
         }
+    }
+
+    /// The keys of the name's read-write lock, in the order its scripts take them: readers (a
+    /// sorted set of owner token to lease end), writer (a string holding the owner token, with
+    /// the lease as TTL), waiting writers (a sorted set of owner token to the end of its place in
+    /// line), fencing counter. Separate from the mutex's keys: the two never contend.
+    pub fn read_write(&self) -> [String; 4] {
+        ["rw-readers", "rw-writer", "rw-waiting", "rw-fence"].map(|role| format!("{}{role}", self.base))
+    }
+
+    /// The keys of the name's semaphore, in the order its scripts take them: holders (a sorted
+    /// set of owner token to lease end), count (the number of permits the holders use), fencing
+    /// counter.
+    pub fn semaphore(&self) -> [String; 3] {
+        ["sem-holders", "sem-count", "sem-fence"].map(|role| format!("{}{role}", self.base))
     }
 
     /// The lock itself: a string holding the owner token (`SetNx` kind) or a hash from owner
@@ -106,6 +124,9 @@ mod tests {
         let keys = keys("a:b");
         for key in [keys.lock(), keys.fence(), keys.queue(), keys.queue_timeouts(), keys.channel()] {
             assert!(key.starts_with("p:{a:b}:"), "{key}");
+        }
+        for key in keys.read_write().iter().chain(&keys.semaphore()) {
+            assert!(key.starts_with("p:{a:b}:") && key != keys.lock(), "{key}");
         }
     }
 

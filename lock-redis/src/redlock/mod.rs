@@ -250,6 +250,13 @@ impl DistributedLock for RedlockBackend {
         BACKEND
     }
 
+    fn missing_abilities(&self) -> Option<&'static str> {
+        Some(
+            "no read-write locks or semaphores over a quorum of independent servers (Redisson \
+             deprecated RedissonRedLock; use one primary, with WAIT, for those)",
+        )
+    }
+
     fn profile(&self) -> lock_core::BackendProfile {
         lock_core::BackendProfile::new(
             "best effort: the highest of the quorum's per-node counters, raised on every node after \

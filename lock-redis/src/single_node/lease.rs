@@ -17,9 +17,20 @@ pub struct RedisLease {
     pub(crate) token: String,
     pub(crate) fence: FencingToken,
     pub(crate) lease: Duration,
+    /// Which primitive the lease holds (the scripts that extend and release it follow).
+    pub(crate) shape: Shape,
     /// Raised while the lease's primary is unreachable (replicated deployments only: see
     /// `topology/heartbeat.rs`).
     pub(crate) watch: Option<LeaseWatch>,
+}
+
+/// Which of a name's primitives a [`RedisLease`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    Mutex,
+    Read,
+    Write,
+    Permit,
 }
 
 /// A lease's doubt signal and the node whose failures raise it.
@@ -52,7 +63,12 @@ impl RedisLease {
         lease: Duration,
     ) -> Self {
         let fence = FencingToken::new(u64::try_from(fence).unwrap_or(0));
-        Self { name: name.clone(), keys: keys.clone(), token, fence, lease, watch: None }
+        Self { name: name.clone(), keys: keys.clone(), token, fence, lease, shape: Shape::Mutex, watch: None }
+    }
+
+    /// The same grant, of another primitive.
+    pub(crate) fn with_shape(self, shape: Shape) -> Self {
+        Self { shape, ..self }
     }
 
     /// Taken before sending a request that may confirm the lease (see [`confirmed`](Self::confirmed)).

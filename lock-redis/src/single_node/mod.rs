@@ -4,11 +4,12 @@
 mod lease;
 mod renewal;
 mod replication;
+mod shared_modes;
 mod uncontended;
 mod wait;
 
-use lease::LeaseWatch;
 pub use lease::RedisLease;
+use lease::{LeaseWatch, Shape};
 pub(crate) use replication::ReplicaWait;
 pub(crate) use wait::QUEUE_ENTRY_TTL;
 
@@ -28,7 +29,7 @@ use crate::cleanup::{self, Undo};
 use crate::connection::PooledConnection;
 use crate::error::{self, BACKEND};
 use crate::keys::RedisKeys;
-use crate::lua::LockScripts;
+use crate::lua::{LockScripts, LuaScript};
 use crate::topology::{Heartbeat, Hop, Next, Nodes};
 use crate::{millis, reentrant_hash, set_nx};
 use uncontended::Uncontended;
@@ -114,6 +115,9 @@ enum Route {
 }
 
 /// The outcome of one acquisition attempt.
+// Unboxed: an attempt lives for one call, and boxing the lease would add an allocation to every
+// acquisition.
+#[allow(clippy::large_enum_variant)]
 enum Attempt {
     Acquired(RedisLease),
     /// Someone else holds the lock (or it is another waiter's turn); retry within this long at
@@ -291,7 +295,15 @@ impl RedisBackend {
                     }
                     Uncontended::Refused => {}
                     Uncontended::Acquired(fence) => {
-                        return self.granted(hop, &mut connection, name, keys, token, fence, ttl)
+                        return self.granted(
+                            hop,
+                            &mut connection,
+                            name,
+                            keys,
+                            token,
+                            fence,
+                            (ttl, Shape::Mutex),
+                        )
                     }
                     Uncontended::OutOfTurn(fence) => {
                         let lease = RedisLease::granted(name, keys, token.clone(), fence, ttl);
@@ -335,7 +347,7 @@ impl RedisBackend {
                 }
             }
         };
-        self.granted(hop, &mut connection, name, keys, token, fence, ttl)
+        self.granted(hop, &mut connection, name, keys, token, fence, (ttl, Shape::Mutex))
     }
 
     /// An acquisition request under `token` failed with `failure`: undoes what the server may
@@ -391,9 +403,9 @@ impl RedisBackend {
         keys: &RedisKeys,
         token: String,
         fence: i64,
-        ttl: Duration,
+        (ttl, shape): (Duration, Shape),
     ) -> Result<Attempt> {
-        let mut lease = RedisLease::granted(name, keys, token, fence, ttl);
+        let mut lease = RedisLease::granted(name, keys, token, fence, ttl).with_shape(shape);
         if let Some(wait) = self.inner.replicas {
             self.confirm_replicated(connection, &lease, wait)?;
         }
@@ -406,17 +418,36 @@ impl RedisBackend {
 
     fn release_on(&self, connection: &mut PooledConnection, lease: &RedisLease) -> RedisResult<i64> {
         connection.run(|c| {
-            let script = &self.scripts().release;
-            // Non-fair waiters do not queue: with no queue, a non-fair client's release still
-            // tells them (`1`), where a fair one's has nobody to tell.
-            let command = script
-                .invoke(&[lease.keys.lock(), lease.keys.queue(), lease.keys.queue_timeouts()])
-                .arg(&lease.token)
-                .arg(lease.keys.channel())
-                .arg(if self.inner.fair { 0 } else { 1 })
-                .to_owned();
+            let (script, command) = self.release_command(lease);
             script.query(c, &command)
         })
+    }
+
+    /// The script and command that release `lease`, whatever it holds.
+    fn release_command(&self, lease: &RedisLease) -> (&'static LuaScript, redis::Cmd) {
+        if lease.shape != Shape::Mutex {
+            return shared_modes::release_command(lease);
+        }
+        let script = &self.scripts().release;
+        // Non-fair waiters do not queue: with no queue, a non-fair client's release still tells
+        // them (`1`), where a fair one's has nobody to tell.
+        let command = script
+            .invoke(&[lease.keys.lock(), lease.keys.queue(), lease.keys.queue_timeouts()])
+            .arg(&lease.token)
+            .arg(lease.keys.channel())
+            .arg(if self.inner.fair { 0 } else { 1 })
+            .to_owned();
+        (script, command)
+    }
+
+    /// The script and command that extend `lease` to `ttl`, whatever it holds.
+    fn extend_command(&self, lease: &RedisLease, ttl: Duration) -> (&'static LuaScript, redis::Cmd) {
+        if lease.shape != Shape::Mutex {
+            return shared_modes::extend_command(lease, ttl);
+        }
+        let script = &self.scripts().extend;
+        let command = script.invoke(&[lease.keys.lock()]).arg(&lease.token).arg(millis(ttl)).to_owned();
+        (script, command)
     }
 }
 
@@ -466,8 +497,8 @@ impl DistributedLock for RedisBackend {
             let extended: i64 = hop
                 .connection()?
                 .run(|c| {
-                    let script = &self.scripts().extend;
-                    script.query(c, script.invoke(&[lease.keys.lock()]).arg(&lease.token).arg(millis(ttl)))
+                    let (script, command) = self.extend_command(lease, ttl);
+                    script.query(c, &command)
                 })
                 .map_err(|e| error::map("extend", e))?;
             Ok((extended, Arc::clone(&hop.node)))
@@ -510,6 +541,14 @@ impl DistributedLock for RedisBackend {
 
     fn doubt_signal(&self, lease: &RedisLease) -> Option<lock_core::DoubtSignal> {
         lease.watch.as_ref().map(|watch| watch.signal.clone())
+    }
+
+    fn read_write(&self) -> Option<&dyn lock_core::ReadWrite<Lease = RedisLease>> {
+        Some(self)
+    }
+
+    fn permits(&self) -> Option<&dyn lock_core::Permits<Lease = RedisLease>> {
+        Some(self)
     }
 }
 

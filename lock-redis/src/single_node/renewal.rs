@@ -9,7 +9,7 @@ use redis::{RedisResult, ServerErrorKind, Value};
 
 use super::{RedisBackend, RedisLease};
 use crate::error::{self, detached, BACKEND};
-use crate::millis;
+use crate::lua::LuaScript;
 use crate::topology::Node;
 
 /// The leases of one batch that live on one node, by their index in the batch.
@@ -62,15 +62,15 @@ impl RedisBackend {
             }
         }
         let marks: Vec<Option<DoubtMark>> = batch.iter().map(|item| item.lease.doubt_mark()).collect();
-        let requests: Vec<Vec<u8>> =
-            groups.iter().map(|group| self.extend_request(batch, &group.items)).collect();
-        let replies = exchange_all(&groups, &requests);
+        let (requests, loads): (Vec<Vec<u8>>, Vec<usize>) =
+            groups.iter().map(|group| self.extend_request(batch, &group.items)).unzip();
+        let replies = exchange_all(&groups, &requests, &loads);
         let mut moved = Vec::new();
-        for (group, replies) in groups.iter().zip(replies) {
+        for ((group, replies), loads) in groups.iter().zip(replies).zip(loads) {
             match replies {
-                // The first reply is the script load's.
+                // The first replies are the script loads'.
                 Ok(values) => {
-                    for (&index, value) in group.items.iter().zip(values.into_iter().skip(1)) {
+                    for (&index, value) in group.items.iter().zip(values.into_iter().skip(loads)) {
                         let reply = redis::from_redis_value::<RedisResult<i64>>(value)
                             .unwrap_or_else(|e| Err(e.into()));
                         let item = &mut batch[index];
@@ -123,37 +123,48 @@ impl RedisBackend {
         }
     }
 
-    /// `SCRIPT LOAD` of the extend script, then one `EVALSHA` per item: EVALSHA in a pipeline
-    /// is not retried on NOSCRIPT (a restarted server, SCRIPT FLUSH), so the load goes first in
-    /// the same round trip.
-    fn extend_request(&self, batch: &[Extension<'_, RedisLease>], items: &[usize]) -> Vec<u8> {
-        let scripts = self.scripts();
-        let mut request = scripts.extend.load();
-        for &index in items {
-            let item = &batch[index];
-            let mut command = scripts.extend.invoke(&[item.lease.keys.lock()]);
-            request.extend(command.arg(&item.lease.token).arg(millis(item.ttl)).get_packed_command());
+    /// `SCRIPT LOAD` of each extend script the items need (the mutex's; a read-write lock's or
+    /// a semaphore's), then one `EVALSHA` per item: EVALSHA in a pipeline is not retried on
+    /// NOSCRIPT (a restarted server, SCRIPT FLUSH), so the loads go first in the same round
+    /// trip. Returns the request and how many loads lead it.
+    fn extend_request(&self, batch: &[Extension<'_, RedisLease>], items: &[usize]) -> (Vec<u8>, usize) {
+        let commands: Vec<_> =
+            items.iter().map(|&index| self.extend_command(batch[index].lease, batch[index].ttl)).collect();
+        let mut loaded: Vec<&LuaScript> = Vec::new();
+        for (script, _) in &commands {
+            if !loaded.iter().any(|seen| std::ptr::eq(*seen, *script)) {
+                loaded.push(script);
+            }
         }
-        request
+        let mut request: Vec<u8> = loaded.iter().flat_map(|script| script.load()).collect();
+        for (_, command) in &commands {
+            request.extend(command.get_packed_command());
+        }
+        (request, loaded.len())
     }
 }
 
 /// Sends every node's part of a round at once (a thread per node beyond the first), each read
 /// with one connect and one read timeout (the trait's no-hang rule).
-fn exchange_all(groups: &[NodeBatch], requests: &[Vec<u8>]) -> Vec<Result<Vec<Value>>> {
-    if groups.len() <= 1 {
-        return groups.iter().zip(requests).map(|(group, request)| exchange(group, request)).collect();
+fn exchange_all(groups: &[NodeBatch], requests: &[Vec<u8>], loads: &[usize]) -> Vec<Result<Vec<Value>>> {
+    let sends: Vec<_> = groups
+        .iter()
+        .zip(requests)
+        .zip(loads)
+        .map(|((group, request), &loads)| (group, request, loads))
+        .collect();
+    if sends.len() <= 1 {
+        return sends.into_iter().map(|(group, request, loads)| exchange(group, request, loads)).collect();
     }
     thread::scope(|scope| {
-        let running: Vec<_> = groups
-            .iter()
-            .zip(requests)
-            .map(|(group, request)| {
+        let running: Vec<_> = sends
+            .into_iter()
+            .map(|(group, request, loads)| {
                 // No thread to be had: that node's part is sent here, in turn.
                 thread::Builder::new()
                     .name(RENEWAL_THREAD_NAME.into())
-                    .spawn_scoped(scope, move || exchange(group, request))
-                    .map_err(|_| (group, request))
+                    .spawn_scoped(scope, move || exchange(group, request, loads))
+                    .map_err(|_| (group, request, loads))
             })
             .collect();
         running
@@ -162,7 +173,7 @@ fn exchange_all(groups: &[NodeBatch], requests: &[Vec<u8>]) -> Vec<Result<Vec<Va
                 Ok(thread) => thread.join().unwrap_or_else(|_| {
                     Err(Error::Backend { backend: BACKEND, source: "a renewal thread panicked".into() })
                 }),
-                Err((group, request)) => exchange(group, request),
+                Err((group, request, loads)) => exchange(group, request, loads),
             })
             .collect()
     })
@@ -171,11 +182,11 @@ fn exchange_all(groups: &[NodeBatch], requests: &[Vec<u8>]) -> Vec<Result<Vec<Va
 /// The name of the threads that send a batch's pipelines to the second and later primaries.
 const RENEWAL_THREAD_NAME: &str = "distlock-rrenew";
 
-/// Sends a node's part of a batch and reads its replies with one connect and one read timeout
-/// (the trait's no-hang rule).
-fn exchange(group: &NodeBatch, request: &[u8]) -> Result<Vec<Value>> {
+/// Sends a node's part of a batch (`loads` script loads, then one request per item) and reads
+/// its replies with one connect and one read timeout (the trait's no-hang rule).
+fn exchange(group: &NodeBatch, request: &[u8], loads: usize) -> Result<Vec<Value>> {
     let mut connection = group.node.pool.get()?;
-    connection.exchange(request, 1 + group.items.len()).map_err(|e| error::map("extend", e))
+    connection.exchange(request, loads + group.items.len()).map_err(|e| error::map("extend", e))
 }
 
 /// A lease not renewed because its node answered that its keys are elsewhere or unavailable

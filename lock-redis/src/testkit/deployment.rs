@@ -155,7 +155,7 @@ impl SuiteTarget for DeploymentTarget {
     type Backend = RedisBackend;
 
     fn abilities(&self) -> lock_testkit::suite::Abilities {
-        lock_testkit::suite::Abilities::ALL
+        lock_testkit::suite::Abilities::ALL.with_shared(true, true)
     }
 
     fn label(&self) -> String {

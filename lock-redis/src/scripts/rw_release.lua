@@ -1,0 +1,21 @@
+-- Read-write lock: release a read or write lease if the caller still holds it.
+-- KEYS: readers, writer (as rw_acquire.lua). ARGV: owner token, 'r' or 'w'.
+-- Returns 1 if released, 0 if not held.
+if ARGV[2] == 'w' then
+  if redis.call('GET', KEYS[2]) == ARGV[1] then
+    redis.call('DEL', KEYS[2])
+    return 1
+  end
+  return 0
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local ends = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]))
+if not ends then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if ends <= now then
+  return 0
+end
+return 1

@@ -1,0 +1,206 @@
+//! Read-write locks and semaphores on the single-node layout (one server, Sentinel's primary, or
+//! a cluster's slot primary: every key of a name shares its hash tag).
+//!
+//! - **Read-write lock** (`scripts/rw_*.lua`): a sorted set of readers (owner token → lease end,
+//!   by the server's clock), a writer string with the lease as TTL, and a sorted set of waiting
+//!   writers. A writer that is refused marks its place in line for as long as its next attempt
+//!   may take, and readers of other owners are refused while a mark lasts: writers are not
+//!   starved. A reader under the writer's own owner token (the core's downgrade path) is
+//!   admitted past that write lock.
+//! - **Semaphore** (`scripts/sem_*.lua`): a sorted set of holders (owner token → lease end) and
+//!   the count they use; a request with another count while permits are held is refused.
+//! - Both wait by polling with the client's backoff (no pub/sub wake-ups), and take their
+//!   fencing tokens from counters of their own.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use lock_core::{check_lease, poll_until, Access, Acquired, Error, Permits, ReadWrite, Request, Result};
+
+use super::{Attempt, RedisBackend, RedisLease, Shape};
+use crate::error;
+use crate::lua::LuaScript;
+use crate::millis;
+use crate::topology::Hop;
+
+/// The scripts of the read-write lock and the semaphore.
+struct SharedScripts {
+    rw_acquire: LuaScript,
+    rw_extend: LuaScript,
+    rw_release: LuaScript,
+    sem_acquire: LuaScript,
+    sem_extend: LuaScript,
+    sem_release: LuaScript,
+}
+
+fn scripts() -> &'static SharedScripts {
+    static SCRIPTS: LazyLock<SharedScripts> = LazyLock::new(|| {
+        let script = |text: &str| LuaScript::new(text.to_owned());
+        SharedScripts {
+            rw_acquire: script(include_str!("../scripts/rw_acquire.lua")),
+            rw_extend: script(include_str!("../scripts/rw_extend.lua")),
+            rw_release: script(include_str!("../scripts/rw_release.lua")),
+            sem_acquire: script(include_str!("../scripts/sem_acquire.lua")),
+            sem_extend: script(include_str!("../scripts/sem_extend.lua")),
+            sem_release: script(include_str!("../scripts/sem_release.lua")),
+        }
+    });
+    &SCRIPTS
+}
+
+/// The mode argument of the read-write scripts.
+fn mode(shape: Shape) -> &'static str {
+    if shape == Shape::Write {
+        "w"
+    } else {
+        "r"
+    }
+}
+
+/// The script and command that extend a read-write or permit `lease` to `ttl`.
+pub(super) fn extend_command(lease: &RedisLease, ttl: Duration) -> (&'static LuaScript, redis::Cmd) {
+    let scripts = scripts();
+    match lease.shape {
+        Shape::Permit => {
+            let [holders, count, _] = lease.keys.semaphore();
+            let command =
+                scripts.sem_extend.invoke(&[&holders, &count]).arg(&lease.token).arg(millis(ttl)).to_owned();
+            (&scripts.sem_extend, command)
+        }
+        shape => {
+            let [readers, writer, ..] = lease.keys.read_write();
+            let command = scripts
+                .rw_extend
+                .invoke(&[&readers, &writer])
+                .arg(&lease.token)
+                .arg(mode(shape))
+                .arg(millis(ttl))
+                .to_owned();
+            (&scripts.rw_extend, command)
+        }
+    }
+}
+
+/// The script and command that release a read-write or permit `lease`.
+pub(super) fn release_command(lease: &RedisLease) -> (&'static LuaScript, redis::Cmd) {
+    let scripts = scripts();
+    match lease.shape {
+        Shape::Permit => {
+            let [holders, count, _] = lease.keys.semaphore();
+            (
+                &scripts.sem_release,
+                scripts.sem_release.invoke(&[&holders, &count]).arg(&lease.token).to_owned(),
+            )
+        }
+        shape => {
+            let [readers, writer, ..] = lease.keys.read_write();
+            let command =
+                scripts.rw_release.invoke(&[&readers, &writer]).arg(&lease.token).arg(mode(shape)).to_owned();
+            (&scripts.rw_release, command)
+        }
+    }
+}
+
+impl RedisBackend {
+    /// One attempt with `command` of `script`, whose reply `read` turns into a fencing token
+    /// (`Ok(Some)`), a refusal (`Ok(None)`) or an error. A request that got no answer is
+    /// followed on its own connection by the release of what it may have granted, which the
+    /// server runs right after it; failing that, the grant runs out with its lease.
+    fn shared_attempt<T: redis::FromRedisValue>(
+        &self,
+        request: &Request<'_>,
+        (script, command): (&LuaScript, redis::Cmd),
+        shape: Shape,
+        read: impl Fn(T) -> Result<Option<i64>>,
+    ) -> Result<Option<RedisLease>> {
+        let keys = self.keys(request.name);
+        let token = request.owner.to_hex();
+        let attempt = self.routed(&keys, |hop: &Hop| {
+            let mut connection = hop.connection()?;
+            let reply = script.exchange::<T>(&mut connection, &command).map_err(|failure| {
+                let possible = RedisLease::possible_grant(request.name, &keys, token.clone(), request.ttl).with_shape(shape);
+                let (undo, undo_command) = release_command(&possible);
+                let mut follow_up = undo.load();
+                follow_up.extend(undo_command.get_packed_command());
+                if !connection.follow_unanswered(&follow_up) && failure.is_timeout() {
+                    tracing::debug!(lock = %request.name, "an unanswered acquisition may hold until its lease ends");
+                }
+                error::map("acquire", failure)
+            })?;
+            let Some(fence) = read(reply)? else { return Ok(Attempt::Held { retry_in: None }) };
+            self.granted(hop, &mut connection, request.name, &keys, token.clone(), fence, (request.ttl, shape))
+        })?;
+        Ok(match attempt {
+            Attempt::Acquired(lease) => Some(lease),
+            Attempt::Held { .. } => None,
+        })
+    }
+}
+
+impl ReadWrite for RedisBackend {
+    /// Polls `rw_acquire.lua` with the client's backoff; a waiting writer's attempts keep its
+    /// place in line, which holds new readers back.
+    fn acquire_rw(&self, request: &Request<'_>, access: Access) -> Result<Option<Acquired<RedisLease>>> {
+        check_lease(request.ttl)?;
+        let shape = if access == Access::Write { Shape::Write } else { Shape::Read };
+        let keys: [String; 4] = self.keys(request.name).read_write();
+        let script = &scripts().rw_acquire;
+        poll_until(request, |mark| {
+            let mark = if access == Access::Write { mark.map_or(0, millis) } else { 0 };
+            let command = script
+                .invoke(&keys.each_ref().map(String::as_str))
+                .arg(request.owner.to_hex())
+                .arg(mode(shape))
+                .arg(millis(request.ttl))
+                .arg(mark)
+                .to_owned();
+            self.shared_attempt(request, (script, command), shape, |fence: i64| {
+                Ok((fence >= 0).then_some(fence))
+            })
+        })
+    }
+}
+
+impl Permits for RedisBackend {
+    /// Polls `sem_acquire.lua` with the client's backoff.
+    fn acquire_permit(&self, request: &Request<'_>, permits: u32) -> Result<Option<Acquired<RedisLease>>> {
+        check_lease(request.ttl)?;
+        if permits == 0 {
+            return Err(Error::invalid_config("a semaphore needs at least one permit"));
+        }
+        let keys: [String; 3] = self.keys(request.name).semaphore();
+        let script = &scripts().sem_acquire;
+        poll_until(request, |_| {
+            let command = script
+                .invoke(&keys.each_ref().map(String::as_str))
+                .arg(request.owner.to_hex())
+                .arg(permits)
+                .arg(millis(request.ttl))
+                .to_owned();
+            self.shared_attempt(request, (script, command), Shape::Permit, |(fence, count): (i64, i64)| {
+                match fence {
+                    -2 => Err(Error::PermitsMismatch {
+                        name: request.name.clone(),
+                        asked: permits,
+                        held_with: u32::try_from(count).unwrap_or(0),
+                    }),
+                    fence => Ok((fence >= 0).then_some(fence)),
+                }
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::keys::RedisKeys;
+
+    #[test]
+    fn read_write_and_semaphore_keys_share_the_mutex_hash_tag() {
+        let keys = RedisKeys::new("distlock", &lock_core::LockName::new("a").unwrap());
+        let slot = |key: &str| crate::topology::slot_of(key);
+        for key in keys.read_write().iter().chain(&keys.semaphore()) {
+            assert_eq!(slot(key), slot(keys.lock()), "{key}");
+        }
+    }
+}
