@@ -1,5 +1,5 @@
-//! The negative controls N01–N04 and N06: each of the docs' broken Redis recipes must FAIL the
-//! scenario it breaks, and (N01–N04) still PASS S02 — it works as a lock on the happy path — so
+//! The negative controls N01–N04, N06 and N07: each of the docs' broken Redis recipes must FAIL
+//! the scenario it breaks, and (N01–N04, N07) still PASS S02 — it works as a lock on the happy path — so
 //! the failure is the recipe's flaw and not a broken harness. A suite that passed them would
 //! have no teeth.
 
@@ -34,4 +34,9 @@ fn n04_get_compare_del_fails_s06() {
 #[test]
 fn n06_redlock_without_fencing_fails_r02() {
     assert_caught("N06");
+}
+
+#[test]
+fn n07_semaphore_counted_with_get_then_set_fails_sem01() {
+    assert_caught("N07");
 }

@@ -8,7 +8,7 @@
 //!   variant can be run through.
 //! - [`server_time`]: what one acquire, renewal and release cost the server (`INFO
 //!   commandstats`), beside the plain `SET NX PX` + compare-and-delete recipe.
-//! - [`negative`]: the broken recipes N01–N04 and N06; [`broken_recipes`] lists them in the
+//! - [`negative`]: the broken recipes N01–N04, N06 and N07; [`broken_recipes`] lists them in the
 //!   backend-neutral frame of [`lock_testkit::negative`].
 
 mod deployment;
@@ -34,7 +34,7 @@ use lock_testkit::suite::Failure;
 
 use negative::{NegativeTarget, Recipe, UnfencedRedlock};
 
-/// The docs' broken Redis recipes N01–N04 and N06, each with the scenario that must catch it.
+/// The docs' broken Redis recipes N01–N04, N06 and N07, each with the scenario that must catch it.
 pub fn broken_recipes() -> Vec<BrokenRecipe> {
     let suite_recipes = Recipe::ALL.into_iter().map(|recipe| {
         BrokenRecipe::new(recipe.id(), recipe.title(), recipe.must_fail(), move || {

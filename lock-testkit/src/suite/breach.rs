@@ -14,3 +14,6 @@ pub const RELEASED_ANOTHERS_LOCK: &str = "released the lock another holder held"
 
 /// R02: a stale holder's write was accepted after a newer holder's.
 pub const STALE_WRITE_ACCEPTED: &str = "stale write was accepted";
+
+/// SEM01: more holders than permits were inside at once.
+pub const OVER_ADMITTED: &str = "holders were inside at once";

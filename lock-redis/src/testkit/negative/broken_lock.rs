@@ -4,12 +4,15 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{check_lease, DistributedLock, Error, LockName, OwnerToken, Result};
+use lock_core::{
+    check_lease, poll_until, Acquired, DistributedLock, Error, LockName, OwnerToken, Permits, Request, Result,
+};
 use parking_lot::Mutex;
 use redis::{Connection, RedisError, RedisResult};
 
 use crate::testkit::negative::{
-    del_without_owner_check, get_compare_del, same_value_for_every_holder, setnx_then_expire, Recipe,
+    count_with_get_then_set, del_without_owner_check, get_compare_del, same_value_for_every_holder,
+    setnx_then_expire, Recipe,
 };
 
 /// The backend label of every broken recipe.
@@ -31,6 +34,8 @@ pub struct BrokenRedisLock {
 pub struct BrokenLease {
     pub(crate) key: String,
     pub(crate) value: String,
+    /// N07: a semaphore permit, not a mutex hold.
+    pub(crate) permit: bool,
 }
 
 impl BrokenRedisLock {
@@ -87,7 +92,7 @@ pub(crate) fn set_nx_px(
 ) -> Result<Option<BrokenLease>> {
     let set: Option<String> =
         lock.call(|c| redis::cmd("SET").arg(&key).arg(&value).arg("NX").arg("PX").arg(millis(ttl)).query(c))?;
-    Ok(set.map(|_| BrokenLease { key, value }))
+    Ok(set.map(|_| BrokenLease { key, value, permit: false }))
 }
 
 impl DistributedLock for BrokenRedisLock {
@@ -102,8 +107,9 @@ impl DistributedLock for BrokenRedisLock {
         let key = Self::key(self.recipe, name);
         match self.recipe {
             Recipe::N01SetnxThenExpire => setnx_then_expire::acquire(self, key, ttl),
-            // N02 and N04 acquire correctly, with a unique token; their flaws are in release.
-            Recipe::N02DelWithoutOwnerCheck | Recipe::N04GetCompareDel => {
+            // N02 and N04 acquire correctly, with a unique token; their flaws are in release. N07's
+            // mutex is correct too; its flaw is in its semaphore.
+            Recipe::N02DelWithoutOwnerCheck | Recipe::N04GetCompareDel | Recipe::N07CountWithGetThenSet => {
                 set_nx_px(self, key, owner.to_hex(), ttl)
             }
             Recipe::N03SameValueForEveryHolder => same_value_for_every_holder::acquire(self, key, ttl),
@@ -113,6 +119,7 @@ impl DistributedLock for BrokenRedisLock {
     fn extend(&self, lease: &mut BrokenLease, ttl: Duration) -> Result<bool> {
         check_lease(ttl)?;
         match self.recipe {
+            _ if lease.permit => count_with_get_then_set::extend(self, lease, ttl),
             Recipe::N01SetnxThenExpire => setnx_then_expire::extend(self, lease, ttl),
             // The other recipes store a value they can compare; extending is not their flaw.
             _ => del_without_owner_check::extend(self, lease, ttl),
@@ -121,11 +128,25 @@ impl DistributedLock for BrokenRedisLock {
 
     fn release(&self, lease: BrokenLease) -> Result<bool> {
         match self.recipe {
+            _ if lease.permit => count_with_get_then_set::release(self, lease),
             Recipe::N01SetnxThenExpire => setnx_then_expire::release(self, lease),
-            Recipe::N02DelWithoutOwnerCheck => del_without_owner_check::release(self, lease),
+            Recipe::N02DelWithoutOwnerCheck | Recipe::N07CountWithGetThenSet => {
+                del_without_owner_check::release(self, lease)
+            }
             Recipe::N03SameValueForEveryHolder => same_value_for_every_holder::release(self, lease),
             Recipe::N04GetCompareDel => get_compare_del::release(self, lease),
         }
+    }
+
+    fn permits(&self) -> Option<&dyn Permits<Lease = BrokenLease>> {
+        (self.recipe == Recipe::N07CountWithGetThenSet).then_some(self as &dyn Permits<Lease = BrokenLease>)
+    }
+}
+
+impl Permits for BrokenRedisLock {
+    fn acquire_permit(&self, request: &Request<'_>, permits: u32) -> Result<Option<Acquired<BrokenLease>>> {
+        check_lease(request.ttl)?;
+        poll_until(request, |_| count_with_get_then_set::acquire(self, request.name, permits, request.ttl))
     }
 }
 

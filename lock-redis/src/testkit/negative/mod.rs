@@ -12,10 +12,11 @@
 //! | N03 | every holder writes `1`, compare-and-delete release (source 004) | S06 |
 //! | N04 | `GET`, compare, then `DEL`, three commands (source 003) | S06, with a pause between `GET` and `DEL` |
 //! | N06 | Redlock without fencing while a node restarts (sources 002, 003) | R02 ([`crate::testkit::redlock::r02`]) |
+//! | N07 | a semaphore counted with `GET`, compare, then `SET` | SEM01, with a pause between `GET` and `SET` |
 //!
-//! N01–N04 are [`Recipe`]s run as suite targets ([`NegativeTarget`]); N06 is a Redlock variant
+//! N01–N04 and N07 are [`Recipe`]s run as suite targets ([`NegativeTarget`]); N06 is a Redlock variant
 //! ([`UnfencedRedlock`]) run through the R02 function, which needs five nodes it can restart.
-//! [`broken_recipes`](crate::testkit::broken_recipes) lists all five in the testkit's
+//! [`broken_recipes`](crate::testkit::broken_recipes) lists all six in the testkit's
 //! backend-neutral frame.
 //!
 //! ```no_run
@@ -28,6 +29,7 @@
 //! ```
 
 mod broken_lock;
+mod count_with_get_then_set;
 mod del_without_owner_check;
 mod get_compare_del;
 mod same_value_for_every_holder;
@@ -36,6 +38,7 @@ mod target;
 mod unfenced_redlock;
 
 pub use broken_lock::{BrokenLease, BrokenRedisLock};
+pub use count_with_get_then_set::COUNT_PAUSE;
 pub use get_compare_del::RELEASE_PAUSE;
 pub use target::NegativeTarget;
 pub use unfenced_redlock::UnfencedRedlock;
@@ -55,15 +58,19 @@ pub enum Recipe {
     /// N04: release is `GET`, compare in the client, then `DEL`, as separate commands: the lease
     /// can run out, and the next holder acquire, between the compare and the delete.
     N04GetCompareDel,
+    /// N07: a semaphore that reads its count with `GET`, compares in the client, then writes
+    /// `count + 1` with `SET`: two clients between one's read and its write both take a permit.
+    N07CountWithGetThenSet,
 }
 
 impl Recipe {
     /// Every recipe, in id order.
-    pub const ALL: [Recipe; 4] = [
+    pub const ALL: [Recipe; 5] = [
         Recipe::N01SetnxThenExpire,
         Recipe::N02DelWithoutOwnerCheck,
         Recipe::N03SameValueForEveryHolder,
         Recipe::N04GetCompareDel,
+        Recipe::N07CountWithGetThenSet,
     ];
 
     /// The stable id (`"N01"`).
@@ -73,6 +80,7 @@ impl Recipe {
             Recipe::N02DelWithoutOwnerCheck => "N02",
             Recipe::N03SameValueForEveryHolder => "N03",
             Recipe::N04GetCompareDel => "N04",
+            Recipe::N07CountWithGetThenSet => "N07",
         }
     }
 
@@ -83,6 +91,7 @@ impl Recipe {
             Recipe::N02DelWithoutOwnerCheck => "del without owner check",
             Recipe::N03SameValueForEveryHolder => "every holder writes 1",
             Recipe::N04GetCompareDel => "get, compare, then del",
+            Recipe::N07CountWithGetThenSet => "semaphore counted with get then set",
         }
     }
 
@@ -91,6 +100,7 @@ impl Recipe {
     pub const fn breaks(self) -> &'static str {
         match self {
             Recipe::N01SetnxThenExpire => lock_testkit::suite::breach::IMMORTAL_LOCK,
+            Recipe::N07CountWithGetThenSet => lock_testkit::suite::breach::OVER_ADMITTED,
             _ => lock_testkit::suite::breach::RELEASED_ANOTHERS_LOCK,
         }
     }
@@ -99,6 +109,7 @@ impl Recipe {
     pub const fn must_fail(self) -> &'static str {
         match self {
             Recipe::N01SetnxThenExpire => "S05",
+            Recipe::N07CountWithGetThenSet => "SEM01",
             _ => "S06",
         }
     }

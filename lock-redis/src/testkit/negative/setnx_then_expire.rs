@@ -30,7 +30,7 @@ pub(crate) fn acquire(lock: &BrokenRedisLock, key: String, ttl: Duration) -> Res
         return Err(Error::backend("redis (broken recipe)", "injected crash between SETNX and EXPIRE"));
     }
     lock.call(|c| redis::cmd("PEXPIRE").arg(&key).arg(millis(ttl)).query::<i64>(c))?;
-    Ok(Some(BrokenLease { key, value: "true".into() }))
+    Ok(Some(BrokenLease { key, value: "true".into(), permit: false }))
 }
 
 /// `EXPIRE` again, for whoever holds it: the value says nothing about the holder.

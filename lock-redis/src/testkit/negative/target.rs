@@ -44,7 +44,8 @@ impl SuiteTarget for NegativeTarget {
     }
 
     fn abilities(&self) -> lock_testkit::suite::Abilities {
-        lock_testkit::suite::Abilities::NONE
+        let semaphore = self.recipe == Recipe::N07CountWithGetThenSet;
+        lock_testkit::suite::Abilities::NONE.with_shared(false, semaphore)
     }
 
     fn backend(&self) -> lock_core::Result<BrokenRedisLock> {
