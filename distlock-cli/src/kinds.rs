@@ -15,7 +15,9 @@ mod zookeeper;
 use distlock::{DistributedLock, HoldKind, Result};
 use lock_testkit::negative::BrokenRecipe;
 use lock_testkit::suite::{ScenarioResult, SuiteTarget};
-use lock_testkit::workload::{self, RoundTripProbe, Scale, W1Report, W2Report, W3Report, W4Report};
+use lock_testkit::workload::{
+    self, RoundTripProbe, Scale, W1Report, W2Report, W3Report, W4Report, W5Report, W6Report,
+};
 use lock_testkit::BackendScenario;
 use serde::Serialize;
 
@@ -255,6 +257,10 @@ pub trait KindTarget: Send + Sync {
     fn w4_not_applicable(&self) -> Result<Option<&'static str>>;
     /// W4, 10,000 leases renewed.
     fn w4(&self) -> Result<W4Report>;
+    /// W5, read-mostly on a read-write lock against the mutex.
+    fn w5(&self, scale: Scale) -> Result<W5Report>;
+    /// W6, a semaphore of 3 permits under 8 workers.
+    fn w6(&self, scale: Scale) -> Result<W6Report>;
     /// Runs scenario `id` (`"S01"`); S04 re-runs this binary with `test_name` as its holder.
     fn scenario(&self, id: &str, test_name: &str) -> ScenarioResult;
     /// What a client of the kind says about itself.
@@ -293,6 +299,12 @@ impl<T: SuiteTarget> KindTarget for T {
     }
     fn w4(&self) -> Result<W4Report> {
         workload::w4_renewal_scale(self)
+    }
+    fn w5(&self, scale: Scale) -> Result<W5Report> {
+        workload::w5_read_mostly(self, scale)
+    }
+    fn w6(&self, scale: Scale) -> Result<W6Report> {
+        workload::w6_semaphore(self, scale)
     }
 }
 

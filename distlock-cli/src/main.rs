@@ -5,7 +5,7 @@
 //!   HTML report. `cargo xtask compare` builds this in release mode and runs it.
 //! - `distlock exec --url URL --name NAME -- CMD…`: holds a lock around a command, like
 //!   `flock(1)`; `distlock inspect --url URL NAME`: what the server knows of one lock.
-//! - `distlock bench <kind>`: the benchmark workloads W1–W4 against one backend kind, each
+//! - `distlock bench <kind>`: the benchmark workloads W1–W6 against one backend kind, each
 //!   result printed beside the physical limit measured in the same run (the server's round
 //!   trip). `cargo xtask bench <kind>` builds this in release mode and runs it.
 //! - `distlock kinds`: the backend kinds, and which of them this binary was built with.
@@ -49,7 +49,7 @@ enum Command {
     /// Show what the server knows of one lock: holder, remaining lease, fencing counter,
     /// waiters (for the backends that keep them where a client can read them).
     Inspect(inspect::InspectArgs),
-    /// Run the benchmark workloads W1–W4 against one backend kind, beside the server round trip
+    /// Run the benchmark workloads W1–W6 against one backend kind, beside the server round trip
     /// measured in the same run.
     #[cfg(feature = "compare")]
     Bench(bench::BenchArgs),

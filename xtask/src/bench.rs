@@ -1,5 +1,5 @@
 //! `cargo xtask bench <kind>`: builds the `distlock` command in release mode (with every backend
-//! it knows) and runs `distlock bench <kind>`, the workloads W1–W4 against that backend kind.
+//! it knows) and runs `distlock bench <kind>`, the workloads W1–W6 against that backend kind.
 
 use clap::Args;
 
@@ -17,8 +17,8 @@ pub struct BenchArgs {
     /// How many times to run the whole set.
     #[arg(long, default_value_t = 1)]
     pub runs: usize,
-    /// Which workloads to run, comma-separated (`w1,w2,w3,w4`).
-    #[arg(long, default_value = "w1,w2,w3,w4")]
+    /// Which workloads to run, comma-separated (`w1,w2,w3,w4,w5,w6`).
+    #[arg(long, default_value = "w1,w2,w3,w4,w5,w6")]
     pub workloads: String,
 }
 

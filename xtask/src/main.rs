@@ -6,7 +6,7 @@
 //! - `cargo xtask compare`: install the servers, then run `distlock compare --quick --out
 //!   target/distlock-report` (release build): the docs' suite, the broken recipes and the
 //!   workloads across every backend kind.
-//! - `cargo xtask bench <backend>`: run the benchmark workloads W1–W4 (release build).
+//! - `cargo xtask bench <backend>`: run the benchmark workloads W1–W6 (release build).
 //!
 //! Each command lives in its own module; this file only holds the command line.
 
@@ -46,7 +46,7 @@ enum Task {
     /// the docs' scenarios, the broken recipes and the workloads, as a matrix on the terminal and
     /// a report in `target/distlock-report/` (JSON, Markdown, HTML).
     Compare(compare::CompareArgs),
-    /// Run the benchmark workloads W1–W4 against one backend, in release mode, each result
+    /// Run the benchmark workloads W1–W6 against one backend, in release mode, each result
     /// printed beside the limit measured in the same run (the server's round trip).
     Bench(bench::BenchArgs),
 }

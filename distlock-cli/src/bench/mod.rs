@@ -1,4 +1,4 @@
-//! `distlock bench <kind>`: runs the workloads W1–W4 against one backend kind and prints each
+//! `distlock bench <kind>`: runs the workloads W1–W6 against one backend kind and prints each
 //! result beside the physical limit measured in the same run (the server's round trip).
 
 mod raw;
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use lock_testkit::workload::{Percentiles, RoundTripProbe, W1Limit};
+use lock_testkit::workload::{Percentiles, RoundTripProbe, W1Limit, W6_HOLD, W6_PERMITS};
 
 use lock_testkit::workload::Scale;
 
@@ -34,7 +34,7 @@ pub struct BenchArgs {
     #[arg(long)]
     server_time: bool,
     /// Which workloads to run.
-    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4")]
+    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4,w5,w6")]
     workloads: Vec<Workload>,
 }
 
@@ -45,6 +45,8 @@ pub(crate) enum Workload {
     W2,
     W3,
     W4,
+    W5,
+    W6,
 }
 
 /// The round trip measured before and after one workload. On a shared machine the round trip
@@ -232,6 +234,54 @@ fn measure(
             );
             Ok((report.to_json(), None))
         }
+        Workload::W5 | Workload::W6 => shared_mode(workload, target),
+    }
+}
+
+/// W5 and W6 print n/a for a kind without read-write locks or semaphores.
+fn shared_mode(
+    workload: Workload,
+    target: &dyn KindTarget,
+) -> Result<(serde_json::Value, Option<RoundTrip>), String> {
+    let outcome = match workload {
+        Workload::W5 => target.w5(Scale::FULL).map(|report| {
+            let reads = report.reads_per_second();
+            let mutex = report.mutex_pairs_per_second();
+            println!(
+                "W5 read-mostly  {reads:>10.0} reads/s + {:.0} writes/s = {:.2} × the mutex's {mutex:.0} pairs/s (8 workers, 90 % reads); overlaps {}",
+                report.writes_per_second(),
+                reads / mutex,
+                report.overlaps
+            );
+            report.to_json()
+        }),
+        _ => target.w6(Scale::FULL).map(|report| {
+            let rate = report.acquisitions_per_second();
+            println!(
+                "W6 semaphore    {rate:>10.0} acq/s = {:.2} × {} permits / {} hold  max holders {} of {} (8 workers)",
+                rate * W6_HOLD.as_secs_f64() / f64::from(W6_PERMITS),
+                W6_PERMITS,
+                show(W6_HOLD),
+                report.max_holders,
+                W6_PERMITS
+            );
+            report.to_json()
+        }),
+    };
+    let label = format!("{workload:?}");
+    match outcome {
+        Ok(record) => Ok((record, None)),
+        Err(error @ distlock::Error::Unsupported { .. }) => {
+            println!(
+                "{label} {:<13} n/a: {error}",
+                if workload == Workload::W5 { "read-mostly" } else { "semaphore" }
+            );
+            Ok((
+                serde_json::json!({"workload": label.to_lowercase(), "not_applicable": error.to_string()}),
+                None,
+            ))
+        }
+        Err(error) => Err(format!("{label}: {error}")),
     }
 }
 

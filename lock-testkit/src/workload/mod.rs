@@ -1,4 +1,4 @@
-//! Benchmark workloads W1–W4 over [`DistributedLock`](lock_core::DistributedLock), exactly as
+//! Benchmark workloads W1–W6 over [`DistributedLock`](lock_core::DistributedLock), exactly as
 //! the foundation issue defines them; `distlock bench` (and `cargo xtask bench`) runs them.
 //!
 //! Every worker has its own client (built from a [`SuiteTarget`]), all
@@ -8,16 +8,20 @@
 mod clock;
 mod contended;
 mod independent;
+mod read_mostly;
 mod renewal_scale;
 mod round_trip;
+mod semaphore;
 mod stats;
 mod uncontended;
 
 pub use clock::Clock;
 pub use contended::{run as w2_contended, W2Report};
 pub use independent::{run as w3_independent, W3Report};
+pub use read_mostly::{run as w5_read_mostly, W5Report};
 pub use renewal_scale::{not_applicable as w4_not_applicable, run as w4_renewal_scale, W4Report};
 pub use round_trip::{RoundTripProbe, RoundTrips, TimeOne};
+pub use semaphore::{run as w6_semaphore, W6Report, W6_HOLD, W6_PERMITS};
 pub use stats::{percentile, Percentiles};
 pub use uncontended::{run as w1_uncontended, W1Limit, W1Report};
 
