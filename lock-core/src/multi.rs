@@ -1,15 +1,18 @@
-//! [`MultiLock`]: several locks of one client taken together, all or nothing — Redisson's
-//! `RedissonMultiLock`, Curator's `InterProcessMultiLock` — on any backend.
+//! [`MultiLock`]: several locks of one client — mutexes and read-write locks' write sides —
+//! taken together, all or nothing: Redisson's `RedissonMultiLock`, Curator's
+//! `InterProcessMultiLock`, on any backend.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use crate::abilities::Deadline;
 use crate::backend::{DistributedLock, FencingToken};
 use crate::client::LockClient;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 use crate::name::LockName;
+use crate::rw_lock::ReadWriteLock;
 
 /// Several named locks of one [`LockClient`], acquired together: a transfer between two
 /// accounts locks both.
@@ -27,8 +30,44 @@ use crate::name::LockName;
 /// - Each lock behaves as its own [`Lock`] would: reentrant per thread, renewed, fenced.
 ///   Names given twice count once.
 pub struct MultiLock<B: DistributedLock> {
-    /// In acquisition order (sorted by name), without duplicates.
-    locks: Vec<Lock<B>>,
+    /// In acquisition order (sorted by name, a mutex before the write lock of the same name),
+    /// without duplicates.
+    locks: Vec<Member<B>>,
+}
+
+/// One lock of a [`MultiLock`]: a mutex, or the write side of a read-write lock.
+enum Member<B: DistributedLock> {
+    Mutex(Lock<B>),
+    Write(ReadWriteLock<B>),
+}
+
+impl<B: DistributedLock> Member<B> {
+    fn name(&self) -> &LockName {
+        match self {
+            Member::Mutex(lock) => lock.name(),
+            Member::Write(lock) => lock.name(),
+        }
+    }
+
+    fn acquire(&self, deadline: Deadline) -> Result<Option<LockGuard<B>>> {
+        match (self, deadline) {
+            (Member::Mutex(lock), Deadline::Now) => lock.try_lock(),
+            (Member::Mutex(lock), Deadline::At(at)) => lock.try_lock_until(at),
+            (Member::Mutex(lock), Deadline::Never) => lock.lock().map(Some),
+            (Member::Write(lock), Deadline::Now) => lock.try_write(),
+            (Member::Write(lock), Deadline::At(at)) => lock.try_write_until(at),
+            (Member::Write(lock), Deadline::Never) => lock.write().map(Some),
+        }
+    }
+}
+
+impl<B: DistributedLock> Clone for Member<B> {
+    fn clone(&self) -> Self {
+        match self {
+            Member::Mutex(lock) => Member::Mutex(lock.clone()),
+            Member::Write(lock) => Member::Write(lock.clone()),
+        }
+    }
 }
 
 impl<B: DistributedLock> MultiLock<B> {
@@ -37,18 +76,39 @@ impl<B: DistributedLock> MultiLock<B> {
     /// # Errors
     /// [`Error::InvalidConfig`] for an empty set of names.
     pub fn new(client: &LockClient<B>, names: impl IntoIterator<Item = LockName>) -> Result<Self> {
-        let mut names: Vec<LockName> = names.into_iter().collect();
-        names.sort_by(|a, b| a.as_str().as_bytes().cmp(b.as_str().as_bytes()));
-        names.dedup();
-        if names.is_empty() {
+        Self::mixed(client, names, [])
+    }
+
+    /// The mutexes called `names` and the write locks of the [`ReadWriteLock`]s called
+    /// `write_names`, all of `client`, taken together (Redisson's `RedissonMultiLock` over
+    /// `RLock`s and write locks).
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] for no names at all.
+    pub fn mixed(
+        client: &LockClient<B>,
+        names: impl IntoIterator<Item = LockName>,
+        write_names: impl IntoIterator<Item = LockName>,
+    ) -> Result<Self> {
+        let mut locks: Vec<Member<B>> = names
+            .into_iter()
+            .map(|name| Member::Mutex(Lock::new(client, name)))
+            .chain(write_names.into_iter().map(|name| Member::Write(ReadWriteLock::new(client, name))))
+            .collect();
+        let key = |member: &Member<B>| {
+            (member.name().as_str().as_bytes().to_vec(), matches!(member, Member::Write(_)))
+        };
+        locks.sort_by_key(key);
+        locks.dedup_by(|a, b| key(a) == key(b));
+        if locks.is_empty() {
             return Err(Error::invalid_config("a multi-lock needs at least one lock name"));
         }
-        Ok(Self { locks: names.into_iter().map(|name| Lock::new(client, name)).collect() })
+        Ok(Self { locks })
     }
 
     /// The names, in the order they are acquired.
     pub fn names(&self) -> impl Iterator<Item = &LockName> {
-        self.locks.iter().map(Lock::name)
+        self.locks.iter().map(Member::name)
     }
 
     /// Acquires every lock, waiting as long as it takes.
@@ -56,7 +116,7 @@ impl<B: DistributedLock> MultiLock<B> {
     /// # Errors
     /// As [`Lock::lock`]; the locks taken before the error are released.
     pub fn lock(&self) -> Result<MultiGuard<B>> {
-        self.acquire(|lock| lock.lock().map(Some))?.ok_or_else(|| {
+        self.acquire(Deadline::Never)?.ok_or_else(|| {
             // `Lock::lock` never returns without the lock.
             Error::backend("multi-lock", "a lock returned without being acquired")
         })
@@ -67,7 +127,7 @@ impl<B: DistributedLock> MultiLock<B> {
     /// # Errors
     /// As [`Lock::try_lock`]; the locks taken before the error are released.
     pub fn try_lock(&self) -> Result<Option<MultiGuard<B>>> {
-        self.acquire(Lock::try_lock)
+        self.acquire(Deadline::Now)
     }
 
     /// Acquires every lock, waiting at most `timeout` for all of them together; `Ok(None)`
@@ -88,18 +148,15 @@ impl<B: DistributedLock> MultiLock<B> {
     /// # Errors
     /// As [`Lock::try_lock_until`]; the locks taken before the error are released.
     pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiGuard<B>>> {
-        self.acquire(|lock| lock.try_lock_until(deadline))
+        self.acquire(Deadline::At(deadline))
     }
 
-    /// Takes the locks in order with `take`; on the first refusal or error, gives back (in
-    /// reverse order) what it took.
-    fn acquire(
-        &self,
-        take: impl Fn(&Lock<B>) -> Result<Option<LockGuard<B>>>,
-    ) -> Result<Option<MultiGuard<B>>> {
+    /// Takes the locks in order, each by `deadline`; on the first refusal or error, gives back
+    /// (in reverse order) what it took.
+    fn acquire(&self, deadline: Deadline) -> Result<Option<MultiGuard<B>>> {
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
-            match take(lock) {
+            match lock.acquire(deadline) {
                 Ok(Some(guard)) => guards.push(guard),
                 outcome => {
                     // The caller hears of the refusal or the first error; a failed give-back
@@ -233,6 +290,24 @@ mod tests {
         let guard = multi.lock().unwrap();
         assert!(guard.unlock().is_err());
         assert_eq!(backend.switches.releases.load(Ordering::SeqCst), 4, "both releases were tried");
+    }
+
+    #[test]
+    fn write_locks_join_mutexes() {
+        let client = LockClient::new(MemoryBackend::new());
+        let other = LockClient::new(client.backend().clone());
+        let multi = MultiLock::mixed(&client, names(&["a"]), names(&["a", "b"])).unwrap();
+        assert_eq!(multi.names().count(), 3, "a mutex and a write lock of one name are two locks");
+        let reader = ReadWriteLock::new(&other, LockName::new("b").unwrap()).read().unwrap();
+        assert!(multi.try_lock().unwrap().is_none(), "b's write lock is read-held");
+        assert!(
+            Lock::new(&other, LockName::new("a").unwrap()).try_lock().unwrap().is_some(),
+            "a was given back"
+        );
+        drop(reader);
+        let guard = multi.try_lock().unwrap().expect("all free");
+        assert!(ReadWriteLock::new(&other, LockName::new("a").unwrap()).try_read().unwrap().is_none());
+        guard.unlock().unwrap();
     }
 
     #[test]
