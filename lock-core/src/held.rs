@@ -71,6 +71,8 @@ impl<B: DistributedLock> HeldLease<B> {
         let fencing = backend.fencing().map(|f| f.fencing_token(&lease));
         let doubt = backend.doubt_signal(&lease);
         let valid_for = ttl.saturating_sub(margin);
+        let lost = LostSignal::new();
+        lost.set_expiry(sent_at + valid_for);
         Self {
             name,
             mode,
@@ -86,7 +88,7 @@ impl<B: DistributedLock> HeldLease<B> {
             unanswered: AtomicBool::new(false),
             valid_until: Mutex::new(sent_at + valid_for),
             fencing,
-            lost: LostSignal::new(),
+            lost,
             on_lost,
         }
     }
@@ -127,10 +129,16 @@ impl<B: DistributedLock> HeldLease<B> {
         *self.valid_until.lock()
     }
 
-    /// Records a renewal the server confirmed, for a request sent at `sent_at`.
+    /// Records a renewal the server confirmed, for a request sent at `sent_at` — unless the hold
+    /// already counts as lost by the clock: a confirmation that comes after the holder may have
+    /// been told never turns the loss back into a hold.
     pub(crate) fn confirm(&self, sent_at: Instant) {
         let mut valid_until = self.valid_until.lock();
+        if Instant::now() >= *valid_until {
+            return;
+        }
         *valid_until = (*valid_until).max(sent_at + self.valid_for);
+        self.lost.set_expiry(*valid_until);
         self.in_doubt.store(false, Ordering::Release);
     }
 
@@ -167,6 +175,7 @@ impl<B: DistributedLock> HeldLease<B> {
     pub(crate) fn abandon(&self) {
         let lease = self.lease.lock().take();
         self.released.store(true, Ordering::Release);
+        self.lost.settle();
         drop(lease);
     }
 
@@ -183,6 +192,7 @@ impl<B: DistributedLock> HeldLease<B> {
             None => (self.lease.lock().take(), true),
         };
         self.released.store(true, Ordering::Release);
+        self.lost.settle();
         let Some(lease) = lease else { return Ok(()) };
         if waited && self.unanswered.load(Ordering::Acquire) {
             // The server did not answer the renewal just made: asking again would double the

@@ -9,6 +9,11 @@ use parking_lot::{Condvar, Mutex};
 /// Fires once when a held lock is lost: renewal failed for a whole lease, the server said the lock
 /// is no longer held, or (with renewal off) the lease ran out.
 ///
+/// A lease's end is kept in the signal itself: [`is_lost`](Self::is_lost) and
+/// [`wait_timeout`](Self::wait_timeout) count the hold lost from the moment its last confirmed
+/// lease ends, by this process's clock — not from when a background thread gets round to
+/// reporting it, which a loaded machine may delay.
+///
 /// Cheap to clone; every clone observes the same signal. Poll it with [`is_lost`](Self::is_lost)
 /// or block on it with [`wait_timeout`](Self::wait_timeout), e.g. from a thread that cancels the
 /// work the lock protects.
@@ -19,8 +24,21 @@ pub struct LostSignal {
 
 #[derive(Default)]
 struct Inner {
-    lost: Mutex<bool>,
+    state: Mutex<State>,
     changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    fired: bool,
+    /// When the hold counts as lost unless confirmed again; `None` once released (or never held).
+    expires: Option<Instant>,
+}
+
+impl State {
+    fn is_lost(&self, now: Instant) -> bool {
+        self.fired || self.expires.is_some_and(|expires| now >= expires)
+    }
 }
 
 impl LostSignal {
@@ -31,31 +49,50 @@ impl LostSignal {
 
     /// Whether the lock has been lost.
     pub fn is_lost(&self) -> bool {
-        *self.inner.lost.lock()
+        self.inner.state.lock().is_lost(Instant::now())
     }
 
     /// Blocks until the lock is lost or `timeout` passes; returns whether it was lost.
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
         // A timeout too long to represent is no timeout at all.
         let deadline = Instant::now().checked_add(timeout);
-        let mut lost = self.inner.lost.lock();
-        while !*lost {
-            match deadline {
-                Some(deadline) => {
-                    if self.inner.changed.wait_until(&mut lost, deadline).timed_out() {
-                        break;
-                    }
+        let mut state = self.inner.state.lock();
+        loop {
+            let now = Instant::now();
+            if state.is_lost(now) {
+                return true;
+            }
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return false;
+            }
+            // Woken by a fire or a new expiry, at the expiry, or at the deadline.
+            match [deadline, state.expires].into_iter().flatten().min() {
+                Some(until) => {
+                    self.inner.changed.wait_until(&mut state, until);
                 }
-                None => self.inner.changed.wait(&mut lost),
+                None => self.inner.changed.wait(&mut state),
             }
         }
-        *lost
     }
 
     /// Fires the signal (again is harmless).
     pub(crate) fn fire(&self) {
-        *self.inner.lost.lock() = true;
+        self.inner.state.lock().fired = true;
         self.inner.changed.notify_all();
+    }
+
+    /// Sets when the hold counts as lost unless confirmed again.
+    pub(crate) fn set_expiry(&self, expires: Instant) {
+        self.inner.state.lock().expires = Some(expires);
+        self.inner.changed.notify_all();
+    }
+
+    /// The hold ended (released): a loss the clock already counted stays reported; no later one
+    /// comes.
+    pub(crate) fn settle(&self) {
+        let mut state = self.inner.state.lock();
+        state.fired = state.is_lost(Instant::now());
+        state.expires = None;
     }
 }
 
@@ -81,5 +118,20 @@ mod tests {
         signal.fire();
         assert!(waiter.join().unwrap());
         assert!(signal.is_lost());
+    }
+
+    #[test]
+    fn the_expiry_counts_without_a_fire_until_released() {
+        let signal = LostSignal::new();
+        signal.set_expiry(Instant::now() + Duration::from_millis(30));
+        assert!(!signal.is_lost());
+        assert!(signal.wait_timeout(Duration::from_secs(10)), "lost at the expiry, with nobody firing");
+        signal.settle();
+        assert!(signal.is_lost(), "a loss already counted stays after the release");
+        let released = LostSignal::new();
+        released.set_expiry(Instant::now() + Duration::from_millis(10));
+        released.settle();
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!released.is_lost(), "a hold released in time is not lost by the clock later");
     }
 }
