@@ -156,7 +156,7 @@ impl SuiteTarget for ZooKeeperTarget {
     }
 
     fn abilities(&self) -> lock_testkit::suite::Abilities {
-        lock_testkit::suite::Abilities::ALL
+        lock_testkit::suite::Abilities::ALL.with_shared(true, true)
     }
 
     fn backend(&self) -> lock_core::Result<ZooKeeperBackend> {
