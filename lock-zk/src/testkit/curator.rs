@@ -129,6 +129,11 @@ impl Java {
             .unwrap_or_else(|_| panic!("the Curator client said nothing for {timeout:?}"))
     }
 
+    /// The next line, if one comes within `timeout`.
+    pub(super) fn try_line(&self, timeout: Duration) -> Option<String> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+
     pub(super) fn tell(&mut self, line: &str) {
         writeln!(self.child.stdin.as_mut().unwrap(), "{line}").unwrap();
     }

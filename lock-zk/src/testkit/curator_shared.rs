@@ -1,4 +1,5 @@
-//! Z04 and Z05 — interop with Apache Curator's `InterProcessReadWriteLock` and
+//! Z04 and Z05 — interop with Apache Curator's `InterProcessReadWriteLock` (including a
+//! distlock writer's downgrade, which a waiting Curator writer must not overtake) and
 //! `InterProcessSemaphoreV2`: a real Java client (`tests/curator/CuratorShared.java`, run through
 //! Z03's machinery in `curator.rs`) and distlock clients share one read-write lock path, or one
 //! semaphore path, of the shared harness server — the paths distlock's docs tell Java users to
@@ -163,6 +164,25 @@ pub(super) fn z04_exclusion() {
     assert_eq!(java.line(Duration::from_secs(10)), "RELEASED");
     java.exit();
     waiter.join().unwrap();
+
+    // distlock's writer downgrades while Curator's writer waits: the downgraded reader's node
+    // sorts before Curator's, which waits until that reader is released too.
+    assert!(queued(0), "nodes left: {:?}", children(&observer, &path));
+    let write = lock.try_write_for(Duration::from_secs(10)).unwrap().expect("distlock's write lock");
+    let java = Java::run(CLASS, &connect_string, &path, &["rw-try", "write", "30000"]);
+    assert!(queued(2), "Curator's writer never queued behind distlock's");
+    let downgraded = lock.try_read().unwrap().expect("the writer's own read lock");
+    write.unlock().unwrap();
+    let overtook = java.try_line(Duration::from_secs(1));
+    assert_eq!(overtook, None, "Curator's waiting writer overtook distlock's downgraded reader");
+    downgraded.unlock().unwrap();
+    assert_eq!(
+        java.line(Duration::from_secs(30)),
+        "ACQUIRED",
+        "Curator's writer after the downgraded reader"
+    );
+    assert_eq!(java.line(Duration::from_secs(10)), "RELEASED");
+    java.exit();
     assert!(queued(0), "nodes left: {:?}", children(&observer, &path));
 }
 
