@@ -142,7 +142,12 @@ impl ZooKeeperBackend {
         match committed {
             Ok(_) => {}
             Err(zk::CheckWriteError::CheckFailed { .. }) => return Ok(None),
-            Err(error) => return Err(Failure::Zk(error.into()).into_error("downgrade")),
+            Err(error) => {
+                // Without a definite answer the node may exist: delete it (a node that was never
+                // made answers `NoNode`, which ends the clean-up).
+                self.abandon(client, node);
+                return Err(Failure::Zk(error.into()).into_error("downgrade"));
+            }
         }
         let pzxid = match listed {
             Ok((_, stat)) => stat.pzxid,

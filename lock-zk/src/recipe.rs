@@ -178,16 +178,17 @@ impl ZooKeeperBackend {
     ) -> Result<Option<Turn>> {
         let protection = uuid::Uuid::new_v4().to_string();
         let data = owner.to_hex();
-        let (created, listing) =
-            match self.create_node(client, queue.path, queue.kind, &protection, data.as_bytes()) {
-                Ok(created) => created,
-                Err(failure) => {
-                    if !failure.session_ended() {
-                        self.abandon_protected(client, queue.path.to_owned(), protection);
-                    }
-                    return Err(failure.into_error("acquire"));
+        let bound = Instant::now() + self.inner.session.settings().io_timeout;
+        let created = self.create_node(client, (queue.path, queue.kind), &protection, data.as_bytes(), bound);
+        let (created, listing) = match created {
+            Ok(created) => created,
+            Err(failure) => {
+                if !failure.session_ended() {
+                    self.abandon_protected(client, queue.path.to_owned(), protection);
                 }
-            };
+                return Err(failure.into_error("acquire"));
+            }
+        };
         let node = format!("{}/{}", queue.path, created.child);
         match self.wait_for_turn(client, queue, &created.child, listing, wait) {
             Ok(Some(listing)) => Ok(Some(Turn { node, czxid: created.czxid, listing })),
@@ -205,17 +206,16 @@ impl ZooKeeperBackend {
     }
 
     /// Step 1: our node (`<parent>/_c_<protection>-<kind>…`, holding `data`) and the parent's
-    /// children, within one request timeout.
+    /// children, by `deadline` (one request timeout from now, or less).
     pub(crate) fn create_node(
         &self,
         client: &zk::Client,
-        parent: &str,
-        kind: NodeKind,
+        (parent, kind): (&str, NodeKind),
         protection: &str,
         data: &[u8],
+        deadline: Instant,
     ) -> Result<(Created, Listing), Failure> {
         let session = &self.inner.session;
-        let deadline = Instant::now() + session.settings().io_timeout;
         let prefix = path::node_prefix(parent, protection, kind);
         let node_options = zk::CreateMode::EphemeralSequential.with_acls(self.inner.acls);
         loop {

@@ -82,7 +82,12 @@ impl Permits for ZooKeeperBackend {
         let Some(mutex) = self.take_turn(&client, &Queue::mutex(&locks), request.owner, wait)? else {
             return Ok(None);
         };
-        let outcome = self.take_lease(&client, request, &leases, permits, wait);
+        // Past the deadline already (the mutex's last listing came late): no lease attempt,
+        // which would take requests beyond the call's bound.
+        let outcome = match wait.is_over() {
+            true => Ok(None),
+            false => self.take_lease(&client, request, &leases, permits, wait),
+        };
         // Sent now, ahead of anything later on this session; retried in the background if its
         // answer is lost (the session's end deletes the node too).
         self.abandon(&client, mutex.node);
@@ -102,19 +107,27 @@ impl ZooKeeperBackend {
     ) -> Result<Option<Acquired<ZooKeeperLease>>> {
         let protection = uuid::Uuid::new_v4().to_string();
         let data = format!("{PERMITS_DATA}{permits}");
-        let (created, listing) =
-            match self.create_node(client, leases, NodeKind::Lease, &protection, data.as_bytes()) {
-                Ok(created) => created,
-                Err(failure) => {
-                    if !failure.session_ended() {
-                        self.abandon_protected(client, leases.to_owned(), protection);
-                    }
-                    return Err(failure.into_error("acquire a permit"));
+        // Creating the node and checking the others' counts end by the deadline plus one request
+        // timeout, however late in the wait they start.
+        let now = Instant::now();
+        let io_timeout = self.inner.session.settings().io_timeout;
+        let bound = wait
+            .deadline()
+            .map_or(now + io_timeout, |deadline| (now + io_timeout).min(deadline + io_timeout));
+        let created =
+            self.create_node(client, (leases, NodeKind::Lease), &protection, data.as_bytes(), bound);
+        let (created, listing) = match created {
+            Ok(created) => created,
+            Err(failure) => {
+                if !failure.session_ended() {
+                    self.abandon_protected(client, leases.to_owned(), protection);
                 }
-            };
+                return Err(failure.into_error("acquire a permit"));
+            }
+        };
         let node = format!("{leases}/{}", created.child);
         let outcome = self
-            .check_count(client, leases, &created.child, &listing, permits)
+            .check_count(client, (leases, &created.child), &listing, permits, bound)
             .and_then(|()| Ok(self.wait_for_room(client, leases, &created.child, listing, permits, wait)?));
         match outcome {
             Ok(Some(sent_at)) => {
@@ -145,10 +158,10 @@ impl ZooKeeperBackend {
     fn check_count(
         &self,
         client: &zk::Client,
-        leases: &str,
-        ours: &str,
+        (leases, ours): (&str, &str),
         listing: &Listing,
         permits: u32,
+        bound: Instant,
     ) -> Result<(), Refused> {
         let others: Vec<&String> = listing.children.iter().filter(|child| *child != ours).collect();
         if others.is_empty() {
@@ -159,7 +172,7 @@ impl ZooKeeperBackend {
             reader.add_get_data(&format!("{leases}/{child}")).map_err(Failure::Zk)?;
         }
         let session = &self.inner.session;
-        let results = session.call(session.settings().io_timeout, reader.commit())?;
+        let results = session.call_until(bound, reader.commit())?;
         for result in results {
             if let zk::MultiReadResult::Data { data, .. } = result {
                 if let Some(count) = count_of(&data).filter(|count| *count != permits) {
