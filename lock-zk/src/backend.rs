@@ -1,6 +1,7 @@
 //! [`ZooKeeperBackend`]: the [`DistributedLock`] over one session, its liveness checks and
 //! release.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::future::{join, join_all};
 use lock_core::{
     check_lease, Acquired, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind, LockName,
-    NativeWait, OwnerToken, Result,
+    NativeWait, OwnerToken, Permits, ReadWrite, Result,
 };
 use zookeeper_client as zk;
 
@@ -37,8 +38,10 @@ use crate::session::{is_terminal, Session};
 /// Calls block; from a tokio async task they return [`Error::Unsupported`] (use
 /// `tokio::task::spawn_blocking`). A release refused there is still sent, in the background.
 ///
-/// Abilities: [`NativeWait`] (each waiter watches its predecessor's node) and [`Fencing`] (the
-/// lock node's creation zxid).
+/// Abilities: [`NativeWait`] (each waiter watches its predecessor's node), [`Fencing`] (the
+/// lock node's creation zxid), [`ReadWrite`] (Curator's `InterProcessReadWriteLock` at
+/// `<root>/%read-write/<name>`) and [`Permits`] (Curator's `InterProcessSemaphoreV2` at
+/// `<root>/%semaphore/<name>`).
 ///
 /// ```no_run
 /// use lock_core::LockClient;
@@ -64,6 +67,9 @@ pub(crate) struct Inner {
     pub(crate) acls: zk::Acls<'static>,
     /// How many times a waiter of this backend was woken by a watch.
     pub(crate) wake_ups: AtomicU64,
+    /// The read-write locks' write nodes held through this backend, by the owner token (hex)
+    /// they were taken with: a read asked with that owner is the writer's own (a downgrade).
+    pub(crate) writers: parking_lot::Mutex<HashMap<String, String>>,
 }
 
 impl ZooKeeperBackend {
@@ -76,7 +82,15 @@ impl ZooKeeperBackend {
     pub(crate) fn open(settings: Settings, root: Root) -> Result<Self> {
         let acls = if settings.digest.is_some() { zk::Acls::creator_all() } else { zk::Acls::anyone_all() };
         let session = Session::open(settings)?;
-        let backend = Self { inner: Arc::new(Inner { session, root, acls, wake_ups: AtomicU64::new(0) }) };
+        let backend = Self {
+            inner: Arc::new(Inner {
+                session,
+                root,
+                acls,
+                wake_ups: AtomicU64::new(0),
+                writers: parking_lot::Mutex::default(),
+            }),
+        };
         backend.create_root()?;
         Ok(backend)
     }
@@ -241,6 +255,7 @@ impl DistributedLock for ZooKeeperBackend {
     }
 
     fn release(&self, lease: ZooKeeperLease) -> Result<bool> {
+        self.forget_write(&lease.node);
         let session = &self.inner.session;
         // The session that owned the node has ended, and the node with it.
         let Some(client) = session.client_of(lease.session) else { return Ok(false) };
@@ -268,6 +283,14 @@ impl DistributedLock for ZooKeeperBackend {
     }
 
     fn fencing(&self) -> Option<&dyn Fencing<Lease = ZooKeeperLease>> {
+        Some(self)
+    }
+
+    fn read_write(&self) -> Option<&dyn ReadWrite<Lease = ZooKeeperLease>> {
+        Some(self)
+    }
+
+    fn permits(&self) -> Option<&dyn Permits<Lease = ZooKeeperLease>> {
         Some(self)
     }
 }

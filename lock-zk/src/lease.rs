@@ -16,7 +16,7 @@ pub struct ZooKeeperLease {
     pub(crate) node: String,
     /// The id of the session that created (and owns) the node.
     pub(crate) session: i64,
-    /// The node's creation zxid.
+    /// The fencing token (see [`fencing_token`](Self::fencing_token)).
     pub(crate) fence: FencingToken,
     /// The watch on the node.
     pub(crate) watch: NodeWatch,
@@ -28,12 +28,15 @@ impl ZooKeeperLease {
         &self.name
     }
 
-    /// The full path of this holder's lock node (`<root>/<name>/_c_<uuid>-lock-<sequence>`).
+    /// The full path of this holder's node: `<root>/<name>/_c_<uuid>-lock-<sequence>` for a
+    /// mutex, `<root>/%read-write/<name>/_c_<uuid>-__READ__…` or `…-__WRIT__…` for a read-write
+    /// lock, `<root>/%semaphore/<name>/leases/_c_<uuid>-lease-<sequence>` for a permit.
     pub fn node(&self) -> &str {
         &self.node
     }
 
-    /// The fencing token: the lock node's creation zxid (`czxid`).
+    /// The fencing token: the node's creation zxid (`czxid`) for a mutex or a permit; for a
+    /// read-write lock, the parent's `pzxid` when the hold was confirmed (see the crate docs).
     pub fn fencing_token(&self) -> FencingToken {
         self.fence
     }

@@ -11,6 +11,24 @@
 //! | fencing | the node's creation zxid (`czxid`) |
 //! | lost | the node deleted, or the session expired; in doubt while the session is disconnected |
 //!
+//! # Read-write locks and semaphores
+//! [`ReadWriteLock`](lock_core::ReadWriteLock)s and [`Semaphore`](lock_core::Semaphore)s follow
+//! Curator's `InterProcessReadWriteLock` and `InterProcessSemaphoreV2` node for node, each under a
+//! parent of its own so that the three primitives of one name never meet:
+//!
+//! | distlock | path (point the Curator recipe here) | nodes |
+//! | --- | --- | --- |
+//! | `client.lock_named("N")` | `<root>/N` | `_c_<uuid>-lock-<seq>` |
+//! | `client.read_write_lock("N")` | `<root>/%read-write/N` | `_c_<uuid>-__READ__<seq>`, `_c_<uuid>-__WRIT__<seq>` |
+//! | `client.semaphore("N", n)` | `<root>/%semaphore/N` | `locks/_c_<uuid>-lock-<seq>`, `leases/_c_<uuid>-lease-<seq>` |
+//!
+//! Permits and read-write holds are session holds like the mutex's. A semaphore's count is
+//! written into distlock's lease nodes (`distlock:permits=<n>`), so distlock clients of another
+//! count get [`Error::PermitsMismatch`](lock_core::Error::PermitsMismatch); Curator keeps no
+//! count on the servers, so a Curator client of another count goes undetected. The module docs
+//! of `read_write.rs` and `semaphore.rs` give the rules, the downgrade (a writer's own read
+//! lock) and the fencing tokens.
+//!
 //! # Sessions, leases and loss
 //! A lock is held by an ephemeral node, which the servers delete when the session ends. The
 //! renewal of held locks is a liveness check: one `sync` per batch (answered through the leader)
@@ -68,7 +86,9 @@ mod builder;
 mod error;
 mod lease;
 mod path;
+mod read_write;
 mod recipe;
+mod semaphore;
 mod session;
 
 #[cfg(feature = "testkit")]

@@ -1,5 +1,16 @@
-//! Where locks live in the tree: the root, one path component per lock name, and Curator's
-//! `InterProcessMutex` node names (`_c_<uuid>-lock-<sequence>`) and their order.
+//! Where locks live in the tree: the root, one path component per lock name, and the node names
+//! of Curator's recipes (`_c_<uuid>-lock-<sequence>`, `…-__READ__…`, `…-__WRIT__…`,
+//! `…-lease-…`) and their order.
+//!
+//! | primitive | parent of its nodes (Curator's recipe path) |
+//! | --- | --- |
+//! | mutex `N` | `<root>/N` (`InterProcessMutex`) |
+//! | read-write lock `N` | `<root>/%read-write/N` (`InterProcessReadWriteLock`) |
+//! | semaphore `N` | `<root>/%semaphore/N`, with `locks` and `leases` below (`InterProcessSemaphoreV2`) |
+//!
+//! `%` followed by anything but two hex digits is never part of an encoded name, so the
+//! `%read-write` and `%semaphore` parents can never be the mutex path of any name: the three
+//! primitives of one name never meet.
 
 use std::cmp::Ordering;
 use std::fmt::Write as _;
@@ -8,6 +19,41 @@ use lock_core::{Error, LockName, Result};
 
 /// What Curator's `InterProcessMutex` calls its nodes, after the protection prefix.
 const LOCK_NAME: &str = "lock-";
+
+/// What Curator's `InterProcessReadWriteLock` calls its readers' and writers' nodes.
+const READ_NAME: &str = "__READ__";
+const WRITE_NAME: &str = "__WRIT__";
+
+/// What Curator's `InterProcessSemaphoreV2` calls its lease nodes.
+const LEASE_NAME: &str = "lease-";
+
+/// The parents of read-write locks and of semaphores under the root: no name encodes to either.
+const READ_WRITE_DIR: &str = "%read-write";
+const SEMAPHORE_DIR: &str = "%semaphore";
+
+/// The kinds of node of Curator's recipes, each with its name (after the protection prefix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NodeKind {
+    /// `InterProcessMutex` (and the semaphore's `locks` mutex).
+    Lock,
+    /// `InterProcessReadWriteLock`'s reader.
+    Read,
+    /// `InterProcessReadWriteLock`'s writer.
+    Write,
+    /// `InterProcessSemaphoreV2`'s lease.
+    Lease,
+}
+
+impl NodeKind {
+    fn base(self) -> &'static str {
+        match self {
+            NodeKind::Lock => LOCK_NAME,
+            NodeKind::Read => READ_NAME,
+            NodeKind::Write => WRITE_NAME,
+            NodeKind::Lease => LEASE_NAME,
+        }
+    }
+}
 
 /// Curator's protection prefix: `_c_` + a UUID + `-`, found again after a lost create reply.
 const PROTECTED_PREFIX: &str = "_c_";
@@ -51,6 +97,18 @@ impl Root {
     pub(crate) fn lock_path(&self, name: &LockName) -> String {
         format!("{}/{}", self.0, component(name.as_str()))
     }
+
+    /// The path of the read-write lock `name` (Curator's `InterProcessReadWriteLock` path):
+    /// `<root>/%read-write/<escaped name>`.
+    pub(crate) fn read_write_path(&self, name: &LockName) -> String {
+        format!("{}/{READ_WRITE_DIR}/{}", self.0, component(name.as_str()))
+    }
+
+    /// The path of the semaphore `name` (Curator's `InterProcessSemaphoreV2` path):
+    /// `<root>/%semaphore/<escaped name>`.
+    pub(crate) fn semaphore_path(&self, name: &LockName) -> String {
+        format!("{}/{SEMAPHORE_DIR}/{}", self.0, component(name.as_str()))
+    }
 }
 
 /// `name` as one path component that ZooKeeper accepts and that no other name maps to: `%`,
@@ -82,10 +140,10 @@ fn refused_by_zookeeper(c: char) -> bool {
     matches!(u32::from(c), 0x0000..=0x001f | 0x007f..=0x009f | 0xd800..=0xf8ff | 0xfff0..)
 }
 
-/// The prefix of one acquisition's node: `<lock path>/_c_<uuid>-lock-`; the server appends the
-/// sequence number.
-pub(crate) fn node_prefix(lock_path: &str, protection: &str) -> String {
-    format!("{lock_path}/{PROTECTED_PREFIX}{protection}-{LOCK_NAME}")
+/// The prefix of one acquisition's node: `<parent>/_c_<uuid>-<kind's name>`; the server appends
+/// the sequence number.
+pub(crate) fn node_prefix(parent: &str, protection: &str, kind: NodeKind) -> String {
+    format!("{parent}/{PROTECTED_PREFIX}{protection}-{}", kind.base())
 }
 
 /// Whether the child `name` is the node created with `protection` (Curator's protected mode).
@@ -102,7 +160,34 @@ pub(crate) fn lock_order(a: &str, b: &str) -> Ordering {
 }
 
 fn sort_key(child: &str) -> &str {
-    child.rfind(LOCK_NAME).map_or(child, |at| &child[at + LOCK_NAME.len()..])
+    after_last(child, LOCK_NAME)
+}
+
+/// Curator's order of read-write lock nodes (`InterProcessReadWriteLock`'s
+/// `SortingLockInternalsDriver`): by what follows the last `__READ__`, then the last `__WRIT__`,
+/// so readers and writers sort together by sequence number.
+pub(crate) fn read_write_order(a: &str, b: &str) -> Ordering {
+    let key = |child| after_last(after_last(child, READ_NAME), WRITE_NAME);
+    key(a).cmp(key(b)).then_with(|| a.cmp(b))
+}
+
+/// Whether `child` is a writer's node (Curator's own test: the name contains `__WRIT__`).
+pub(crate) fn is_writer(child: &str) -> bool {
+    child.contains(WRITE_NAME)
+}
+
+/// The downgrade node of the write node `writer` (a child name): a reader's node whose sort key
+/// is the writer's sequence number and a suffix, so that it sorts right after the writer and
+/// before every node created after it — Curator's clients included, which sort by the same key.
+pub(crate) fn downgrade_child(writer: &str, protection: &str) -> String {
+    let sequence = after_last(writer, WRITE_NAME);
+    format!("{PROTECTED_PREFIX}{protection}-{READ_NAME}{sequence}-downgrade")
+}
+
+/// Curator's `StandardLockInternalsDriver.fixForSorting`: what follows the last `base`, or the
+/// whole name.
+fn after_last<'a>(child: &'a str, base: &str) -> &'a str {
+    child.rfind(base).map_or(child, |at| &child[at + base.len()..])
 }
 
 #[cfg(test)]
@@ -157,6 +242,47 @@ mod tests {
         assert_eq!(children[2], "_c_0000-lock-0000000010");
         assert!(is_protected_by("_c_ffff-lock-0000000003", "ffff"));
         assert!(!is_protected_by("_c_ffff-lock-0000000003", "fff"));
-        assert_eq!(node_prefix("/l/x", "u"), "/l/x/_c_u-lock-");
+        assert_eq!(node_prefix("/l/x", "u", NodeKind::Lock), "/l/x/_c_u-lock-");
+    }
+
+    #[test]
+    fn read_write_nodes_sort_by_sequence_and_downgrades_right_after_their_writer() {
+        let mut children = [
+            "_c_b-__READ__0000000007",
+            "_c_a-__WRIT__0000000005",
+            "_c_c-__WRIT__0000000006",
+            "_c_d-__READ__0000000004",
+        ]
+        .map(String::from)
+        .to_vec();
+        children.push(downgrade_child("_c_a-__WRIT__0000000005", "e"));
+        children.sort_by(|a, b| read_write_order(a, b));
+        assert_eq!(
+            children,
+            [
+                "_c_d-__READ__0000000004",
+                "_c_a-__WRIT__0000000005",
+                "_c_e-__READ__0000000005-downgrade",
+                "_c_c-__WRIT__0000000006",
+                "_c_b-__READ__0000000007",
+            ]
+        );
+        assert!(is_writer(&children[1]) && !is_writer(&children[2]));
+        assert!(is_protected_by(&children[2], "e"));
+    }
+
+    #[test]
+    fn primitives_of_one_name_never_share_a_path() {
+        let root = Root::new("/locks").unwrap();
+        let name = LockName::new("orders").unwrap();
+        assert_eq!(root.read_write_path(&name), "/locks/%read-write/orders");
+        assert_eq!(root.semaphore_path(&name), "/locks/%semaphore/orders");
+        for tricky in ["%read-write", "%semaphore"] {
+            let path = root.lock_path(&LockName::new(tricky).unwrap());
+            assert!(
+                !path.starts_with("/locks/%read-write") && !path.starts_with("/locks/%semaphore"),
+                "{path}"
+            );
+        }
     }
 }

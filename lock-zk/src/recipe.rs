@@ -1,4 +1,6 @@
-//! The lock recipe of Curator's `InterProcessMutex`, on one session:
+//! The lock recipe of Curator's `InterProcessMutex`, on one session (its queue of nodes — the
+//! [`Queue`] — also serves the read-write lock, with its own turn rule, and the semaphore's
+//! `locks` mutex):
 //!
 //! 1. Create an ephemeral-sequential node `<lock path>/_c_<uuid>-lock-`, and list the lock path's
 //!    children in the same round trip (a session's requests are answered in order, so the listing
@@ -15,6 +17,7 @@
 //! expiries, client restarts and leader changes, unlike the sequence number, which restarts when
 //! a container parent is removed and created again.
 
+use std::cmp::Ordering as NodeOrder;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -24,13 +27,13 @@ use zookeeper_client as zk;
 
 use crate::error::{is_definite, Failure};
 use crate::lease::{NodeWatch, ZooKeeperLease};
-use crate::path::{self, is_protected_by, lock_order};
+use crate::path::{self, is_protected_by, lock_order, NodeKind};
 use crate::session::is_terminal;
 use crate::ZooKeeperBackend;
 
 /// A waiter looks at the lock again on its own this often, so that a lost watch (none is known
 /// in ZooKeeper, but a wait must never depend on one message) delays it but never strands it.
-const RECHECK: Duration = Duration::from_secs(5);
+pub(crate) const RECHECK: Duration = Duration::from_secs(5);
 
 /// How long a request without an answer waits before it is sent again (a wait, a clean-up).
 const RETRY: Duration = Duration::from_millis(200);
@@ -44,10 +47,89 @@ pub(crate) enum Wait {
     Until(Option<Instant>),
 }
 
-/// Our node, once created: its name among the lock path's children, and its creation zxid.
-struct Created {
-    child: String,
-    czxid: i64,
+impl Wait {
+    /// The deadline, if any (`No` has none: it never waits).
+    pub(crate) fn deadline(self) -> Option<Instant> {
+        match self {
+            Wait::No => None,
+            Wait::Until(deadline) => deadline,
+        }
+    }
+
+    /// Whether waiting is over: never begun (`No`), or past the deadline.
+    pub(crate) fn is_over(self) -> bool {
+        match self {
+            Wait::No => true,
+            Wait::Until(deadline) => deadline.is_some_and(|deadline| Instant::now() >= deadline),
+        }
+    }
+}
+
+impl From<lock_core::Deadline> for Wait {
+    fn from(deadline: lock_core::Deadline) -> Self {
+        match deadline {
+            lock_core::Deadline::Now => Wait::No,
+            lock_core::Deadline::At(at) => Wait::Until(Some(at)),
+            lock_core::Deadline::Never => Wait::Until(None),
+        }
+    }
+}
+
+/// A queue of ephemeral-sequential nodes under one parent, in the way of one of Curator's
+/// recipes: what our node is called, how the nodes sort, and when ours has its turn.
+pub(crate) struct Queue<'a> {
+    /// The parent of the nodes (Curator's recipe path).
+    pub(crate) path: &'a str,
+    /// Our node's kind.
+    pub(crate) kind: NodeKind,
+    /// The order of the nodes.
+    pub(crate) order: fn(&str, &str) -> NodeOrder,
+    /// Given the sorted children and our node's index among them: `None` when ours holds, else
+    /// the index of the node to watch.
+    pub(crate) turn: fn(&[String], usize) -> Option<usize>,
+}
+
+impl<'a> Queue<'a> {
+    /// Curator's `InterProcessMutex` at `path`: the lowest sequence holds, each waiter watches
+    /// its predecessor.
+    pub(crate) fn mutex(path: &'a str) -> Self {
+        Self { path, kind: NodeKind::Lock, order: lock_order, turn: first_holds }
+    }
+}
+
+/// The turn rule of a mutex (and of a read-write lock's writer): the first node holds, every
+/// other watches the one just before it.
+pub(crate) fn first_holds(_children: &[String], ours: usize) -> Option<usize> {
+    ours.checked_sub(1)
+}
+
+/// Our node, once created: its name among the parent's children, and its creation zxid.
+pub(crate) struct Created {
+    pub(crate) child: String,
+    pub(crate) czxid: i64,
+}
+
+/// The parent's children as one request saw them, and the parent's `pzxid` then: the zxid of
+/// the last creation or deletion of a child, at least that of every child listed and of every
+/// child deleted before.
+pub(crate) struct Listing {
+    pub(crate) children: Vec<String>,
+    pub(crate) pzxid: i64,
+    /// When the request was sent.
+    pub(crate) at: Instant,
+}
+
+impl Listing {
+    fn new((children, stat): (Vec<String>, zk::Stat), at: Instant) -> Self {
+        Self { children, pzxid: stat.pzxid, at }
+    }
+}
+
+/// A node that has its turn: its full path, its creation zxid and the listing that showed it.
+pub(crate) struct Turn {
+    pub(crate) node: String,
+    pub(crate) czxid: i64,
+    pub(crate) listing: Listing,
 }
 
 impl ZooKeeperBackend {
@@ -59,88 +141,116 @@ impl ZooKeeperBackend {
         owner: &OwnerToken,
         wait: Wait,
     ) -> Result<Option<(ZooKeeperLease, Instant)>> {
-        let session = &self.inner.session;
-        let client = session.client()?;
+        let client = self.inner.session.client()?;
         let lock_path = self.inner.root.lock_path(name);
+        let turn = self.take_turn(&client, &Queue::mutex(&lock_path), owner, wait)?;
+        Ok(turn.map(|turn| {
+            let confirmed_at = turn.listing.at;
+            (self.lease(name, &client, turn.node, turn.czxid), confirmed_at)
+        }))
+    }
+
+    /// The lease on `node`, created by `client`'s session, with `fence` as its fencing token.
+    pub(crate) fn lease(
+        &self,
+        name: &LockName,
+        client: &zk::Client,
+        node: String,
+        fence: i64,
+    ) -> ZooKeeperLease {
+        ZooKeeperLease {
+            name: name.clone(),
+            node,
+            session: client.session_id().0,
+            fence: FencingToken::new(u64::try_from(fence).unwrap_or_default()),
+            watch: NodeWatch::Unset,
+        }
+    }
+
+    /// Our node in `queue`, once it has its turn; `None` (and our node deleted) if the wait
+    /// ended first.
+    pub(crate) fn take_turn(
+        &self,
+        client: &zk::Client,
+        queue: &Queue<'_>,
+        owner: &OwnerToken,
+        wait: Wait,
+    ) -> Result<Option<Turn>> {
         let protection = uuid::Uuid::new_v4().to_string();
-        let sent_at = Instant::now();
-        let created = match self.create_node(&client, &lock_path, &protection, owner) {
+        let data = owner.to_hex();
+        let bound = Instant::now() + self.inner.session.settings().io_timeout;
+        let created = self.create_node(client, (queue.path, queue.kind), &protection, data.as_bytes(), bound);
+        let (created, listing) = match created {
             Ok(created) => created,
             Err(failure) => {
                 if !failure.session_ended() {
-                    self.abandon_protected(&client, lock_path, protection);
+                    self.abandon_protected(client, queue.path.to_owned(), protection);
                 }
                 return Err(failure.into_error("acquire"));
             }
         };
-        let (created, children) = created;
-        let node = format!("{lock_path}/{}", created.child);
-        let outcome = self.wait_for_turn(&client, &lock_path, &created.child, children, sent_at, wait);
-        match outcome {
-            Ok(Some(confirmed_at)) => {
-                let lease = ZooKeeperLease {
-                    name: name.clone(),
-                    node,
-                    session: client.session_id().0,
-                    fence: FencingToken::new(u64::try_from(created.czxid).unwrap_or_default()),
-                    watch: NodeWatch::Unset,
-                };
-                Ok(Some((lease, confirmed_at)))
-            }
+        let node = format!("{}/{}", queue.path, created.child);
+        match self.wait_for_turn(client, queue, &created.child, listing, wait) {
+            Ok(Some(listing)) => Ok(Some(Turn { node, czxid: created.czxid, listing })),
             Ok(None) => {
-                self.abandon(&client, node);
+                self.abandon(client, node);
                 Ok(None)
             }
             Err(failure) => {
                 if !failure.session_ended() {
-                    self.abandon(&client, node);
+                    self.abandon(client, node);
                 }
                 Err(failure.into_error("acquire"))
             }
         }
     }
 
-    /// Step 1: our node and the lock path's children, within one request timeout.
-    fn create_node(
+    /// Step 1: our node (`<parent>/_c_<protection>-<kind>…`, holding `data`) and the parent's
+    /// children, by `deadline` (one request timeout from now, or less).
+    pub(crate) fn create_node(
         &self,
         client: &zk::Client,
-        lock_path: &str,
+        (parent, kind): (&str, NodeKind),
         protection: &str,
-        owner: &OwnerToken,
-    ) -> Result<(Created, Vec<String>), Failure> {
+        data: &[u8],
+        deadline: Instant,
+    ) -> Result<(Created, Listing), Failure> {
         let session = &self.inner.session;
-        let deadline = Instant::now() + session.settings().io_timeout;
-        let prefix = path::node_prefix(lock_path, protection);
-        let data = owner.to_hex();
+        let prefix = path::node_prefix(parent, protection, kind);
         let node_options = zk::CreateMode::EphemeralSequential.with_acls(self.inner.acls);
         loop {
+            let sent_at = Instant::now();
             let created = session.call_until(deadline, async {
                 // Both requests leave now, in this order: one round trip.
-                let create = client.create(&prefix, data.as_bytes(), &node_options);
-                let list = client.list_children(lock_path);
+                let create = client.create(&prefix, data, &node_options);
+                let list = client.get_children(parent);
                 let (created, listed) = join(create, list).await;
                 Ok::<_, zk::Error>((created, listed))
             })?;
             match created {
                 (Ok((stat, sequence)), listed) => {
-                    let child = format!("{}{sequence}", &prefix[lock_path.len() + 1..]);
-                    let children = match listed {
-                        Ok(children) => children,
-                        Err(_) => session.call_until(deadline, client.list_children(lock_path))?,
+                    let child = format!("{}{sequence}", &prefix[parent.len() + 1..]);
+                    let listing = match listed {
+                        Ok(listed) => Listing::new(listed, sent_at),
+                        Err(_) => {
+                            let sent_at = Instant::now();
+                            Listing::new(session.call_until(deadline, client.get_children(parent))?, sent_at)
+                        }
                     };
-                    return Ok((Created { child, czxid: stat.czxid }, children));
+                    return Ok((Created { child, czxid: stat.czxid }, listing));
                 }
                 (Err(zk::Error::NoNode), _) => {
-                    let parent = zk::CreateMode::Container.with_acls(self.inner.acls);
-                    session.call_until(deadline, client.mkdir(lock_path, &parent))?;
+                    let container = zk::CreateMode::Container.with_acls(self.inner.acls);
+                    session.call_until(deadline, client.mkdir(parent, &container))?;
                 }
                 (Err(error), _) if is_definite(&error) => return Err(Failure::Zk(error)),
                 // No answer: the create may have happened. Look for our node before creating
                 // another (Curator's protected mode).
                 (Err(_), _) => {
-                    if let Some(found) = self.find_protected(client, lock_path, protection, deadline)? {
-                        let children = session.call_until(deadline, client.list_children(lock_path))?;
-                        return Ok((found, children));
+                    if let Some(found) = self.find_protected(client, parent, protection, deadline)? {
+                        let sent_at = Instant::now();
+                        let listed = session.call_until(deadline, client.get_children(parent))?;
+                        return Ok((found, Listing::new(listed, sent_at)));
                     }
                 }
             }
@@ -154,70 +264,67 @@ impl ZooKeeperBackend {
     fn find_protected(
         &self,
         client: &zk::Client,
-        lock_path: &str,
+        parent: &str,
         protection: &str,
         deadline: Instant,
     ) -> Result<Option<Created>, Failure> {
         let session = &self.inner.session;
         let listed = session.call_until(deadline, async {
-            client.sync(lock_path).await?;
-            client.list_children(lock_path).await
+            client.sync(parent).await?;
+            client.list_children(parent).await
         });
         let mut ours: Vec<String> = match listed {
             Ok(children) => children.into_iter().filter(|child| is_protected_by(child, protection)).collect(),
             Err(Failure::Zk(zk::Error::NoNode)) => return Ok(None),
             Err(failure) => return Err(failure),
         };
-        ours.sort_unstable_by(|a, b| lock_order(a, b));
+        // One protection, one kind of node: the names differ only in the zero-padded sequence.
+        ours.sort_unstable();
         let mut ours = ours.into_iter();
         let Some(child) = ours.next() else { return Ok(None) };
         for extra in ours {
-            self.abandon(client, format!("{lock_path}/{extra}"));
+            self.abandon(client, format!("{parent}/{extra}"));
         }
-        match session.call_until(deadline, client.check_stat(&format!("{lock_path}/{child}")))? {
+        match session.call_until(deadline, client.check_stat(&format!("{parent}/{child}")))? {
             Some(stat) => Ok(Some(Created { child, czxid: stat.czxid })),
             None => Ok(None),
         }
     }
 
-    /// Step 2: waits until our node is the lowest; returns when the listing that showed it was
-    /// requested, or `None` when the wait ended first. Every request is bounded by the request
-    /// timeout and by the deadline plus one request timeout; a request without an answer (a
-    /// leader election, a reconnection) is tried again while the session lives, keeping our
-    /// place in the queue.
+    /// Step 2: waits until our node has its turn; returns the listing that showed it, or `None`
+    /// when the wait ended first. Every request is bounded by the request timeout and by the
+    /// deadline plus one request timeout; a request without an answer (a leader election, a
+    /// reconnection) is tried again while the session lives, keeping our place in the queue.
     fn wait_for_turn(
         &self,
         client: &zk::Client,
-        lock_path: &str,
+        queue: &Queue<'_>,
         ours: &str,
-        mut children: Vec<String>,
-        mut listed_at: Instant,
+        mut listing: Listing,
         wait: Wait,
-    ) -> Result<Option<Instant>, Failure> {
+    ) -> Result<Option<Listing>, Failure> {
         let session = &self.inner.session;
         let io_timeout = session.settings().io_timeout;
-        let deadline = match wait {
-            Wait::No => None,
-            Wait::Until(deadline) => deadline,
-        };
+        let deadline = wait.deadline();
         // Past the deadline, one more request timeout at most.
         let bound =
             |now: Instant| deadline.map_or(now + io_timeout, |d| (now + io_timeout).min(d + io_timeout));
         loop {
-            children.sort_unstable_by(|a, b| lock_order(a, b));
-            let Some(position) = children.iter().position(|child| child == ours) else {
+            listing.children.sort_unstable_by(|a, b| (queue.order)(a, b));
+            let Some(position) = listing.children.iter().position(|child| child == ours) else {
                 return Err(Failure::Zk(zk::Error::UnexpectedError(format!(
-                    "the lock node {lock_path}/{ours} vanished while waiting"
+                    "the lock node {}/{ours} vanished while waiting",
+                    queue.path
                 ))));
             };
-            if position == 0 {
-                return Ok(Some(listed_at));
-            }
-            if matches!(wait, Wait::No) || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            let Some(watched) = (queue.turn)(&listing.children, position) else {
+                return Ok(Some(listing));
+            };
+            if wait.is_over() {
                 return Ok(None);
             }
-            let predecessor = format!("{lock_path}/{}", children[position - 1]);
-            match session.call_until(bound(Instant::now()), client.get_and_watch_data(&predecessor)) {
+            let watched = format!("{}/{}", queue.path, listing.children[watched]);
+            match session.call_until(bound(Instant::now()), client.get_and_watch_data(&watched)) {
                 Ok((_, _, watcher)) => {
                     let now = Instant::now();
                     let until = deadline.map_or(now + RECHECK, |deadline| deadline.min(now + RECHECK));
@@ -233,12 +340,12 @@ impl ZooKeeperBackend {
                 Err(failure) => self.pause_unless_final(failure, deadline)?,
             }
             loop {
-                listed_at = Instant::now();
-                match session.call_until(bound(listed_at), client.list_children(lock_path)) {
-                    Ok(listed) => break children = listed,
+                let sent_at = Instant::now();
+                match session.call_until(bound(sent_at), client.get_children(queue.path)) {
+                    Ok(listed) => break listing = Listing::new(listed, sent_at),
                     Err(failure) => self.pause_unless_final(failure, deadline)?,
                 }
-                if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                if wait.is_over() {
                     return Ok(None);
                 }
             }
@@ -247,7 +354,11 @@ impl ZooKeeperBackend {
 
     /// A failed request in a wait: the failure if it is final (a definite answer, or the
     /// session's end), else a short pause before the wait goes on.
-    fn pause_unless_final(&self, failure: Failure, deadline: Option<Instant>) -> Result<(), Failure> {
+    pub(crate) fn pause_unless_final(
+        &self,
+        failure: Failure,
+        deadline: Option<Instant>,
+    ) -> Result<(), Failure> {
         if failure.is_definite() || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
             return Err(failure);
         }
@@ -275,7 +386,7 @@ impl ZooKeeperBackend {
     /// Deletes, in the background, whatever node a create without an answer may have made, found
     /// by its `uuid` once the server answers (after a `sync`, so a create decided by the leader is
     /// seen).
-    fn abandon_protected(&self, client: &zk::Client, lock_path: String, protection: String) {
+    pub(crate) fn abandon_protected(&self, client: &zk::Client, lock_path: String, protection: String) {
         let client = client.clone();
         self.inner.session.spawn(async move {
             let listed = loop {

@@ -1,6 +1,7 @@
 //! Z03 — interop with Apache Curator's `InterProcessMutex`: a real Java client (Curator from the
 //! Debian jars, `tests/curator/CuratorMutex.java` of this crate, compiled here) and distlock
-//! clients contend on one lock path of the shared harness server.
+//! clients contend on one lock path of the shared harness server. The Java programs of
+//! `tests/curator/` are compiled and run here for Z04 and Z05 too (`curator_shared.rs`).
 //!
 //! The jars come from Debian's `libcurator-recipes-java` (`cargo xtask test` installs it and a
 //! JDK); `DISTLOCK_CURATOR_CLASSPATH` names other jars instead.
@@ -42,13 +43,13 @@ const ROOT: &str = "/distlock-z03";
 /// Acquisitions per side in the contention run: together at least 500.
 const PER_SIDE: usize = 300;
 
-/// The compiled helper: its class directory and the run class path.
+/// The compiled helpers: their class directory and the run class path.
 struct Curator {
     class_path: String,
     _classes: tempfile::TempDir,
 }
 
-/// Compiles the helper once per test binary.
+/// Compiles the helpers (every `.java` of `tests/curator/`) once per test binary.
 fn curator() -> &'static Curator {
     static CURATOR: OnceLock<Curator> = OnceLock::new();
     CURATOR.get_or_init(|| {
@@ -69,33 +70,48 @@ fn curator() -> &'static Curator {
                 .join(":")
         });
         let classes = tempfile::Builder::new().prefix("distlock-curator-").tempdir().unwrap();
-        let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/curator/CuratorMutex.java");
-        assert!(source.exists(), "{} is missing (it ships with the lock-zk sources)", source.display());
+        let sources = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/curator");
+        let sources: Vec<PathBuf> = ["CuratorMutex.java", "CuratorShared.java"]
+            .iter()
+            .map(|file| sources.join(file))
+            .inspect(|source| {
+                assert!(
+                    source.exists(),
+                    "{} is missing (it ships with the lock-zk sources)",
+                    source.display()
+                );
+            })
+            .collect();
         let compiled = Command::new("javac")
             .args(["-nowarn", "-d"])
             .arg(classes.path())
             .args(["-cp", &jars])
-            .arg(&source)
+            .args(&sources)
             .status()
             .unwrap_or_else(|e| {
                 panic!("javac (Debian's default-jdk-headless; cargo xtask test installs it): {e}")
             });
-        assert!(compiled.success(), "javac failed on {}", source.display());
+        assert!(compiled.success(), "javac failed on {sources:?}");
         Curator { class_path: format!("{}:{jars}", classes.path().display()), _classes: classes }
     })
 }
 
 /// A running Curator client, killed if the test ends first.
-struct Java {
+pub(super) struct Java {
     child: Child,
     lines: mpsc::Receiver<String>,
 }
 
 impl Java {
     fn start(connect_string: &str, lock_path: &str, mode: &[&str]) -> Self {
+        Self::run("CuratorMutex", connect_string, lock_path, mode)
+    }
+
+    /// Runs the helper `class` (`CuratorMutex`, `CuratorShared`) on `path` in `mode`.
+    pub(super) fn run(class: &str, connect_string: &str, path: &str, mode: &[&str]) -> Self {
         let mut child = Command::new("java")
             .args(["-Xmx64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData"])
-            .args(["-cp", &curator().class_path, "CuratorMutex", connect_string, lock_path])
+            .args(["-cp", &curator().class_path, class, connect_string, path])
             .args(mode)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -107,17 +123,22 @@ impl Java {
     }
 
     /// The next line, within `timeout`.
-    fn line(&self, timeout: Duration) -> String {
+    pub(super) fn line(&self, timeout: Duration) -> String {
         self.lines
             .recv_timeout(timeout)
             .unwrap_or_else(|_| panic!("the Curator client said nothing for {timeout:?}"))
     }
 
-    fn tell(&mut self, line: &str) {
+    /// The next line, if one comes within `timeout`.
+    pub(super) fn try_line(&self, timeout: Duration) -> Option<String> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+
+    pub(super) fn tell(&mut self, line: &str) {
         writeln!(self.child.stdin.as_mut().unwrap(), "{line}").unwrap();
     }
 
-    fn exit(mut self) {
+    pub(super) fn exit(mut self) {
         let status = self.child.wait().unwrap();
         assert!(status.success(), "the Curator client exited with {status}");
     }

@@ -15,13 +15,14 @@ use zookeeper_client as zk;
 use crate::{ZooKeeperBackend, ZooKeeperLockBuilder};
 
 mod curator;
+mod curator_shared;
 mod request_floor;
 mod scenarios;
 
 pub use request_floor::RequestFloor;
 
 /// The ZooKeeper scenarios of `docs/scenarios.md`: Z01 (no herd, FIFO), Z02 (session expiry, ensemble
-/// member loss), Z03 (interop with Apache Curator).
+/// member loss), Z03–Z05 (interop with Apache Curator's mutex, read-write lock and semaphore).
 pub fn scenarios() -> Vec<lock_testkit::BackendScenario> {
     use lock_testkit::BackendScenario;
     vec![
@@ -34,6 +35,15 @@ pub fn scenarios() -> Vec<lock_testkit::BackendScenario> {
             curator::z03_contention();
             curator::z03_wake_ups();
         }),
+        BackendScenario::new("Z04", "interop with Curator's InterProcessReadWriteLock", || {
+            curator_shared::z04_exclusion();
+            curator_shared::z04_contention();
+        }),
+        BackendScenario::new(
+            "Z05",
+            "interop with Curator's InterProcessSemaphoreV2",
+            curator_shared::z05_semaphore,
+        ),
     ]
 }
 
@@ -156,7 +166,7 @@ impl SuiteTarget for ZooKeeperTarget {
     }
 
     fn abilities(&self) -> lock_testkit::suite::Abilities {
-        lock_testkit::suite::Abilities::ALL
+        lock_testkit::suite::Abilities::ALL.with_shared(true, true)
     }
 
     fn backend(&self) -> lock_core::Result<ZooKeeperBackend> {
