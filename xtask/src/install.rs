@@ -146,7 +146,7 @@ const SERVERS: &[Server] = &[
         }],
     },
     Server {
-        name: "Apache Curator (the Java client of the ZooKeeper interop test, Z03)",
+        name: "Apache Curator (the Java client of the ZooKeeper interop tests, Z03–Z05)",
         environment_variable: "DISTLOCK_CURATOR_CLASSPATH",
         programs: &[
             Program {
@@ -165,7 +165,7 @@ const SERVERS: &[Server] = &[
                 name: "javac",
                 candidates: &["javac", "/usr/bin/javac"],
                 version_argument: Some("-version"),
-                // Z03 compiles its small Curator program.
+                // Z03–Z05 compile their small Curator programs.
                 package: "default-jdk-headless",
             },
         ],
@@ -186,7 +186,7 @@ or point the tests at servers that are already running:
     DISTLOCK_MYSQL_URL=mysql://user:password@127.0.0.1:3306/database
     DISTLOCK_ZOOKEEPER=127.0.0.1:2181
 
-The ZooKeeper interop test (Z03) also needs a JDK and Apache Curator's jars (brew install
+The ZooKeeper interop tests (Z03–Z05) also need a JDK and Apache Curator's jars (brew install
 openjdk, and the jars from Maven Central), named by
 DISTLOCK_CURATOR_CLASSPATH=/path/curator-recipes.jar:/path/curator-framework.jar:…
 

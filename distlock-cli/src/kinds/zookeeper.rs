@@ -31,7 +31,7 @@ pub(super) fn curator_mutex(servers: Servers<'_>) -> Result<Opened, String> {
     Ok(opened)
 }
 
-/// Z01–Z03 (harness servers of their own: the shared standalone server, an ensemble, a Curator
+/// Z01–Z05 (harness servers of their own: the shared standalone server, an ensemble, a Curator
 /// client).
 pub(super) fn scenarios() -> Vec<lock_testkit::BackendScenario> {
     distlock::zookeeper::testkit::scenarios()
