@@ -61,6 +61,16 @@ impl RedisKeys {
         ["rw-readers", "rw-writer", "rw-waiting", "rw-fence"].map(|role| format!("{}{role}", self.base))
     }
 
+    /// The pub/sub channel a release of the name's read-write lock is announced on.
+    pub fn read_write_channel(&self) -> String {
+        format!("{}rw-released", self.base)
+    }
+
+    /// The pub/sub channel a release of one of the name's semaphore permits is announced on.
+    pub fn semaphore_channel(&self) -> String {
+        format!("{}sem-released", self.base)
+    }
+
     /// The keys of the name's semaphore, in the order its scripts take them: holders (a sorted
     /// set of owner token to lease end), count (the number of permits the holders use), fencing
     /// counter.

@@ -134,8 +134,8 @@ impl LockScripts {
 }
 
 /// How every script publishes a wake-up, and its sharded form ([`LockScripts::sharded`]).
-const PUBLISH: &str = "redis.pcall('PUBLISH',";
-const SPUBLISH: &str = "redis.pcall('SPUBLISH',";
+pub(crate) const PUBLISH: &str = "redis.pcall('PUBLISH',";
+pub(crate) const SPUBLISH: &str = "redis.pcall('SPUBLISH',";
 
 fn with_queue(body: &str) -> String {
     assert_eq!(body.matches(QUEUE_MARKER).count(), 1, "a script without one queue marker:\n{body}");

@@ -426,7 +426,7 @@ impl RedisBackend {
     /// The script and command that release `lease`, whatever it holds.
     fn release_command(&self, lease: &RedisLease) -> (&'static LuaScript, redis::Cmd) {
         if lease.shape != Shape::Mutex {
-            return shared_modes::release_command(lease);
+            return shared_modes::release_command(lease, self.inner.nodes.cluster().is_some());
         }
         let script = &self.scripts().release;
         // Non-fair waiters do not queue: with no queue, a non-fair client's release still tells

@@ -9,17 +9,20 @@
 //!   admitted past that write lock.
 //! - **Semaphore** (`scripts/sem_*.lua`): a sorted set of holders (owner token → lease end) and
 //!   the count they use; a request with another count while permits are held is refused.
-//! - Both wait by polling with the client's backoff (no pub/sub wake-ups), and take their
-//!   fencing tokens from counters of their own.
+//! - Waiters are woken by the release's pub/sub message (every waiter of the name: readers may
+//!   all go at once) and re-check at the client's backoff's pace besides; both primitives take
+//!   their fencing tokens from counters of their own.
 
 use std::sync::LazyLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use lock_core::{check_lease, poll_until, Access, Acquired, Error, Permits, ReadWrite, Request, Result};
+use lock_core::{
+    check_lease, poll_until, Access, Acquired, Deadline, Error, Permits, ReadWrite, Request, Result,
+};
 
 use super::{Attempt, RedisBackend, RedisLease, Shape};
 use crate::error;
-use crate::lua::LuaScript;
+use crate::lua::{self, LuaScript};
 use crate::millis;
 use crate::topology::Hop;
 
@@ -33,19 +36,26 @@ struct SharedScripts {
     sem_release: LuaScript,
 }
 
-fn scripts() -> &'static SharedScripts {
-    static SCRIPTS: LazyLock<SharedScripts> = LazyLock::new(|| {
-        let script = |text: &str| LuaScript::new(text.to_owned());
-        SharedScripts {
-            rw_acquire: script(include_str!("../scripts/rw_acquire.lua")),
-            rw_extend: script(include_str!("../scripts/rw_extend.lua")),
-            rw_release: script(include_str!("../scripts/rw_release.lua")),
-            sem_acquire: script(include_str!("../scripts/sem_acquire.lua")),
-            sem_extend: script(include_str!("../scripts/sem_extend.lua")),
-            sem_release: script(include_str!("../scripts/sem_release.lua")),
-        }
+/// The scripts; with `sharded`, the release scripts publish with `SPUBLISH` (a cluster's shard
+/// channels, as the mutex's do).
+fn scripts(sharded: bool) -> &'static SharedScripts {
+    static SCRIPTS: LazyLock<[SharedScripts; 2]> = LazyLock::new(|| {
+        [false, true].map(|sharded| {
+            let script = |text: &str| {
+                let text = if sharded { text.replace(lua::PUBLISH, lua::SPUBLISH) } else { text.to_owned() };
+                LuaScript::new(text)
+            };
+            SharedScripts {
+                rw_acquire: script(include_str!("../scripts/rw_acquire.lua")),
+                rw_extend: script(include_str!("../scripts/rw_extend.lua")),
+                rw_release: script(include_str!("../scripts/rw_release.lua")),
+                sem_acquire: script(include_str!("../scripts/sem_acquire.lua")),
+                sem_extend: script(include_str!("../scripts/sem_extend.lua")),
+                sem_release: script(include_str!("../scripts/sem_release.lua")),
+            }
+        })
     });
-    &SCRIPTS
+    &SCRIPTS[usize::from(sharded)]
 }
 
 /// The mode argument of the read-write scripts.
@@ -59,7 +69,8 @@ fn mode(shape: Shape) -> &'static str {
 
 /// The script and command that extend a read-write or permit `lease` to `ttl`.
 pub(super) fn extend_command(lease: &RedisLease, ttl: Duration) -> (&'static LuaScript, redis::Cmd) {
-    let scripts = scripts();
+    // Extending publishes nothing: the classic scripts serve a cluster too.
+    let scripts = scripts(false);
     match lease.shape {
         Shape::Permit => {
             let [holders, count, _] = lease.keys.semaphore();
@@ -81,21 +92,30 @@ pub(super) fn extend_command(lease: &RedisLease, ttl: Duration) -> (&'static Lua
     }
 }
 
-/// The script and command that release a read-write or permit `lease`.
-pub(super) fn release_command(lease: &RedisLease) -> (&'static LuaScript, redis::Cmd) {
-    let scripts = scripts();
+/// The script and command that release a read-write or permit `lease`, announcing it on the
+/// primitive's channel (`SPUBLISH` when `sharded`).
+pub(super) fn release_command(lease: &RedisLease, sharded: bool) -> (&'static LuaScript, redis::Cmd) {
+    let scripts = scripts(sharded);
     match lease.shape {
         Shape::Permit => {
             let [holders, count, _] = lease.keys.semaphore();
-            (
-                &scripts.sem_release,
-                scripts.sem_release.invoke(&[&holders, &count]).arg(&lease.token).to_owned(),
-            )
+            let command = scripts
+                .sem_release
+                .invoke(&[&holders, &count])
+                .arg(&lease.token)
+                .arg(lease.keys.semaphore_channel())
+                .to_owned();
+            (&scripts.sem_release, command)
         }
         shape => {
             let [readers, writer, ..] = lease.keys.read_write();
-            let command =
-                scripts.rw_release.invoke(&[&readers, &writer]).arg(&lease.token).arg(mode(shape)).to_owned();
+            let command = scripts
+                .rw_release
+                .invoke(&[&readers, &writer])
+                .arg(&lease.token)
+                .arg(mode(shape))
+                .arg(lease.keys.read_write_channel())
+                .to_owned();
             (&scripts.rw_release, command)
         }
     }
@@ -119,7 +139,7 @@ impl RedisBackend {
             let mut connection = hop.connection()?;
             let reply = script.exchange::<T>(&mut connection, &command).map_err(|failure| {
                 let possible = RedisLease::possible_grant(request.name, &keys, token.clone(), request.ttl).with_shape(shape);
-                let (undo, undo_command) = release_command(&possible);
+                let (undo, undo_command) = release_command(&possible, self.inner.nodes.cluster().is_some());
                 let mut follow_up = undo.load();
                 follow_up.extend(undo_command.get_packed_command());
                 if !connection.follow_unanswered(&follow_up) && failure.is_timeout() {
@@ -137,15 +157,59 @@ impl RedisBackend {
     }
 }
 
+impl RedisBackend {
+    /// Calls `attempt` until it grants or the request's deadline passes. Between attempts the
+    /// waiter sleeps on `channel` — woken by the next release's message — for at most the next
+    /// backoff delay (doubling from the request's lower bound to its cap): a lost message, a
+    /// holder whose lease ran out or a subscription the server refused costs at most one delay.
+    fn wait_on_releases(
+        &self,
+        request: &Request<'_>,
+        channel: &str,
+        mut attempt: impl FnMut(Option<Duration>) -> Result<Option<RedisLease>>,
+    ) -> Result<Option<Acquired<RedisLease>>> {
+        let deadline = match request.deadline {
+            Deadline::Now => return poll_until(request, attempt),
+            Deadline::At(at) => Some(at),
+            Deadline::Never => None,
+        };
+        let keys = self.keys(request.name);
+        let hop = self.inner.nodes.hop(&keys)?;
+        let hub = self.inner.nodes.hub(&hop, &self.inner.prefix);
+        let (registration, poke) = hub.register(channel, &request.owner.to_hex());
+        if poke {
+            self.poke_subscriber(&hop, hub)?;
+        }
+        let (min, max) = request.backoff;
+        let mut delay = min;
+        loop {
+            // A message that came before this attempt is answered by what the attempt sees.
+            registration.clear();
+            let sent_at = Instant::now();
+            if let Some(lease) = attempt(request.queue_mark())? {
+                return Ok(Some(Acquired::new(lease, sent_at)));
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                return Ok(None);
+            }
+            let wake = deadline.map_or(now + delay, |deadline| deadline.min(now + delay));
+            registration.wait(wake);
+            delay = (delay * 2).min(max);
+        }
+    }
+}
+
 impl ReadWrite for RedisBackend {
-    /// Polls `rw_acquire.lua` with the client's backoff; a waiting writer's attempts keep its
-    /// place in line, which holds new readers back.
+    /// Tries `rw_acquire.lua` on every release message and at the client's backoff's pace; a
+    /// waiting writer's attempts keep its place in line, which holds new readers back.
     fn acquire_rw(&self, request: &Request<'_>, access: Access) -> Result<Option<Acquired<RedisLease>>> {
         check_lease(request.ttl)?;
         let shape = if access == Access::Write { Shape::Write } else { Shape::Read };
         let keys: [String; 4] = self.keys(request.name).read_write();
-        let script = &scripts().rw_acquire;
-        poll_until(request, |mark| {
+        let script = &scripts(false).rw_acquire;
+        let channel = self.keys(request.name).read_write_channel();
+        self.wait_on_releases(request, &channel, |mark| {
             let mark = if access == Access::Write { mark.map_or(0, millis) } else { 0 };
             let command = script
                 .invoke(&keys.each_ref().map(String::as_str))
@@ -162,15 +226,16 @@ impl ReadWrite for RedisBackend {
 }
 
 impl Permits for RedisBackend {
-    /// Polls `sem_acquire.lua` with the client's backoff.
+    /// Tries `sem_acquire.lua` on every release message and at the client's backoff's pace.
     fn acquire_permit(&self, request: &Request<'_>, permits: u32) -> Result<Option<Acquired<RedisLease>>> {
         check_lease(request.ttl)?;
         if permits == 0 {
             return Err(Error::invalid_config("a semaphore needs at least one permit"));
         }
         let keys: [String; 3] = self.keys(request.name).semaphore();
-        let script = &scripts().sem_acquire;
-        poll_until(request, |_| {
+        let script = &scripts(false).sem_acquire;
+        let channel = self.keys(request.name).semaphore_channel();
+        self.wait_on_releases(request, &channel, |_| {
             let command = script
                 .invoke(&keys.each_ref().map(String::as_str))
                 .arg(request.owner.to_hex())
@@ -193,7 +258,19 @@ impl Permits for RedisBackend {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::keys::RedisKeys;
+
+    #[test]
+    fn only_the_sharded_release_scripts_publish_with_spublish() {
+        for sharded in [false, true] {
+            let scripts = scripts(sharded);
+            for release in [&scripts.rw_release, &scripts.sem_release] {
+                assert_eq!(release.source().contains(lua::SPUBLISH), sharded, "{}", release.source());
+                assert_eq!(release.source().contains(lua::PUBLISH), !sharded, "{}", release.source());
+            }
+        }
+    }
 
     #[test]
     fn read_write_and_semaphore_keys_share_the_mutex_hash_tag() {

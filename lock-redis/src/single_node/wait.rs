@@ -55,7 +55,7 @@ impl RedisBackend {
     /// When the server did not answer (a timeout, a broken or refused connection): the caller's
     /// next attempt would only cost another timeout. Other failures (an ACL user without rights
     /// on the control channel) are logged: the subscriber still gets there within its tick.
-    fn poke_subscriber(&self, hop: &Hop, hub: &WaitHub) -> Result<()> {
+    pub(super) fn poke_subscriber(&self, hop: &Hop, hub: &WaitHub) -> Result<()> {
         let result = hop.connection().and_then(|mut connection| {
             connection
                 .run(|c| redis::cmd("PUBLISH").arg(hub.control_channel()).arg("").query::<i64>(c))
