@@ -82,6 +82,8 @@ mod queue_wait;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod session_connection;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+mod shared_session;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod waiters;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]

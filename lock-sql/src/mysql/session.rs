@@ -151,7 +151,9 @@ impl MySqlBackend {
             Hold::Advisory { key, connection } => {
                 (connection, format!("{limit}; SELECT IFNULL(IS_USED_LOCK({key}) = CONNECTION_ID(), 0)"))
             }
-            Hold::Table { .. } => unreachable!("a session lease"),
+            Hold::Table { .. } | Hold::ReadWrite { .. } | Hold::Permit { .. } => {
+                unreachable!("a mutex session lease")
+            }
         };
         match connection.get().try_run(&check) {
             Ok(results) => {
@@ -172,7 +174,9 @@ impl MySqlBackend {
             Hold::Advisory { key, connection } => {
                 (connection, format!("SELECT RELEASE_LOCK({key}); {RESET_IDLE_LIMIT}"))
             }
-            Hold::Table { .. } => unreachable!("a session lease"),
+            Hold::Table { .. } | Hold::ReadWrite { .. } | Hold::Permit { .. } => {
+                unreachable!("a mutex session lease")
+            }
         };
         match connection.get().broken() {
             None => {}
