@@ -36,7 +36,7 @@ use crate::queue_wait::{granted_after, micros, Wait};
 use crate::session_connection::SessionConnection;
 
 /// Resets the session's idle limit (after a release or a refused attempt).
-const RESET_IDLE_LIMIT: &str = "SET SESSION wait_timeout = @@GLOBAL.wait_timeout";
+pub(crate) const RESET_IDLE_LIMIT: &str = "SET SESSION wait_timeout = @@GLOBAL.wait_timeout";
 
 /// A granted attempt: the lease, and the earliest the server can have granted it
 /// ([`granted_after`]).
