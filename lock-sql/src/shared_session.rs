@@ -15,6 +15,9 @@ use crate::session_connection::{EndSession, SessionConnection};
 
 type Cell<C> = Mutex<SessionConnection<C>>;
 
+/// Write leases' sessions by (name, owner token in hex).
+type BySessionKey<C> = HashMap<(String, String), Weak<Cell<C>>>;
+
 /// A session connection held by one or more read-write leases. The last lease to let go gives
 /// the connection back (or, dropped, ends the session, as [`SessionConnection`] does).
 pub(crate) struct SharedSession<C: EndSession>(Arc<Cell<C>>);
@@ -48,7 +51,7 @@ impl<C: EndSession> SharedSession<C> {
 
 /// The sessions of write leases by (name, owner token in hex): where a read asked under a write
 /// lease's owner finds the session to share. Holds no session alive by itself.
-pub(crate) struct Writers<C: EndSession>(Mutex<HashMap<(String, String), Weak<Cell<C>>>>);
+pub(crate) struct Writers<C: EndSession>(Mutex<BySessionKey<C>>);
 
 impl<C: EndSession> Default for Writers<C> {
     fn default() -> Self {
@@ -57,7 +60,7 @@ impl<C: EndSession> Default for Writers<C> {
 }
 
 impl<C: EndSession> Writers<C> {
-    fn map(&self) -> MutexGuard<'_, HashMap<(String, String), Weak<Cell<C>>>> {
+    fn map(&self) -> MutexGuard<'_, BySessionKey<C>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -103,7 +106,7 @@ mod tests {
         let read = writers.find("n", "o").expect("registered");
         assert!(writers.find("n", "other").is_none());
         assert!(write.is_shared());
-        let write = write.into_only().expect_err("the read shares it");
+        let Err(write) = write.into_only() else { panic!("the read shares it") };
         writers.remove("n", "o");
         drop(write);
         assert!(!read.is_shared());

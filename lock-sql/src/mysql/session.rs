@@ -306,7 +306,7 @@ mod server_tests {
     fn session_id(lease: &mut MySqlLease) -> u32 {
         match &mut lease.hold {
             Hold::Advisory { connection, .. } | Hold::Row { connection } => connection.get().id(),
-            Hold::Table { .. } => unreachable!(),
+            Hold::Table { .. } | Hold::ReadWrite { .. } | Hold::Permit { .. } => unreachable!(),
         }
     }
 
