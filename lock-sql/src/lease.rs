@@ -1,7 +1,10 @@
 //! What the SQL backends' leases share: the [`Hold`] (lock-table owner, or a connection whose
 //! session holds the lock), and the public lease types' fields, accessors and `Debug` output.
 
+use lock_core::Access;
+
 use crate::session_connection::{EndSession, SessionConnection};
+use crate::shared_session::SharedSession;
 
 /// How a lease holds its lock. `C` is the database's pooled connection, `K` its advisory-lock
 /// key.
@@ -12,6 +15,11 @@ pub(crate) enum Hold<C: EndSession, K> {
     Row { connection: SessionConnection<C> },
     /// An advisory lock held by the connection's session.
     Advisory { key: K, connection: SessionConnection<C> },
+    /// A read-write lock held by a session (row or advisory kind), under this owner token (in
+    /// hex): a writer's session is shared with the read lease its owner asks for (a downgrade).
+    ReadWrite { access: Access, owner: String, session: SharedSession<C> },
+    /// A semaphore permit: this owner token's entry in the permits table.
+    Permit { owner: String },
 }
 
 impl<C: EndSession, K> Hold<C, K> {
@@ -20,6 +28,9 @@ impl<C: EndSession, K> Hold<C, K> {
             Hold::Table { .. } => "table",
             Hold::Row { .. } => "row",
             Hold::Advisory { .. } => "advisory",
+            Hold::ReadWrite { access: Access::Read, .. } => "read",
+            Hold::ReadWrite { access: Access::Write, .. } => "write",
+            Hold::Permit { .. } => "permit",
         }
     }
 }

@@ -9,6 +9,20 @@
 //! | row lock | open transaction on an owned connection | `SELECT … FOR UPDATE` by primary key | sequence | the database's lock queue |
 //! | advisory | session lock on an owned connection | `pg_try_advisory_lock(hash)`, `GET_LOCK` | sequence | the database's lock queue |
 //!
+//! Read-write locks and semaphores (issue 20), per kind:
+//!
+//! | kind | read-write lock | writers not starved by | semaphore |
+//! | --- | --- | --- | --- |
+//! | PostgreSQL table | none (one owner per row) | — | permits table (leases) |
+//! | PostgreSQL row | `FOR SHARE`/`FOR UPDATE` behind a gate row | the gate, closed by a waiting writer | permits table |
+//! | PostgreSQL advisory | `pg_advisory_lock_shared`/`pg_advisory_lock` (two-`integer` keys) | the lock manager (new requests queue behind waiting ones) | permits table |
+//! | MySQL/MariaDB table | none (one owner per row) | — | permits table |
+//! | MySQL/MariaDB row | `LOCK IN SHARE MODE`/`FOR UPDATE` | InnoDB (new requests queue behind waiting ones) | permits table |
+//! | MySQL/MariaDB advisory | none (`GET_LOCK` has no shared mode) | — | permits table |
+//!
+//! A writer's own read (a downgrade) shares the writer's session; on MySQL the lock stays
+//! exclusive until that read ends (InnoDB keeps record locks to the transaction's end).
+//!
 //! Every call is bounded: connecting by the connect timeout, each statement by the I/O timeout
 //! (plus the wait itself for a statement that waits in the server's lock queue: a timed wait is
 //! one statement until its deadline, so it keeps its place in the queue; `lock()` without a
@@ -81,6 +95,8 @@ mod lease;
 mod queue_wait;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod session_connection;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod shared_session;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod waiters;
 

@@ -18,7 +18,9 @@ mod doorbell;
 pub(crate) mod error;
 mod lease;
 mod pool;
+mod read_write;
 pub(crate) mod schema;
+mod semaphore;
 mod session;
 mod table;
 mod wait;
@@ -32,11 +34,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    check_lease, DistributedLock, Extension, Fencing, FencingToken, HoldKind, LockName, NativeWait,
-    OwnerToken, Result,
+    check_lease, Access, Acquired, DistributedLock, Extension, Fencing, FencingToken, HoldKind, LockName,
+    NativeWait, OwnerToken, Permits, ReadWrite, Request, Result,
 };
 
 use crate::queue_wait::Wait;
+use connection::MyConnection;
 use error::BACKEND;
 use lease::Hold;
 use pool::MyPool;
@@ -110,6 +113,8 @@ pub(crate) struct Inner {
     pub(crate) namespace: String,
     /// The URL without its password, for `Debug`.
     pub(crate) address: String,
+    /// The sessions of this client's write leases, for their owners' reads (downgrades).
+    pub(crate) writers: crate::shared_session::Writers<MyConnection>,
 }
 
 /// The longest `GET_LOCK` name MySQL 8 takes (MariaDB takes 192 bytes).
@@ -237,6 +242,8 @@ impl DistributedLock for MySqlBackend {
         match &lease.hold {
             Hold::Table { .. } => self.table_extend(lease, ttl),
             Hold::Row { .. } | Hold::Advisory { .. } => self.session_alive(lease, ttl),
+            Hold::ReadWrite { .. } => self.rw_alive(lease, ttl),
+            Hold::Permit { .. } => self.permit_extend(lease, ttl),
         }
     }
 
@@ -261,6 +268,8 @@ impl DistributedLock for MySqlBackend {
         match lease.hold {
             Hold::Table { .. } => self.table_release(&lease),
             Hold::Row { .. } | Hold::Advisory { .. } => self.session_release(lease),
+            Hold::ReadWrite { .. } => self.rw_release(lease),
+            Hold::Permit { .. } => self.permit_release(&lease),
         }
     }
 
@@ -272,6 +281,48 @@ impl DistributedLock for MySqlBackend {
 
     fn fencing(&self) -> Option<&dyn Fencing<Lease = MySqlLease>> {
         Some(self)
+    }
+
+    fn read_write(&self) -> Option<&dyn ReadWrite<Lease = MySqlLease>> {
+        match self.inner.kind {
+            MySqlLockKind::Row => Some(self),
+            MySqlLockKind::Table | MySqlLockKind::Advisory => None,
+        }
+    }
+
+    fn permits(&self) -> Option<&dyn Permits<Lease = MySqlLease>> {
+        Some(self)
+    }
+
+    fn missing_abilities(&self) -> Option<&'static str> {
+        match self.inner.kind {
+            MySqlLockKind::Table => Some(
+                "the lock-table kind keeps one owner per name: no read-write lock (the row kind has \
+                 them)",
+            ),
+            MySqlLockKind::Advisory => Some("GET_LOCK has no shared mode: no read-write lock"),
+            MySqlLockKind::Row => None,
+        }
+    }
+}
+
+/// The row kind: `LOCK IN SHARE MODE`/`FOR UPDATE` (`read_write.rs`).
+impl ReadWrite for MySqlBackend {
+    fn acquire_rw(&self, request: &Request<'_>, access: Access) -> Result<Option<Acquired<MySqlLease>>> {
+        match self.inner.kind {
+            MySqlLockKind::Row => self.row_rw(request, access),
+            MySqlLockKind::Table | MySqlLockKind::Advisory => Err(lock_core::Error::Unsupported {
+                backend: BACKEND,
+                feature: "read-write locks on the lock-table and advisory kinds",
+            }),
+        }
+    }
+}
+
+/// Every kind: the permits table (`semaphore.rs`).
+impl Permits for MySqlBackend {
+    fn acquire_permit(&self, request: &Request<'_>, permits: u32) -> Result<Option<Acquired<MySqlLease>>> {
+        self.acquire_permit_polling(request, permits)
     }
 }
 

@@ -33,6 +33,19 @@
 //! -- Fencing tokens of the row and advisory kinds (MariaDB >= 10.3). A sequence is not rolled
 //! -- back: a holder whose connection is killed cannot hand its token to the next holder.
 //! CREATE SEQUENCE IF NOT EXISTS distlock_locks_fence;
+//! -- Read-write locks of the row kind: one row per name, apart from the mutex's rows (an RW
+//! -- lock "x" never contends with the mutex "x"), inserted before the name's first lock.
+//! CREATE TABLE IF NOT EXISTS distlock_locks_rw (
+//!     name VARBINARY(255) NOT NULL PRIMARY KEY) ENGINE=InnoDB;
+//! -- Semaphores (every kind; see `semaphore.rs`): per name, a header row (owner = '') with the
+//! -- count its holders use and the fence counter, and one row per permit with its expiry.
+//! CREATE TABLE IF NOT EXISTS distlock_locks_sem (
+//!     name       VARBINARY(255) NOT NULL,
+//!     owner      VARBINARY(64)  NOT NULL,
+//!     permits    INT            NOT NULL,
+//!     fence      BIGINT         NOT NULL,
+//!     expires_at DATETIME(6)    NOT NULL,
+//!     PRIMARY KEY (name, owner)) ENGINE=InnoDB;
 //! ```
 
 use std::fmt::Write as _;
@@ -68,10 +81,12 @@ pub(crate) struct Tables {
     rows: String,
     fence: String,
     queue: String,
+    rw: String,
+    sem: String,
     /// Lock table: a free lock goes to the oldest waiter (else to whoever asks first).
     fair: bool,
-    /// The four names, unquoted (validated identifiers).
-    names: [String; 4],
+    /// The six names, unquoted (validated identifiers).
+    names: [String; 6],
 }
 
 /// The current time on the database clock, constant within a statement.
@@ -86,38 +101,44 @@ impl Tables {
         let rows = table.derived("_rows", MAX_IDENTIFIER)?;
         let fence = table.derived("_fence", MAX_IDENTIFIER)?;
         let queue = table.derived("_queue", MAX_IDENTIFIER)?;
+        let rw = table.derived("_rw", MAX_IDENTIFIER)?;
+        let sem = table.derived("_sem", MAX_IDENTIFIER)?;
         Ok(Self {
             locks: format!("`{t}`"),
             rows: format!("`{}`", rows.as_str()),
             fence: format!("`{}`", fence.as_str()),
             queue: format!("`{}`", queue.as_str()),
+            rw: format!("`{}`", rw.as_str()),
+            sem: format!("`{}`", sem.as_str()),
             fair,
             names: [
                 t.to_owned(),
                 rows.as_str().to_owned(),
                 fence.as_str().to_owned(),
                 queue.as_str().to_owned(),
+                rw.as_str().to_owned(),
+                sem.as_str().to_owned(),
             ],
         })
     }
 
     /// How many rows [`existing`](Self::existing) lists when the schema is up to date.
-    pub(crate) const COUNT: usize = 5;
+    pub(crate) const COUNT: usize = 7;
 
     /// Which of the tables (and the sequence) exist in the current database (sequences are
     /// listed as tables), and the lock table's newest column.
     pub(crate) fn existing(&self) -> String {
-        let [locks, rows, fence, queue] = &self.names;
+        let [locks, rows, fence, queue, rw, sem] = &self.names;
         format!(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() \
-             AND table_name IN ('{locks}', '{rows}', '{fence}', '{queue}') \
+             AND table_name IN ('{locks}', '{rows}', '{fence}', '{queue}', '{rw}', '{sem}') \
              UNION ALL SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() \
              AND table_name = '{locks}' AND column_name = 'ring_until'"
         )
     }
 
     pub(crate) fn ddl(&self) -> String {
-        let Self { locks, rows, fence, queue, .. } = self;
+        let Self { locks, rows, fence, queue, rw, sem, .. } = self;
         format!(
             "CREATE TABLE IF NOT EXISTS {locks} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
              owner VARBINARY(64) NOT NULL, hold_count INT NOT NULL, fence BIGINT NOT NULL, \
@@ -130,7 +151,11 @@ impl Tables {
              CREATE SEQUENCE IF NOT EXISTS {fence}; \
              CREATE TABLE IF NOT EXISTS {queue} (seq BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, \
              name VARBINARY(255) NOT NULL, waiter BIGINT UNSIGNED NOT NULL, until DATETIME(6) NOT NULL, \
-             UNIQUE KEY name_waiter (name, waiter)) ENGINE=InnoDB"
+             UNIQUE KEY name_waiter (name, waiter)) ENGINE=InnoDB; \
+             CREATE TABLE IF NOT EXISTS {rw} (name VARBINARY(255) NOT NULL PRIMARY KEY) ENGINE=InnoDB; \
+             CREATE TABLE IF NOT EXISTS {sem} (name VARBINARY(255) NOT NULL, owner VARBINARY(64) NOT NULL, \
+             permits INT NOT NULL, fence BIGINT NOT NULL, expires_at DATETIME(6) NOT NULL, \
+             PRIMARY KEY (name, owner)) ENGINE=InnoDB"
         )
     }
 
@@ -409,6 +434,92 @@ impl Tables {
 }
 
 /// Reads the server's clock before a wait (see [`WAITED`]).
+impl Tables {
+    /// Read-write lock (row kind): the transaction and the locking read of the name's row in the
+    /// read-write table (`LOCK IN SHARE MODE` for a read: MariaDB has no `FOR SHARE`, MySQL 8
+    /// takes both), with the fence and the µs waited; no row when the row is absent. Waits as
+    /// [`lock_row`](Self::lock_row).
+    pub(crate) fn lock_rw_row(
+        &self,
+        name: &str,
+        write: bool,
+        wait: Option<Duration>,
+        idle_secs: u64,
+    ) -> String {
+        let Self { rw, fence, .. } = self;
+        let mode = if write { "FOR UPDATE" } else { "LOCK IN SHARE MODE" };
+        let select = match wait {
+            None => format!("SELECT NEXTVAL({fence}), 0 FROM {rw} WHERE name = {name} {mode} NOWAIT"),
+            Some(wait) => format!(
+                "SET STATEMENT innodb_lock_wait_timeout = {}, max_statement_time = {} FOR \
+                 SELECT NEXTVAL({fence}), {WAITED} FROM {rw} WHERE name = {name} {mode}",
+                wait.as_secs() + u64::from(wait.subsec_nanos() > 0),
+                seconds(wait)
+            ),
+        };
+        format!("{START_CLOCK}; START TRANSACTION; {select}; SET SESSION wait_timeout = {idle_secs}")
+    }
+
+    /// Inserts the name's read-write row if absent (as [`insert_row`](Self::insert_row)).
+    pub(crate) fn insert_rw_row(&self, name: &str) -> String {
+        format!(
+            "SET STATEMENT innodb_lock_wait_timeout = 1, max_statement_time = {} FOR \
+             INSERT IGNORE INTO {} (name) VALUES ({name})",
+            seconds(INSERT_WAIT),
+            self.rw
+        )
+    }
+
+    /// A fence from the sequence.
+    pub(crate) fn next_fence(&self) -> String {
+        format!("SELECT NEXTVAL({})", self.fence)
+    }
+
+    /// Semaphore: one permit of `permits` for `owner` (hex literals), in one transaction that
+    /// the header row's lock orders per name (READ COMMITTED: each read sees the permits
+    /// committed before it). The last statement returns (granted, fence, the holders' count,
+    /// how many hold).
+    pub(crate) fn acquire_permit(&self, name: &str, owner: &str, permits: u32, ttl: Duration) -> String {
+        let sem = &self.sem;
+        let us = micros(ttl);
+        format!(
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION; \
+             INSERT INTO {sem} (name, owner, permits, fence, expires_at) VALUES ({name}, X'', {permits}, 0, {NOW}) \
+               ON DUPLICATE KEY UPDATE fence = fence; \
+             SELECT COUNT(*) INTO @distlock_live FROM {sem} \
+               WHERE name = {name} AND owner <> X'' AND expires_at >= {NOW}; \
+             SELECT permits INTO @distlock_held FROM {sem} WHERE name = {name} AND owner = X''; \
+             SET @distlock_takes = (@distlock_live = 0 OR (@distlock_held = {permits} AND @distlock_live < {permits})); \
+             DELETE FROM {sem} WHERE name = {name} AND owner <> X'' AND expires_at < {NOW}; \
+             UPDATE {sem} SET permits = IF(@distlock_takes, {permits}, permits), \
+               fence = fence + IF(@distlock_takes, 1, 0) WHERE name = {name} AND owner = X''; \
+             INSERT INTO {sem} (name, owner, permits, fence, expires_at) \
+               SELECT {name}, {owner}, {permits}, 0, {NOW} + INTERVAL {us} MICROSECOND FROM DUAL WHERE @distlock_takes; \
+             COMMIT; \
+             SELECT @distlock_takes + 0, fence, @distlock_held, @distlock_live FROM {sem} \
+               WHERE name = {name} AND owner = X''"
+        )
+    }
+
+    /// Semaphore: extends `owner`'s valid permit (affected rows: 1 when it did).
+    pub(crate) fn extend_permit(&self, name: &str, owner: &str, ttl: Duration) -> String {
+        format!(
+            "UPDATE {} SET expires_at = {NOW} + INTERVAL {} MICROSECOND \
+             WHERE name = {name} AND owner = {owner} AND owner <> X'' AND expires_at >= {NOW}",
+            self.sem,
+            micros(ttl)
+        )
+    }
+
+    /// Semaphore: releases `owner`'s valid permit (affected rows: 1 when it did).
+    pub(crate) fn release_permit(&self, name: &str, owner: &str) -> String {
+        format!(
+            "DELETE FROM {} WHERE name = {name} AND owner = {owner} AND owner <> X'' AND expires_at >= {NOW}",
+            self.sem
+        )
+    }
+}
+
 const START_CLOCK: &str = "SET @distlock_t0 = SYSDATE(6)";
 
 /// Microseconds since [`START_CLOCK`], read in the select list of the granting statement (after

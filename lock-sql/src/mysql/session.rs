@@ -36,7 +36,7 @@ use crate::queue_wait::{granted_after, micros, Wait};
 use crate::session_connection::SessionConnection;
 
 /// Resets the session's idle limit (after a release or a refused attempt).
-const RESET_IDLE_LIMIT: &str = "SET SESSION wait_timeout = @@GLOBAL.wait_timeout";
+pub(crate) const RESET_IDLE_LIMIT: &str = "SET SESSION wait_timeout = @@GLOBAL.wait_timeout";
 
 /// A granted attempt: the lease, and the earliest the server can have granted it
 /// ([`granted_after`]).
@@ -151,7 +151,9 @@ impl MySqlBackend {
             Hold::Advisory { key, connection } => {
                 (connection, format!("{limit}; SELECT IFNULL(IS_USED_LOCK({key}) = CONNECTION_ID(), 0)"))
             }
-            Hold::Table { .. } => unreachable!("a session lease"),
+            Hold::Table { .. } | Hold::ReadWrite { .. } | Hold::Permit { .. } => {
+                unreachable!("a mutex session lease")
+            }
         };
         match connection.get().try_run(&check) {
             Ok(results) => {
@@ -172,7 +174,9 @@ impl MySqlBackend {
             Hold::Advisory { key, connection } => {
                 (connection, format!("SELECT RELEASE_LOCK({key}); {RESET_IDLE_LIMIT}"))
             }
-            Hold::Table { .. } => unreachable!("a session lease"),
+            Hold::Table { .. } | Hold::ReadWrite { .. } | Hold::Permit { .. } => {
+                unreachable!("a mutex session lease")
+            }
         };
         match connection.get().broken() {
             None => {}
@@ -302,7 +306,7 @@ mod server_tests {
     fn session_id(lease: &mut MySqlLease) -> u32 {
         match &mut lease.hold {
             Hold::Advisory { connection, .. } | Hold::Row { connection } => connection.get().id(),
-            Hold::Table { .. } => unreachable!(),
+            Hold::Table { .. } | Hold::ReadWrite { .. } | Hold::Permit { .. } => unreachable!(),
         }
     }
 

@@ -92,6 +92,12 @@ impl MySqlBackend {
     pub(crate) fn table_extend_many(&self, batch: &mut [Extension<'_, MySqlLease>]) -> Vec<Result<bool>> {
         let mut outcomes: Vec<Option<Result<bool>>> =
             batch.iter().map(|item| lock_core::check_lease(item.ttl).err().map(Err)).collect();
+        // Permits of the same client are extended one by one.
+        for (item, outcome) in batch.iter_mut().zip(&mut outcomes) {
+            if outcome.is_none() && !matches!(item.lease.hold, Hold::Table { .. }) {
+                *outcome = Some(lock_core::DistributedLock::extend(self, item.lease, item.ttl));
+            }
+        }
         let valid: Vec<usize> = (0..batch.len()).filter(|&index| outcomes[index].is_none()).collect();
         for chunk in valid.chunks(BATCH) {
             let items: Vec<(String, String, Duration)> = chunk

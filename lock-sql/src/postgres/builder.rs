@@ -62,6 +62,7 @@ impl PostgresLockBuilder {
                 fair: self.settings.fair,
                 namespace: self.settings.namespace,
                 address,
+                writers: Default::default(),
             }),
         })
     }

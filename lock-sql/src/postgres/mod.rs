@@ -11,8 +11,11 @@ pub(crate) mod error;
 mod lease;
 mod listener;
 mod pool;
+mod read_write;
+mod row_read_write;
 pub(crate) mod runtime;
 mod schema;
+mod semaphore;
 mod session;
 mod table;
 mod wait;
@@ -29,15 +32,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    check_lease, DistributedLock, Extension, Fencing, FencingToken, HoldKind, LockName, NativeWait,
-    OwnerToken, Result,
+    check_lease, Access, Acquired, DistributedLock, Extension, Fencing, FencingToken, HoldKind, LockName,
+    NativeWait, OwnerToken, Permits, ReadWrite, Request, Result,
 };
 
 use crate::queue_wait::Wait;
 use error::BACKEND;
 use lease::Hold;
 use listener::Listener;
-use pool::PgPool;
+use pool::{PgPool, PooledPg};
 use schema::Tables;
 
 /// Which kind of lock a [`PostgresBackend`] takes.
@@ -105,6 +108,8 @@ pub(crate) struct Inner {
     pub(crate) namespace: String,
     /// The URL without its password, for `Debug`.
     pub(crate) address: String,
+    /// The sessions of this client's write leases, for their owners' reads (downgrades).
+    pub(crate) writers: crate::shared_session::Writers<PooledPg>,
 }
 
 impl PostgresBackend {
@@ -223,6 +228,8 @@ impl DistributedLock for PostgresBackend {
         match &lease.hold {
             Hold::Table { .. } => self.table_extend(lease, ttl),
             Hold::Row { .. } | Hold::Advisory { .. } => self.session_alive(lease, ttl),
+            Hold::ReadWrite { .. } => self.rw_alive(lease, ttl),
+            Hold::Permit { .. } => self.permit_extend(lease, ttl),
         }
     }
 
@@ -247,6 +254,8 @@ impl DistributedLock for PostgresBackend {
         match lease.hold {
             Hold::Table { .. } => self.table_release(&lease),
             Hold::Row { .. } | Hold::Advisory { .. } => self.session_release(lease),
+            Hold::ReadWrite { .. } => self.rw_release(lease),
+            Hold::Permit { .. } => self.permit_release(&lease),
         }
     }
 
@@ -256,6 +265,49 @@ impl DistributedLock for PostgresBackend {
 
     fn fencing(&self) -> Option<&dyn Fencing<Lease = PostgresLease>> {
         Some(self)
+    }
+
+    fn read_write(&self) -> Option<&dyn ReadWrite<Lease = PostgresLease>> {
+        match self.inner.kind {
+            PostgresLockKind::Table => None,
+            PostgresLockKind::Row | PostgresLockKind::Advisory => Some(self),
+        }
+    }
+
+    fn permits(&self) -> Option<&dyn Permits<Lease = PostgresLease>> {
+        Some(self)
+    }
+
+    fn missing_abilities(&self) -> Option<&'static str> {
+        match self.inner.kind {
+            PostgresLockKind::Table => Some(
+                "the lock-table kind keeps one owner per name: no read-write lock (the row and \
+                 advisory kinds have them)",
+            ),
+            PostgresLockKind::Row | PostgresLockKind::Advisory => None,
+        }
+    }
+}
+
+/// The advisory kind: `pg_advisory_lock_shared`/`pg_advisory_lock` (`read_write.rs`); the row
+/// kind: `FOR SHARE`/`FOR UPDATE` (`row_read_write.rs`).
+impl ReadWrite for PostgresBackend {
+    fn acquire_rw(&self, request: &Request<'_>, access: Access) -> Result<Option<Acquired<PostgresLease>>> {
+        match self.inner.kind {
+            PostgresLockKind::Advisory => self.advisory_rw(request, access),
+            PostgresLockKind::Row => self.row_rw(request, access),
+            PostgresLockKind::Table => Err(lock_core::Error::Unsupported {
+                backend: BACKEND,
+                feature: "read-write locks on the lock-table kind",
+            }),
+        }
+    }
+}
+
+/// Every kind: the permits table (`semaphore.rs`).
+impl Permits for PostgresBackend {
+    fn acquire_permit(&self, request: &Request<'_>, permits: u32) -> Result<Option<Acquired<PostgresLease>>> {
+        self.acquire_permit_polling(request, permits)
     }
 }
 

@@ -18,10 +18,27 @@
 //! -- Fencing tokens of the row and advisory kinds. A sequence is never rolled back: a holder
 //! -- whose connection is killed cannot hand its token to the next holder.
 //! CREATE SEQUENCE IF NOT EXISTS distlock_locks_fence;
+//! -- Semaphores (every kind): one row per name, with the count its holders use and their
+//! -- permits, `<expires, ms since the epoch>:<owner>` each (see `semaphore.rs`).
+//! CREATE TABLE IF NOT EXISTS distlock_locks_sem (
+//!     name    text COLLATE "C" PRIMARY KEY,
+//!     permits integer NOT NULL,
+//!     fence   bigint NOT NULL,
+//!     holders text[] NOT NULL);
+//! -- Read-write locks of the row kind: three rows per name (the lock, a gate, the writers'
+//! -- turn; see `row_read_write.rs`), inserted before the name's first lock.
+//! CREATE TABLE IF NOT EXISTS distlock_locks_rw (
+//!     name text COLLATE "C" NOT NULL,
+//!     part smallint NOT NULL,
+//!     PRIMARY KEY (name, part));
 //! ```
+//!
+//! Read-write locks of the advisory kind use advisory keys only, no table.
 
-use lock_core::Result;
+use lock_core::{Access, Result};
 
+use super::read_write::mode_suffix;
+use super::row_read_write::RowReadWriteStatements;
 use super::waiter_queue::{contains, entry, head, noted, without};
 use crate::identifier::TableName;
 
@@ -61,6 +78,30 @@ pub(crate) struct Tables {
     /// The setting that limits an advisory holder's idle session: `idle_session_timeout`, or on
     /// servers before PostgreSQL 14, which lack it, a placeholder of no effect.
     pub(crate) idle_session_setting: &'static str,
+    /// Read-write locks (advisory kind).
+    pub(crate) read_write: ReadWriteStatements,
+    /// Semaphores (every kind).
+    pub(crate) permits: PermitStatements,
+    /// Read-write locks (row kind).
+    pub(crate) row_read_write: RowReadWriteStatements,
+}
+
+/// The advisory kind's read-write statements, indexed by mode (read, write): each returns
+/// (fence, µs waited) when granted, no row when not, and sets the idle limit when granted.
+#[derive(Debug)]
+pub(crate) struct ReadWriteStatements {
+    /// $1, $2 the key's halves, $3 the idle limit in ms.
+    pub(crate) try_lock: [String; 2],
+    /// As `try_lock`, and $4 the `lock_timeout` in ms, for this statement only.
+    pub(crate) wait_lock: [String; 2],
+}
+
+/// The semaphore statements (`semaphore.rs`).
+#[derive(Debug)]
+pub(crate) struct PermitStatements {
+    pub(crate) acquire: String,
+    pub(crate) extend: String,
+    pub(crate) release: String,
 }
 
 impl Tables {
@@ -74,6 +115,8 @@ impl Tables {
         let t = table.double_quoted();
         let rows = table.derived("_rows", MAX_IDENTIFIER)?.double_quoted();
         let fence = table.derived("_fence", MAX_IDENTIFIER)?.double_quoted();
+        let sem = table.derived("_sem", MAX_IDENTIFIER)?.double_quoted();
+        let rw = table.derived("_rw", MAX_IDENTIFIER)?.double_quoted();
         // $1 name, $2 owner, $3 lease in ms. One clock reading per statement: the new row's
         // `acquired_at` (EXCLUDED.acquired_at) is "now" in the conflict branch.
         let now = "EXCLUDED.acquired_at";
@@ -109,7 +152,11 @@ impl Tables {
                  THEN ALTER TABLE {t} ADD COLUMN IF NOT EXISTS waiters text[] NOT NULL DEFAULT '{{}}'; \
                  END IF; END $distlock$; \
                  CREATE TABLE IF NOT EXISTS {rows} (name text COLLATE \"C\" PRIMARY KEY); \
-                 CREATE SEQUENCE IF NOT EXISTS {fence};"
+                 CREATE SEQUENCE IF NOT EXISTS {fence}; \
+                 CREATE TABLE IF NOT EXISTS {sem} (name text COLLATE \"C\" PRIMARY KEY, \
+                 permits integer NOT NULL, fence bigint NOT NULL, holders text[] NOT NULL); \
+                 CREATE TABLE IF NOT EXISTS {rw} (name text COLLATE \"C\" NOT NULL, part smallint NOT NULL, \
+                 PRIMARY KEY (name, part));"
             ),
             acquire: format!(
                 "WITH now AS (SELECT clock_timestamp() AS t) \
@@ -238,6 +285,26 @@ impl Tables {
                  FROM c, LATERAL (SELECT pg_advisory_lock($1) WHERE c.t IS NOT NULL) AS g"
             ),
             idle_session_setting: IDLE_SESSION,
+            read_write: ReadWriteStatements {
+                try_lock: [Access::Read, Access::Write].map(|access| {
+                    format!(
+                        "WITH g AS (SELECT pg_try_advisory_lock{mode}($1, $2) AS granted) \
+                         SELECT nextval('{fence}'), 0::bigint, set_config('{IDLE_SESSION}', $3, false) \
+                         FROM g WHERE g.granted",
+                        mode = mode_suffix(access)
+                    )
+                }),
+                wait_lock: [Access::Read, Access::Write].map(|access| {
+                    format!(
+                        "WITH c AS (SELECT set_config('lock_timeout', $4, true) AS t, clock_timestamp() AS t0) \
+                         SELECT nextval('{fence}'), {WAITED}, set_config('{IDLE_SESSION}', $3, false) \
+                         FROM c, LATERAL (SELECT pg_advisory_lock{mode}($1, $2) WHERE c.t IS NOT NULL) AS g",
+                        mode = mode_suffix(access)
+                    )
+                }),
+            },
+            permits: permit_statements(&sem),
+            row_read_write: RowReadWriteStatements::new(&rw, &fence),
         })
     }
 
@@ -249,6 +316,51 @@ impl Tables {
         self.try_advisory = self.try_advisory.replace(IDLE_SESSION, PLACEHOLDER);
         self.wait_advisory = self.wait_advisory.replace(IDLE_SESSION, PLACEHOLDER);
         self.idle_session_setting = PLACEHOLDER;
+        for sql in self.read_write.try_lock.iter_mut().chain(self.read_write.wait_lock.iter_mut()) {
+            *sql = sql.replace(IDLE_SESSION, PLACEHOLDER);
+        }
+    }
+}
+
+/// The semaphore statements on table `sem` (quoted). A permit is an entry
+/// `<expires, ms since the epoch>:<owner>` in the name's row; every statement works on that one
+/// row, so the row lock orders them, and the conflict branch sees the latest committed row.
+fn permit_statements(sem: &str) -> PermitStatements {
+    let now_ms = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+    let expires = "split_part(e, ':', 1)::bigint";
+    let owner = "split_part(e, ':', 2)";
+    let mine_live =
+        format!("EXISTS (SELECT 1 FROM unnest(holders) AS e WHERE {owner} = $2 AND {expires} >= {now_ms})");
+    PermitStatements {
+        // $1 name, $2 owner, $3 lease in ms, $4 permits. Always writes the row (expired
+        // permits pruned); returns (fence, granted, the holders' count, how many hold).
+        // Granted: nobody holds a permit (a new count may be set), or the count is the same and
+        // one is free.
+        acquire: format!(
+            "INSERT INTO {sem} AS s (name, permits, fence, holders) \
+             VALUES ($1, $4, 1, ARRAY[({now_ms} + $3)::text || ':' || $2]) \
+             ON CONFLICT (name) DO UPDATE SET (permits, fence, holders) = (SELECT \
+               CASE WHEN d.takes THEN EXCLUDED.permits ELSE s.permits END, \
+               CASE WHEN d.takes THEN s.fence + 1 ELSE s.fence END, \
+               CASE WHEN d.takes THEN d.live || EXCLUDED.holders ELSE d.live END \
+             FROM (SELECT l.live, cardinality(l.live) = 0 \
+                 OR (s.permits = EXCLUDED.permits AND cardinality(l.live) < EXCLUDED.permits) AS takes \
+               FROM (SELECT coalesce(array_agg(e), '{{}}') AS live FROM unnest(s.holders) AS e \
+                 WHERE {expires} >= {now_ms}) AS l) AS d) \
+             RETURNING fence, EXISTS (SELECT 1 FROM unnest(holders) AS e WHERE {owner} = $2), \
+               permits, cardinality(holders)"
+        ),
+        // $1 name, $2 owner, $3 lease in ms.
+        extend: format!(
+            "UPDATE {sem} SET holders = ARRAY(SELECT CASE WHEN {owner} = $2 \
+               THEN ({now_ms} + $3)::text || ':' || $2 ELSE e END FROM unnest(holders) AS e) \
+             WHERE name = $1 AND {mine_live} RETURNING 1"
+        ),
+        // $1 name, $2 owner.
+        release: format!(
+            "UPDATE {sem} SET holders = ARRAY(SELECT e FROM unnest(holders) AS e WHERE {owner} <> $2) \
+             WHERE name = $1 AND {mine_live} RETURNING 1"
+        ),
     }
 }
 

@@ -206,7 +206,9 @@ impl PostgresBackend {
             Hold::Advisory { connection, .. } => {
                 (connection.get(), self.inner.tables.idle_session_setting, false)
             }
-            Hold::Table { .. } => unreachable!("a session lease"),
+            Hold::Table { .. } | Hold::ReadWrite { .. } | Hold::Permit { .. } => {
+                unreachable!("a mutex session lease")
+            }
         };
         let sql = format!("SELECT set_config('{setting}', $1, {local})");
         let sql = sql.as_str();
@@ -230,7 +232,9 @@ impl PostgresBackend {
         let (mut connection, key) = match lease.hold {
             Hold::Row { connection } => (connection, None),
             Hold::Advisory { key, connection } => (connection, Some(key)),
-            Hold::Table { .. } => unreachable!("a session lease"),
+            Hold::Table { .. } | Hold::ReadWrite { .. } | Hold::Permit { .. } => {
+                unreachable!("a mutex session lease")
+            }
         };
         let pg = connection.get();
         if pg.is_stalled() {
@@ -305,7 +309,7 @@ impl PostgresBackend {
 
 /// The session's idle limit for a lease of `ttl`, in ms as `set_config` takes it: exactly the
 /// lease (leases are whole milliseconds of at most a day, well within the setting's range).
-fn idle_limit(ttl: Duration) -> String {
+pub(crate) fn idle_limit(ttl: Duration) -> String {
     millis(ttl).max(1).to_string()
 }
 
@@ -315,11 +319,11 @@ fn fence_and_wait(row: &Row) -> Grant {
 }
 
 /// `NOWAIT` refused, or `lock_timeout` ran out: the lock is held by someone else.
-fn is_busy(error: &tokio_postgres::Error) -> bool {
+pub(crate) fn is_busy(error: &tokio_postgres::Error) -> bool {
     error.code() == Some(&SqlState::LOCK_NOT_AVAILABLE)
 }
 
-fn call_error(operation: &'static str, failure: CallFailure) -> Error {
+pub(crate) fn call_error(operation: &'static str, failure: CallFailure) -> Error {
     failure.into_error(operation)
 }
 
@@ -360,6 +364,7 @@ mod server_tests {
                 fair: true,
                 namespace: "distlock".into(),
                 address: String::new(),
+                writers: Default::default(),
             }),
         };
         let ttl = Duration::from_secs(10);

@@ -61,6 +61,12 @@ impl PostgresBackend {
     pub(crate) fn table_extend_many(&self, batch: &mut [Extension<'_, PostgresLease>]) -> Vec<Result<bool>> {
         let mut outcomes: Vec<Option<Result<bool>>> =
             batch.iter().map(|item| lock_core::check_lease(item.ttl).err().map(Err)).collect();
+        // Permits (and read-write leases) of the same client are extended one by one.
+        for (item, outcome) in batch.iter_mut().zip(&mut outcomes) {
+            if outcome.is_none() && !matches!(item.lease.hold, Hold::Table { .. }) {
+                *outcome = Some(lock_core::DistributedLock::extend(self, item.lease, item.ttl));
+            }
+        }
         let valid: Vec<usize> = (0..batch.len()).filter(|&index| outcomes[index].is_none()).collect();
         if valid.is_empty() {
             return outcomes.into_iter().map(|outcome| outcome.unwrap_or(Ok(false))).collect();

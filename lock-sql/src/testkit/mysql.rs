@@ -34,6 +34,12 @@ impl SqlKind for MySqlLockKind {
         true
     }
 
+    fn shared_abilities(self) -> (bool, bool) {
+        // Read-write: row only (`LOCK IN SHARE MODE`/`FOR UPDATE`; `GET_LOCK` has no shared
+        // mode); semaphores: the permits table, every kind.
+        (self == MySqlLockKind::Row, true)
+    }
+
     fn shared_url() -> Result<String, String> {
         shared::mariadb().map(|server| server.address().to_owned()).map_err(|e| e.to_string())
     }

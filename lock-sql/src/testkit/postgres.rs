@@ -32,6 +32,12 @@ impl SqlKind for PostgresLockKind {
         true
     }
 
+    fn shared_abilities(self) -> (bool, bool) {
+        // Read-write: row (`FOR SHARE`/`FOR UPDATE`) and advisory (shared advisory locks);
+        // semaphores: the permits table, every kind.
+        (self != PostgresLockKind::Table, true)
+    }
+
     fn shared_url() -> Result<String, String> {
         shared::postgres().map(|server| server.address().to_owned()).map_err(|e| e.to_string())
     }

@@ -44,6 +44,10 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
     /// Whether the server wakes this kind's waiters ([`NativeWait`](lock_core::NativeWait)).
     fn wakes_waiters(self) -> bool;
 
+    /// Whether this kind has read-write locks ([`ReadWrite`](lock_core::ReadWrite)) and
+    /// semaphores ([`Permits`](lock_core::Permits)).
+    fn shared_abilities(self) -> (bool, bool);
+
     /// The URL of the shared harness server (or the one [`URL_VARIABLE`](Self::URL_VARIABLE)
     /// names).
     ///
@@ -206,7 +210,9 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
     type Backend = K::Backend;
 
     fn abilities(&self) -> lock_testkit::suite::Abilities {
+        let (read_write, permits) = self.kind.shared_abilities();
         lock_testkit::suite::Abilities::fencing_and(self.kind.wakes_waiters())
+            .with_shared(read_write, permits)
     }
 
     fn label(&self) -> String {
