@@ -299,6 +299,10 @@ impl ReadWrite for AnyBackend {
             None => Err(Error::Unsupported { backend: inner.backend_name(), feature: "read-write locks" }),
         })
     }
+
+    fn shares_downgraded_reads(&self) -> bool {
+        each!(self, inner => inner.read_write().is_none_or(|able| able.shares_downgraded_reads()))
+    }
 }
 
 impl Permits for AnyBackend {

@@ -116,6 +116,16 @@ pub trait ReadWrite: DistributedLock {
     /// Acquires `request.name` in `access` mode for `request.owner`, waiting until the
     /// request's deadline; `Ok(None)` if it stayed taken.
     fn acquire_rw(&self, request: &Request<'_>, access: Access) -> Result<Option<Acquired<Self::Lease>>>;
+
+    /// Whether a writer's read lock, once its write lock is released (a downgrade), is shared
+    /// with other readers. `false` where the server cannot give up an exclusive lock while the
+    /// read lives on (InnoDB keeps a transaction's row locks until it ends): the read then stays
+    /// exclusive until released — never two holders, but other readers wait longer.
+    ///
+    /// Defaults to `true`.
+    fn shares_downgraded_reads(&self) -> bool {
+        true
+    }
 }
 
 /// Optional ability: counting semaphores whose permits are leases (Redisson's

@@ -134,6 +134,7 @@ impl<B: DistributedLock> HeldLease<B> {
     /// been told never turns the loss back into a hold.
     pub(crate) fn confirm(&self, sent_at: Instant) {
         let mut valid_until = self.valid_until.lock();
+        // (A release meanwhile settled the signal: it ignores the new expiry.)
         if Instant::now() >= *valid_until {
             return;
         }
@@ -211,8 +212,11 @@ impl<B: DistributedLock> HeldLease<B> {
         }
         match backend.release(lease) {
             // Released in time on the server, but the holder was already told it lost the lock
-            // (the clock-drift margin): its critical section was not covered to the end.
-            Ok(true) if self.is_lost() => Err(Error::NotHeld { name: self.name.clone() }),
+            // (the clock-drift margin, counted by the clock even before the renewal timer
+            // reported it): its critical section was not covered to the end.
+            Ok(true) if self.is_lost() || self.lost.is_lost() => {
+                Err(Error::NotHeld { name: self.name.clone() })
+            }
             Ok(true) => Ok(()),
             Ok(false) => Err(Error::NotHeld { name: self.name.clone() }),
             Err(error) => Err(error),

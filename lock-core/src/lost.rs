@@ -33,6 +33,8 @@ struct State {
     fired: bool,
     /// When the hold counts as lost unless confirmed again; `None` once released (or never held).
     expires: Option<Instant>,
+    /// Released: no expiry counts any more (a renewal confirmed after the release sets none).
+    settled: bool,
 }
 
 impl State {
@@ -83,8 +85,11 @@ impl LostSignal {
 
     /// Sets when the hold counts as lost unless confirmed again.
     pub(crate) fn set_expiry(&self, expires: Instant) {
-        self.inner.state.lock().expires = Some(expires);
-        self.inner.changed.notify_all();
+        let mut state = self.inner.state.lock();
+        if !state.settled {
+            state.expires = Some(expires);
+            self.inner.changed.notify_all();
+        }
     }
 
     /// The hold ended (released): a loss the clock already counted stays reported; no later one
@@ -93,6 +98,7 @@ impl LostSignal {
         let mut state = self.inner.state.lock();
         state.fired = state.is_lost(Instant::now());
         state.expires = None;
+        state.settled = true;
     }
 }
 
@@ -131,6 +137,7 @@ mod tests {
         let released = LostSignal::new();
         released.set_expiry(Instant::now() + Duration::from_millis(10));
         released.settle();
+        released.set_expiry(Instant::now() + Duration::from_millis(5)); // a late renewal's
         std::thread::sleep(Duration::from_millis(20));
         assert!(!released.is_lost(), "a hold released in time is not lost by the clock later");
     }

@@ -28,7 +28,7 @@ use redis::Value;
 use crate::error;
 use crate::keys::RedisKeys;
 use crate::lua::LockScripts;
-use crate::single_node::{RedisBackend, RedisLease, QUEUE_ENTRY_TTL};
+use crate::single_node::{RedisBackend, RedisLease, Shape, QUEUE_ENTRY_TTL};
 use crate::topology::Node;
 
 /// The clean-up threads' name, one per backend with undos pending (Linux shows 15 bytes of a
@@ -115,6 +115,10 @@ struct CleanupState {
 /// have run out anyway.
 pub(crate) fn release_in_background(backend: &RedisBackend, lease: RedisLease, why: &'static str) {
     let give_up_at = Instant::now() + lease.lease;
+    if lease.shape != Shape::Mutex {
+        release_shaped_in_background(backend, lease, give_up_at, why);
+        return;
+    }
     let job = Job { undo: Undo::Release, keys: lease.keys, token: lease.token, give_up_at, why };
     schedule(backend, job);
 }
@@ -130,6 +134,39 @@ pub(crate) fn leave_queue_in_background(
     let give_up_at = Instant::now() + QUEUE_ENTRY_TTL;
     let job = Job { undo: Undo::LeaveQueue, keys: keys.clone(), token, give_up_at, why };
     schedule(backend, job);
+}
+
+/// A read-write or permit grant, given back by a thread of its own (a rare path: a failed
+/// acquisition or `WAIT`), with the same retries as the mutex's jobs.
+fn release_shaped_in_background(
+    backend: &RedisBackend,
+    lease: RedisLease,
+    give_up_at: Instant,
+    why: &'static str,
+) {
+    let backend = backend.clone();
+    let spawned = thread::Builder::new().name(NAME.into()).spawn(move || {
+        let mut pause = FIRST_PAUSE;
+        while Instant::now() < give_up_at {
+            match backend.release_in_place(&lease) {
+                Ok(()) => {
+                    tracing::debug!(why, "cleaned up after a failed call");
+                    return;
+                }
+                Err(error) if error.is_retryable() => {
+                    thread::sleep(pause.min(give_up_at.saturating_duration_since(Instant::now())));
+                    pause = (pause * 2).min(MAX_PAUSE);
+                }
+                Err(error) => {
+                    tracing::warn!(why, %error, "the server refused a clean-up");
+                    return;
+                }
+            }
+        }
+    });
+    if let Err(error) = spawned {
+        tracing::warn!(why, %error, "no thread for a clean-up; the grant runs out with its lease");
+    }
 }
 
 fn schedule(backend: &RedisBackend, job: Job) {

@@ -8,8 +8,9 @@ mod shared_modes;
 mod uncontended;
 mod wait;
 
+use lease::LeaseWatch;
 pub use lease::RedisLease;
-use lease::{LeaseWatch, Shape};
+pub(crate) use lease::Shape;
 pub(crate) use replication::ReplicaWait;
 pub(crate) use wait::QUEUE_ENTRY_TTL;
 
@@ -421,6 +422,17 @@ impl RedisBackend {
             let (script, command) = self.release_command(lease);
             script.query(c, &command)
         })
+    }
+
+    /// Releases `lease` without consuming it (the clean-up thread's retries).
+    ///
+    /// # Errors
+    /// As [`DistributedLock::release`].
+    pub(crate) fn release_in_place(&self, lease: &RedisLease) -> Result<()> {
+        self.routed(&lease.keys, |hop| {
+            self.release_on(&mut hop.connection()?, lease).map_err(|e| error::map("release", e))
+        })
+        .map(drop)
     }
 
     /// The script and command that release `lease`, whatever it holds.

@@ -40,7 +40,8 @@ impl RedisBackend {
                 // still owe the WAIT reply) and another thread — this one holds a pooled
                 // connection, and with a pool of one a second checkout here would wait in vain.
                 let copy =
-                    RedisLease::possible_grant(&lease.name, &lease.keys, lease.token.clone(), lease.lease);
+                    RedisLease::possible_grant(&lease.name, &lease.keys, lease.token.clone(), lease.lease)
+                        .with_shape(lease.shape);
                 cleanup::release_in_background(self, copy, "WAIT failed");
                 return Err(error::map("wait for replicas", e));
             }

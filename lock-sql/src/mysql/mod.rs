@@ -317,6 +317,11 @@ impl ReadWrite for MySqlBackend {
             }),
         }
     }
+
+    /// InnoDB keeps the writer's exclusive row lock until its transaction ends (`read_write.rs`).
+    fn shares_downgraded_reads(&self) -> bool {
+        false
+    }
 }
 
 /// Every kind: the permits table (`semaphore.rs`).
