@@ -356,6 +356,7 @@ pub fn parse_url_opts(url: &str, options: &ConnectOptions) -> Result<AnyBackend>
 }
 
 /// Applies the options that are set to a builder, through its setters of the same names.
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper"))]
 macro_rules! apply {
     ($builder:expr, $options:expr, $($setting:ident),*) => {{
         let mut builder = $builder;

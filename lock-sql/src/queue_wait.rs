@@ -1,8 +1,37 @@
 //! What the row and advisory kinds of both databases share about one attempt on the server's
 //! lock queue: how long it may wait ([`Wait`]), what to do when the pool is exhausted
-//! ([`Checkout`]), and from when the hold it wins is counted ([`granted_after`]).
+//! ([`Checkout`]), and from when the hold it wins is counted ([`granted_after`]); and the loop
+//! of such attempts up to a deadline ([`in_queue_until`]).
 
 use std::time::{Duration, Instant};
+
+use lock_core::{Acquired, Deadline, Result};
+
+/// Waits in the server's lock queue until `deadline`: one `attempt` for [`Deadline::Now`], else
+/// attempts of one [`Wait::next`] slice each (the whole wait when it has a deadline) until one
+/// wins or the deadline passes. `attempt` returns the lease and when its hold counts from.
+///
+/// # Errors
+/// The first error an attempt returns.
+pub(crate) fn in_queue_until<L>(
+    deadline: Deadline,
+    io_timeout: Duration,
+    mut attempt: impl FnMut(Wait) -> Result<Option<(L, Instant)>>,
+) -> Result<Option<Acquired<L>>> {
+    let deadline = match deadline {
+        Deadline::Now => return Ok(attempt(Wait::No)?.map(|(lease, at)| Acquired::new(lease, at))),
+        Deadline::At(at) => Some(at),
+        Deadline::Never => None,
+    };
+    loop {
+        if let Some((lease, at)) = attempt(Wait::next(deadline, io_timeout))? {
+            return Ok(Some(Acquired::new(lease, at)));
+        }
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            return Ok(None);
+        }
+    }
+}
 
 /// A wait in the server's lock queue without a deadline (`lock()`) is made of slices as long as
 /// the I/O timeout, but no shorter than this, so that a server that stops answering is noticed

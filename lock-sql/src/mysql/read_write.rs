@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use lock_core::{check_lease, Access, Acquired, Deadline, Error, LockName, OwnerToken, Request, Result};
+use lock_core::{check_lease, Access, Acquired, Error, LockName, OwnerToken, Request, Result};
 
 use super::connection::{Broken, MyConnection};
 use super::error::{self, MyFailure, BACKEND};
@@ -26,7 +26,7 @@ use super::lease::{Hold, MySqlLease};
 use super::schema::hex;
 use super::session::{idle_limit_secs, RESET_IDLE_LIMIT};
 use super::MySqlBackend;
-use crate::queue_wait::{granted_after, micros, Wait};
+use crate::queue_wait::{granted_after, in_queue_until, micros, Wait};
 use crate::session_connection::SessionConnection;
 use crate::shared_session::SharedSession;
 
@@ -43,26 +43,9 @@ impl MySqlBackend {
                 return self.row_downgrade(request, session).map(Some);
             }
         }
-        let deadline = match request.deadline {
-            Deadline::Now => {
-                return Ok(self
-                    .row_rw_once(request.name, request.owner, request.ttl, access, Wait::No)?
-                    .map(|(lease, at)| Acquired::new(lease, at)))
-            }
-            Deadline::At(at) => Some(at),
-            Deadline::Never => None,
-        };
-        loop {
-            let wait = Wait::next(deadline, self.inner.pool.io_timeout());
-            if let Some((lease, at)) =
-                self.row_rw_once(request.name, request.owner, request.ttl, access, wait)?
-            {
-                return Ok(Some(Acquired::new(lease, at)));
-            }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                return Ok(None);
-            }
-        }
+        in_queue_until(request.deadline, self.inner.pool.io_timeout(), |wait| {
+            self.row_rw_once(request.name, request.owner, request.ttl, access, wait)
+        })
     }
 
     fn row_rw_once(

@@ -27,7 +27,7 @@
 
 use std::time::{Duration, Instant};
 
-use lock_core::{check_lease, Access, Acquired, Deadline, Error, LockName, OwnerToken, Request, Result};
+use lock_core::{check_lease, Access, Acquired, Error, LockName, OwnerToken, Request, Result};
 use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
@@ -38,7 +38,7 @@ use super::pool::PooledPg;
 use super::session::{call_error, idle_limit, is_busy, unsigned};
 use super::table::millis;
 use super::PostgresBackend;
-use crate::queue_wait::{granted_after, micros, Wait};
+use crate::queue_wait::{granted_after, in_queue_until, micros, Wait};
 use crate::session_connection::SessionConnection;
 use crate::shared_session::SharedSession;
 
@@ -121,26 +121,9 @@ impl PostgresBackend {
                 return self.row_downgrade(request, session).map(Some);
             }
         }
-        let deadline = match request.deadline {
-            Deadline::Now => {
-                return Ok(self
-                    .row_rw_once(request.name, request.owner, request.ttl, access, Wait::No)?
-                    .map(|(lease, at)| Acquired::new(lease, at)))
-            }
-            Deadline::At(at) => Some(at),
-            Deadline::Never => None,
-        };
-        loop {
-            let wait = Wait::next(deadline, self.inner.pool.settings().io_timeout);
-            if let Some((lease, at)) =
-                self.row_rw_once(request.name, request.owner, request.ttl, access, wait)?
-            {
-                return Ok(Some(Acquired::new(lease, at)));
-            }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                return Ok(None);
-            }
-        }
+        in_queue_until(request.deadline, self.inner.pool.settings().io_timeout, |wait| {
+            self.row_rw_once(request.name, request.owner, request.ttl, access, wait)
+        })
     }
 
     fn row_rw_once(
