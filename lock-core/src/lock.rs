@@ -43,10 +43,12 @@ impl<B: DistributedLock> Lock<B> {
     /// Acquires the lock, waiting as long as it takes.
     ///
     /// # Errors
-    /// The backend's errors ([`Error::Connection`], [`Error::Timeout`], …) end the wait at once:
-    /// an unreachable server is reported, never waited out. [`Error::NotHeld`] when this thread
-    /// holds the lock but has lost it; [`Error::WouldDeadlock`] when this thread already holds a
-    /// non-reentrant lock; [`Error::Closed`] after [`LockClient::close`].
+    /// The backend's errors ([`Error::Connection`](crate::Error::Connection),
+    /// [`Error::Timeout`](crate::Error::Timeout), …) end the wait at once: an unreachable server
+    /// is reported, never waited out. [`Error::NotHeld`](crate::Error::NotHeld) when this thread
+    /// holds the lock but has lost it; [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) when
+    /// this thread already holds a non-reentrant lock; [`Error::Closed`](crate::Error::Closed)
+    /// after [`LockClient::close`].
     pub fn lock(&self) -> Result<LockGuard<B>> {
         acquire::until_acquired(&self.client.shared, || self.acquire(Deadline::Never))
     }
@@ -100,8 +102,8 @@ impl<B: DistributedLock> Lock<B> {
     ///
     /// # Errors
     /// The backend's error when it could not be asked (the lease then runs out on its own, a
-    /// session-bound hold ends with its session); [`Error::NotHeld`] when the server says the
-    /// lock was no longer held under this client's token.
+    /// session-bound hold ends with its session); [`Error::NotHeld`](crate::Error::NotHeld) when
+    /// the server says the lock was no longer held under this client's token.
     pub fn force_unlock(&self) -> Result<bool> {
         let shared = &self.client.shared;
         let holds = shared.holds.remove_all(&self.name, HoldMode::Mutex);

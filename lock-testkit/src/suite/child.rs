@@ -16,9 +16,9 @@ use crate::suite::breach::HELD_AFTER_CRASH;
 use crate::suite::support::{acquire_within, client, options, ACQUIRE_BOUND, SECOND};
 use crate::suite::{Failure, SuiteTarget};
 
-/// Set in a holder process: what to hold (see [`Role`]). A binary that is not a libtest harness
-/// (`distlock compare`) must recognise it and run S04 on the same target again, which then plays
-/// the role.
+/// Set in a holder process: what to hold (a mutex, a read or write lock, a permit) or how to
+/// contend (SEM01). A binary that is not a libtest harness (`distlock compare`) must recognise it
+/// and run S04 on the same target again, which then plays the role.
 pub const HOLD_VAR: &str = "DISTLOCK_S04_HOLD";
 /// What the child prints once it holds what it was asked to.
 const READY_LINE: &str = "DISTLOCK-CHILD-READY";

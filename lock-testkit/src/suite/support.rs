@@ -92,3 +92,26 @@ pub(crate) fn shared_ability<T: SuiteTarget>(
     let reason = backend.missing_abilities().unwrap_or("the backend has no such ability");
     Ok(Err(format!("{}: {reason}", backend.backend_name())))
 }
+
+/// The lease of the renewal checks in RW03 and SEM03 (as S08's).
+pub(crate) const RENEWED_LEASE: Duration = Duration::from_secs(1);
+
+/// RW03 and SEM03: holds of one client with [`RENEWED_LEASE`] and renewal on (renewed together,
+/// one batch for the mix) stay held for 2.5 leases, while `taken` — a rival's attempts on the
+/// same locks — finds none of them free.
+pub(crate) fn renewed_together<B: DistributedLock>(
+    guards: &[&LockGuard<B>],
+    mut taken: impl FnMut() -> Result<Option<String>, Failure>,
+) -> Result<(), Failure> {
+    let until = std::time::Instant::now() + RENEWED_LEASE * 5 / 2;
+    while std::time::Instant::now() < until {
+        if let Some(what) = taken()? {
+            return Err(Failure(format!("a rival took {what} while its renewed holder kept it")));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    match guards.iter().find(|guard| !guard.is_held()) {
+        Some(guard) => Err(Failure(format!("the renewed hold of {} ran out", guard.name()))),
+        None => Ok(()),
+    }
+}

@@ -1,14 +1,18 @@
 //! SEM03 — one count per name: while a client holds a permit of a 3-permit semaphore, a client
 //! asking for the same name with 5 permits gets `PermitsMismatch` (never a sixth, silent
 //! admission), from a try and from a wait; zero permits is `InvalidConfig`; once nothing is held,
-//! the name may be used with another count.
+//! the name may be used with another count. Renewal keeps a permit and a mutex of one client held
+//! past their 1 s leases.
 
 use std::time::Duration;
 
-use lock_core::{Error, Semaphore};
+use lock_core::{Error, Lock, Semaphore};
 
 use crate::suite::outcome::{ensure, needs};
-use crate::suite::support::{acquire_within, client, options, unique_name, ACQUIRE_BOUND, SECOND};
+use crate::suite::support::{
+    acquire, acquire_within, client, options, renewed_together, unique_name, ACQUIRE_BOUND, RENEWED_LEASE,
+    SECOND,
+};
 use crate::suite::{ScenarioResult, SuiteTarget, Verdict};
 
 pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
@@ -42,5 +46,22 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
         outcome.map(|guard| guard.is_some())
     );
     now_five.unlock()?;
+
+    // Renewal keeps a permit and a mutex of one client held past their leases (one batch).
+    let short = client(target, options(RENEWED_LEASE, true))?;
+    let renewed = unique_name("sem03-renewed");
+    let permit =
+        acquire_within(Semaphore::new(&short, renewed.clone(), 1)?.try_acquire_for(ACQUIRE_BOUND), &renewed)?;
+    let mutex = acquire(&Lock::new(&short, renewed.clone()))?;
+    let rival = Semaphore::new(&second, renewed.clone(), 1)?;
+    renewed_together(&[&permit, &mutex], || {
+        Ok(if rival.try_acquire()?.is_some() {
+            Some("the only permit".into())
+        } else if Lock::new(&second, renewed.clone()).try_lock()?.is_some() {
+            Some("a mutex".into())
+        } else {
+            None
+        })
+    })?;
     Ok(Verdict::Pass)
 }

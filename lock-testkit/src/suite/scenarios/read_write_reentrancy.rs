@@ -4,14 +4,18 @@
 //! write lock (a downgrade), sharing it with other readers from then on — or, where the backend
 //! says the server cannot (`ReadWrite::shares_downgraded_reads`), excluding them until released:
 //! then n/a, with the reason, once the rest has passed. With fencing, a write token is greater
-//! than every token issued before it.
+//! than every token issued before it. Renewal keeps a write, a read and a mutex of one client
+//! held past their 1 s leases.
 
 use std::time::Duration;
 
-use lock_core::{Access, DistributedLock, Error, ReadWriteLock};
+use lock_core::{Access, DistributedLock, Error, Lock, ReadWriteLock};
 
 use crate::suite::outcome::{ensure, needs};
-use crate::suite::support::{acquire_within, client, options, unique_name, ACQUIRE_BOUND, SECOND};
+use crate::suite::support::{
+    acquire, acquire_within, client, options, renewed_together, unique_name, ACQUIRE_BOUND, RENEWED_LEASE,
+    SECOND,
+};
 use crate::suite::{Failure, ScenarioResult, SuiteTarget, Verdict};
 
 pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
@@ -87,6 +91,30 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
         ensure!(last_token > write_token, "write tokens did not rise: {write_token} then {last_token}");
     }
     last.unlock()?;
+
+    // Renewal keeps a write, a read and a mutex of one client held past their leases (one
+    // renewal batch of three kinds of lease).
+    let short = client(target, options(RENEWED_LEASE, true))?;
+    let (written, read_name) = (unique_name("rw03-renewed-w"), unique_name("rw03-renewed-r"));
+    let write =
+        acquire_within(ReadWriteLock::new(&short, written.clone()).try_write_for(ACQUIRE_BOUND), &written)?;
+    let read = acquire_within(
+        ReadWriteLock::new(&short, read_name.clone()).try_read_for(ACQUIRE_BOUND),
+        &read_name,
+    )?;
+    let mutex = acquire(&Lock::new(&short, written.clone()))?;
+    renewed_together(&[&write, &read, &mutex], || {
+        Ok(if ReadWriteLock::new(&theirs, written.clone()).try_read()?.is_some() {
+            Some("a write lock".into())
+        } else if ReadWriteLock::new(&theirs, read_name.clone()).try_write()?.is_some() {
+            Some("a read lock".into())
+        } else if Lock::new(&theirs, written.clone()).try_lock()?.is_some() {
+            Some("a mutex".into())
+        } else {
+            None
+        })
+    })?;
+    drop((write, read, mutex));
     if !shares {
         return Ok(Verdict::NotApplicable(format!(
             "{}: a downgraded read stays exclusive until released (the server keeps the writer's \
