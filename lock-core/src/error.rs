@@ -30,6 +30,17 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// The TLS handshake failed: the server's certificate is not signed by a trusted CA, does
+    /// not name the host, or the server does not speak TLS on that port (or the client's
+    /// certificate was refused). Retrying does not help: the configuration must change.
+    #[error("{backend}: TLS handshake failed{}", Causes(Some(&**.source)))]
+    Tls {
+        /// The backend that failed.
+        backend: &'static str,
+        /// The TLS library's or driver's error.
+        #[source]
+        source: BoxError,
+    },
     /// The server rejected the credentials.
     #[error("{backend}: authentication failed{}", Causes(Some(&**.source)))]
     Authentication {

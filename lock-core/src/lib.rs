@@ -61,6 +61,7 @@ mod rw_lock;
 mod semaphore;
 mod state;
 mod thread_pool;
+mod tls;
 mod url;
 
 pub use abilities::{poll_until, Access, Deadline, Permits, ReadWrite, Request};
@@ -84,6 +85,7 @@ pub use renewal::{MAX_RENEWAL_IO_THREADS, MAX_RENEWAL_THREADS, RENEWAL_THREAD_PR
 pub use rw_lock::ReadWriteLock;
 pub use semaphore::Semaphore;
 pub use state::HoldState;
+pub use tls::{TlsMode, TlsOptions, Verification};
 pub use url::{redact_url, split_url_list, UrlParts};
 
 #[cfg(test)]

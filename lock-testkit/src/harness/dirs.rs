@@ -18,14 +18,22 @@ const KEPT_PREFIX: &str = "distlock-kept-";
 
 /// A fresh private dir for one server of `kind`.
 pub(crate) fn create(kind: ServerKind) -> Result<TempDir, HarnessError> {
+    create_named(kind.slug())
+}
+
+/// A fresh private dir named by `slug` (a [`ServerKind`]'s, or [`TLS_SLUG`] for a test CA).
+pub(crate) fn create_named(slug: &str) -> Result<TempDir, HarnessError> {
     static CLEANUP: Once = Once::new();
     let parent = std::env::temp_dir();
     CLEANUP.call_once(|| remove_stale(&parent));
     tempfile::Builder::new()
-        .prefix(&format!("{PREFIX}{}-{}-", kind.slug(), std::process::id()))
+        .prefix(&format!("{PREFIX}{slug}-{}-", std::process::id()))
         .tempdir_in(&parent)
-        .map_err(|source| HarnessError::io(format!("creating a {kind} temp dir in {parent:?}"), source))
+        .map_err(|source| HarnessError::io(format!("creating a {slug} temp dir in {parent:?}"), source))
 }
+
+/// The slug of a test CA's dir.
+pub(crate) const TLS_SLUG: &str = "tls";
 
 /// Keeps `dir` past its drop, renamed so later cleanups spare it. Returns where it now is.
 pub(crate) fn keep(dir: TempDir) -> PathBuf {
@@ -64,7 +72,10 @@ fn remove_stale(parent: &Path) {
 /// The owner pid in a server dir's name, if `name` is one.
 fn owner_pid(name: &str) -> Option<u32> {
     let mut parts = name.strip_prefix(PREFIX)?.splitn(3, '-');
-    ServerKind::from_slug(parts.next()?)?;
+    let slug = parts.next()?;
+    if slug != TLS_SLUG {
+        ServerKind::from_slug(slug)?;
+    }
     let pid = parts.next()?.parse().ok()?;
     parts.next()?;
     Some(pid)
@@ -79,6 +90,7 @@ mod tests {
     fn parses_only_server_dir_names() {
         assert_eq!(owner_pid("distlock-redis-123-abcDEF"), Some(123));
         assert_eq!(owner_pid("distlock-zookeeper-9-x"), Some(9));
+        assert_eq!(owner_pid("distlock-tls-77-x"), Some(77));
         assert_eq!(owner_pid("distlock-kept-redis-123-abc"), None);
         assert_eq!(owner_pid("distlock-unknown-123-abc"), None);
         assert_eq!(owner_pid("distlock-redis-notapid-abc"), None);

@@ -90,6 +90,7 @@ mod resp;
 mod server;
 pub mod shared;
 mod spawner;
+mod tls;
 mod tree;
 #[cfg(feature = "zookeeper-server")]
 mod zookeeper;
@@ -111,5 +112,6 @@ pub use redis_cluster::{ClusterPrimary, RedisCluster, SlotMigration};
 pub use redis_sentinel::{RedisSentinel, RedisSentinelGroup};
 pub use server::{TestDeployment, TestServer};
 pub use shared::SharedServer;
+pub use tls::TestCa;
 #[cfg(feature = "zookeeper-server")]
 pub use zookeeper::{ZooKeeperEnsemble, ZooKeeperMode, ZooKeeperServer};
