@@ -210,6 +210,10 @@ impl DistributedLock for AnyBackend {
         each!(self, inner => inner.backend_name())
     }
 
+    fn kind_name(&self) -> &'static str {
+        each!(self, inner => inner.kind_name())
+    }
+
     fn hold_kind(&self) -> HoldKind {
         each!(self, inner => inner.hold_kind())
     }

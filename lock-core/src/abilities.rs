@@ -172,13 +172,15 @@ pub fn poll_until<L>(
     };
     let (min, max) = request.backoff;
     let mut backoff = Backoff::new(min, max);
+    let mut waited = false;
     loop {
         let sent_at = Instant::now();
         if let Some(lease) = attempt(mark)? {
-            return Ok(Some(Acquired::new(lease, sent_at)));
+            return Ok(Some(Acquired::new(lease, sent_at).contended_if(waited)));
         }
         if !backoff.sleep_until(deadline) {
             return Ok(None);
         }
+        waited = true;
     }
 }

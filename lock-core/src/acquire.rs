@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::held::HeldLease;
 use crate::name::LockName;
+use crate::observe::Attempt;
 use crate::owner::OwnerToken;
 use crate::reentrancy::{HoldMode, HoldTable, Reentry};
 
@@ -43,29 +44,47 @@ pub(crate) fn reentered<B: DistributedLock>(
     }
 }
 
-/// Records a fresh acquisition of `name`'s `mode` lock by `owner` for the current thread, starts
-/// renewing it, and hands out its guard.
+/// Records how the server acquisition of `name`'s `mode` lock by `owner` timed by `attempt`
+/// ended; a fresh hold is recorded for the current thread, renewed, and handed out as a guard.
 ///
 /// # Errors
-/// [`Error::Closed`] when the client was closed meanwhile (the acquisition is then released).
+/// The acquisition's error; [`Error::Closed`] when the client was closed meanwhile (the
+/// acquisition is then released).
 pub(crate) fn record<B: DistributedLock>(
     shared: &Arc<Shared<B>>,
     (name, mode, owner): (&LockName, HoldMode, OwnerToken),
-    acquired: Acquired<B::Lease>,
-) -> Result<LockGuard<B>> {
+    attempt: Attempt,
+    acquired: Result<Option<Acquired<B::Lease>>>,
+) -> Result<Option<LockGuard<B>>> {
+    let acquired = match acquired {
+        Ok(Some(acquired)) => acquired,
+        Ok(None) => {
+            attempt.finish(Ok(None));
+            return Ok(None);
+        }
+        Err(error) => {
+            attempt.finish(Err(&error));
+            return Err(error);
+        }
+    };
+    let token = shared.backend.fencing().map(|fencing| fencing.fencing_token(&acquired.lease));
+    attempt.finish(Ok(Some((acquired.contended, token))));
     let sent_at = acquired.sent_at;
     let options = &shared.options;
-    let held = Arc::new(HeldLease::new((name.clone(), mode, owner), acquired, &*shared.backend, options));
+    let observed = (Arc::clone(&shared.observer), attempt.hold_metrics());
+    let held =
+        Arc::new(HeldLease::new((name.clone(), mode, owner), acquired, &*shared.backend, options, observed));
     // Recorded and checked against `close` in one step: a close either sees this hold (and
     // releases it) or has already refused it.
     if !shared.holds.insert_unless_closed(Arc::clone(&held)) {
         if let Err(error) = held.release(&shared.backend) {
-            tracing::debug!(lock = %name, %error, "releasing an acquisition that finished after close");
+            let lock = shared.observer.shown(name);
+            tracing::debug!(%lock, %error, "releasing an acquisition that finished after close");
         }
         return Err(Error::Closed);
     }
     shared.leases.track(Arc::clone(&held), sent_at, options.renewal.then_some(options.renew_interval));
-    Ok(LockGuard::new(Arc::clone(shared), held))
+    Ok(Some(LockGuard::new(Arc::clone(shared), held)))
 }
 
 /// Calls `attempt` — an unbounded wait — until it returns a guard. A backend returning early from

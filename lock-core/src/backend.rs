@@ -47,6 +47,12 @@ pub trait DistributedLock: Send + Sync + 'static {
     /// A short label for logs and errors (`"memory"`, `"redis"`, …).
     fn backend_name(&self) -> &'static str;
 
+    /// Which of the backend's lock layouts this is (`"redis-hash"`, `"pg-row"`, …): the `kind`
+    /// label of metrics and spans. Defaults to [`backend_name`](Self::backend_name).
+    fn kind_name(&self) -> &'static str {
+        self.backend_name()
+    }
+
     /// How this backend's holds end without a release.
     fn hold_kind(&self) -> HoldKind {
         HoldKind::Lease
@@ -239,12 +245,21 @@ pub struct Acquired<L> {
     pub lease: L,
     /// When the request that acquired it was sent.
     pub sent_at: Instant,
+    /// Whether another owner held the lock when it was first asked for, so the acquisition had
+    /// to wait (the `distlock_acquisitions_contended_total` metric).
+    pub contended: bool,
 }
 
 impl<L> Acquired<L> {
-    /// A lease acquired by a request sent at `sent_at`.
+    /// A lease acquired by a request sent at `sent_at`, granted at the first ask.
     pub fn new(lease: L, sent_at: Instant) -> Self {
-        Self { lease, sent_at }
+        Self { lease, sent_at, contended: false }
+    }
+
+    /// The same acquisition, marked as one that had to wait when `waited` is true.
+    pub fn contended_if(mut self, waited: bool) -> Self {
+        self.contended |= waited;
+        self
     }
 }
 

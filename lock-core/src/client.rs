@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::lock::Lock;
 use crate::multi::MultiLock;
 use crate::name::LockName;
+use crate::observe::Observer;
 use crate::options::LockOptions;
 use crate::reentrancy::HoldTable;
 use crate::renewal::LeaseTable;
@@ -50,6 +51,8 @@ pub(crate) struct Shared<B: DistributedLock> {
     pub(crate) options: LockOptions,
     pub(crate) holds: HoldTable<B>,
     pub(crate) leases: Arc<LeaseTable<B>>,
+    /// Spans and metrics of this client's locks.
+    pub(crate) observer: Arc<Observer>,
     /// Handles alive: `LockClient` values (each `Lock` holds one) and guards. The last one to go
     /// closes the client.
     handles: AtomicUsize,
@@ -136,9 +139,10 @@ impl<B: DistributedLock> LockClient<B> {
     /// When the process-wide renewal timer thread cannot be spawned (the OS is out of threads).
     pub fn with_options(backend: B, options: LockOptions) -> Self {
         let backend = Arc::new(backend);
-        let leases = LeaseTable::new(Arc::clone(&backend));
-        let shared =
-            Shared { backend, options, holds: HoldTable::new(), leases, handles: AtomicUsize::new(1) };
+        let observer = Arc::new(Observer::new(&*backend, &options));
+        let leases = LeaseTable::new(Arc::clone(&backend), Arc::clone(&observer));
+        let holds = HoldTable::new();
+        let shared = Shared { backend, options, holds, leases, observer, handles: AtomicUsize::new(1) };
         Self { shared: Arc::new(shared) }
     }
 

@@ -147,15 +147,15 @@ impl<B: DistributedLock> Drop for LockGuard<B> {
         match catch_unwind(AssertUnwindSafe(|| self.release())) {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
-                tracing::warn!(lock = %self.held.name, %error, "releasing a dropped lock guard failed")
+                tracing::warn!(lock = %self.held.shown_name(), %error, "releasing a dropped lock guard failed")
             }
             Err(_) => {
-                tracing::error!(lock = %self.held.name, "the backend panicked while releasing a dropped guard")
+                tracing::error!(lock = %self.held.shown_name(), "the backend panicked while releasing a dropped guard")
             }
         }
         // The last handle of a client whose `LockClient`s are all gone closes it.
         if catch_unwind(AssertUnwindSafe(|| self.shared.drop_handle())).is_err() {
-            tracing::error!(lock = %self.held.name, "the backend panicked while closing a dropped client");
+            tracing::error!(lock = %self.held.shown_name(), "the backend panicked while closing a dropped client");
         }
     }
 }

@@ -11,6 +11,7 @@ use crate::callbacks;
 use crate::error::{Error, Result};
 use crate::lost::LostSignal;
 use crate::name::LockName;
+use crate::observe::{HoldMetrics, Observer, ShownName};
 use crate::options::{LockOptions, OnLost};
 use crate::owner::OwnerToken;
 use crate::reentrancy::HoldMode;
@@ -51,17 +52,21 @@ pub(crate) struct HeldLease<B: DistributedLock> {
     pub(crate) fencing: Option<FencingToken>,
     pub(crate) lost: LostSignal,
     on_lost: Option<OnLost>,
+    observer: Arc<Observer>,
+    metrics: HoldMetrics,
 }
 
 impl<B: DistributedLock> HeldLease<B> {
     /// A hold of `name`'s `mode` lock by `owner`, won by `acquired` under `options`: its lease
     /// counts from the winning request's send time, less the backend's
     /// [`lease_margin`](DistributedLock::lease_margin) and the clock-drift margin of the rest.
+    /// It reports to its client's `observer` and its own `metrics`.
     pub(crate) fn new(
         (name, mode, owner): (LockName, HoldMode, OwnerToken),
         acquired: Acquired<B::Lease>,
         backend: &B,
         options: &LockOptions,
+        (observer, metrics): (Arc<Observer>, HoldMetrics),
     ) -> Self {
         let Acquired { lease, sent_at, .. } = acquired;
         let ttl = options.lease;
@@ -90,7 +95,14 @@ impl<B: DistributedLock> HeldLease<B> {
             fencing,
             lost,
             on_lost,
+            observer,
+            metrics,
         }
+    }
+
+    /// The name as this client's spans and events show it.
+    pub(crate) fn shown_name(&self) -> ShownName<'_> {
+        self.observer.shown(&self.name)
     }
 
     /// Whether the holder may still believe it holds the lock.
@@ -141,6 +153,7 @@ impl<B: DistributedLock> HeldLease<B> {
         *valid_until = (*valid_until).max(sent_at + self.valid_for);
         self.lost.set_expiry(*valid_until);
         self.in_doubt.store(false, Ordering::Release);
+        self.metrics.in_doubt(false);
     }
 
     /// Records whether the renewal just made (under the `lease` mutex) got an answer.
@@ -154,6 +167,7 @@ impl<B: DistributedLock> HeldLease<B> {
     pub(crate) fn renewal_failed(&self) {
         if self.hold_kind == HoldKind::Session {
             self.in_doubt.store(true, Ordering::Release);
+            self.metrics.in_doubt(true);
         }
     }
 
@@ -164,7 +178,8 @@ impl<B: DistributedLock> HeldLease<B> {
             return;
         }
         self.lost.fire();
-        tracing::warn!(lock = %self.name, why, "distributed lock lost");
+        self.metrics.lost();
+        tracing::warn!(lock = %self.shown_name(), why, "distributed lock lost");
         if let Some(callback) = &self.on_lost {
             let (callback, name) = (Arc::clone(callback), self.name.clone());
             callbacks::run(move || callback(&name));
@@ -186,6 +201,20 @@ impl<B: DistributedLock> HeldLease<B> {
     /// [`Error::NotHeld`] when the backend says the lock was no longer held under this lease; the
     /// backend's error when it could not be asked (the server then expires the lease on its own).
     pub(crate) fn release(&self, backend: &B) -> Result<()> {
+        let span = self.observer.release_span(&self.name, self.mode, self.fencing);
+        let _entered = span.enter();
+        // Lost by the clock, the timer not having said so yet: the loss is counted here, as the
+        // timer leaves released holds alone.
+        let lost_before = self.is_lost() || self.lost.is_lost();
+        if lost_before {
+            self.metrics.lost();
+        }
+        let outcome = self.release_lease(backend);
+        self.metrics.released(&outcome, lost_before, &span);
+        outcome
+    }
+
+    fn release_lease(&self, backend: &B) -> Result<()> {
         // Waits for a renewal of this lease in flight right now: at most that backend call, which
         // the backend bounds by one connect and one I/O timeout.
         let (lease, waited) = match self.lease.try_lock() {

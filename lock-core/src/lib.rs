@@ -52,6 +52,7 @@ mod lost;
 mod memory;
 mod multi;
 mod name;
+mod observe;
 mod options;
 mod owner;
 mod profile;
@@ -76,6 +77,7 @@ pub use lost::LostSignal;
 pub use memory::{MemoryBackend, MemoryLease};
 pub use multi::{MultiGuard, MultiLock};
 pub use name::LockName;
+pub use observe::metrics;
 pub use options::{
     check_lease, LockOptions, LockOptionsBuilder, OnLost, DRIFT_ALLOWANCE, MAX_BACKOFF, MAX_LEASE,
 };

@@ -124,13 +124,13 @@ impl<B: DistributedLock> Lock<B> {
             return Ok(answer);
         }
         let owner = OwnerToken::random();
+        let attempt = shared.observer.attempt(&self.name, HoldMode::Mutex);
         let acquired = match deadline {
-            Deadline::Now => self.try_acquire_once(&owner)?,
-            Deadline::At(deadline) => self.acquire_waiting(&owner, Some(deadline))?,
-            Deadline::Never => self.acquire_waiting(&owner, None)?,
+            Deadline::Now => self.try_acquire_once(&owner),
+            Deadline::At(deadline) => self.acquire_waiting(&owner, Some(deadline)),
+            Deadline::Never => self.acquire_waiting(&owner, None),
         };
-        let Some(acquired) = acquired else { return Ok(None) };
-        acquire::record(shared, (&self.name, HoldMode::Mutex, owner), acquired).map(Some)
+        acquire::record(shared, (&self.name, HoldMode::Mutex, owner), attempt, acquired)
     }
 
     fn try_acquire_once(&self, owner: &OwnerToken) -> Result<Option<Acquired<B::Lease>>> {
@@ -153,13 +153,15 @@ impl<B: DistributedLock> Lock<B> {
         }
         let (min, max) = shared.options.backoff();
         let mut backoff = Backoff::new(min, max);
+        let mut waited = false;
         loop {
             if let Some(acquired) = self.try_acquire_once(owner)? {
-                return Ok(Some(acquired));
+                return Ok(Some(acquired.contended_if(waited)));
             }
             if !backoff.sleep_until(deadline) {
                 return Ok(None);
             }
+            waited = true;
         }
     }
 }

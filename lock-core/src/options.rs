@@ -26,6 +26,8 @@ pub struct LockOptions {
     pub(crate) backoff_max: Duration,
     pub(crate) clock_drift: f64,
     pub(crate) on_lost: Option<OnLost>,
+    pub(crate) name_label: bool,
+    pub(crate) redact_names: bool,
 }
 
 /// The fixed part of the clock-drift margin: scheduling and timer granularity (Redlock's 2 ms).
@@ -73,6 +75,17 @@ impl LockOptions {
     pub fn drift_margin(&self, lease: Duration) -> Duration {
         lease.mul_f64(self.clock_drift) + DRIFT_ALLOWANCE
     }
+
+    /// Whether metrics carry a `name` label: see [`LockOptionsBuilder::name_label`].
+    pub fn name_label(&self) -> bool {
+        self.name_label
+    }
+
+    /// Whether spans and log events show lock names redacted: see
+    /// [`LockOptionsBuilder::redact_names`].
+    pub fn redact_names(&self) -> bool {
+        self.redact_names
+    }
 }
 
 impl Default for LockOptions {
@@ -92,6 +105,8 @@ impl fmt::Debug for LockOptions {
             .field("backoff_max", &self.backoff_max)
             .field("clock_drift", &self.clock_drift)
             .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn(&LockName)"))
+            .field("name_label", &self.name_label)
+            .field("redact_names", &self.redact_names)
             .finish()
     }
 }
@@ -108,6 +123,8 @@ pub struct LockOptionsBuilder {
     backoff_max: Duration,
     clock_drift: f64,
     on_lost: Option<OnLost>,
+    name_label: bool,
+    redact_names: bool,
 }
 
 impl Default for LockOptionsBuilder {
@@ -121,6 +138,8 @@ impl Default for LockOptionsBuilder {
             backoff_max: Duration::from_millis(100),
             clock_drift: 0.01,
             on_lost: None,
+            name_label: false,
+            redact_names: false,
         }
     }
 }
@@ -199,6 +218,22 @@ impl LockOptionsBuilder {
         self
     }
 
+    /// Whether the metrics (feature `metrics`) carry the lock's name as a `name` label. Off by
+    /// default: every distinct name is a new time series, so turn it on only for a bounded set
+    /// of names (not `orders:{id}`).
+    pub fn name_label(mut self, enabled: bool) -> Self {
+        self.name_label = enabled;
+        self
+    }
+
+    /// Whether spans and distlock's own log events show lock names as a short stable hash
+    /// (`#1f0c…`) instead of the name, for names that carry personal or secret data. The same
+    /// name always gives the same hash, so one lock's events still line up.
+    pub fn redact_names(mut self, enabled: bool) -> Self {
+        self.redact_names = enabled;
+        self
+    }
+
     /// Validates and builds.
     ///
     /// # Errors
@@ -237,6 +272,8 @@ impl LockOptionsBuilder {
             backoff_max: self.backoff_max,
             clock_drift: self.clock_drift,
             on_lost: self.on_lost,
+            name_label: self.name_label,
+            redact_names: self.redact_names,
         })
     }
 }

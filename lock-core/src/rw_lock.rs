@@ -160,8 +160,9 @@ impl<B: DistributedLock> ReadWriteLock<B> {
         };
         let options = &shared.options;
         let request = Request::new(&self.name, &owner, options.lease, deadline, options.backoff());
-        let Some(acquired) = backend.acquire_rw(&request, access)? else { return Ok(None) };
-        acquire::record(shared, (&self.name, mode(access), owner), acquired).map(Some)
+        let attempt = shared.observer.attempt(&self.name, mode(access));
+        let acquired = backend.acquire_rw(&request, access);
+        acquire::record(shared, (&self.name, mode(access), owner), attempt, acquired)
     }
 }
 

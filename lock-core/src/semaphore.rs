@@ -117,9 +117,10 @@ impl<B: DistributedLock> Semaphore<B> {
         let owner = OwnerToken::random();
         let options = &shared.options;
         let request = Request::new(&self.name, &owner, options.lease, deadline, options.backoff());
-        let Some(acquired) = backend.acquire_permit(&request, self.permits)? else { return Ok(None) };
         let mode = HoldMode::Permit(NEXT_PERMIT.fetch_add(1, Ordering::Relaxed));
-        acquire::record(shared, (&self.name, mode, owner), acquired).map(Some)
+        let attempt = shared.observer.attempt(&self.name, mode);
+        let acquired = backend.acquire_permit(&request, self.permits);
+        acquire::record(shared, (&self.name, mode, owner), attempt, acquired)
     }
 }
 

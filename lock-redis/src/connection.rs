@@ -321,6 +321,16 @@ impl r2d2::HandleError<RedisError> for QuietErrors {
     }
 }
 
+/// Times each checkout for the pool-wait metric (a no-op without distlock's `metrics` feature).
+#[derive(Debug)]
+struct CheckoutTimer(lock_core::metrics::PoolWait);
+
+impl r2d2::HandleEvent for CheckoutTimer {
+    fn handle_checkout(&self, event: r2d2::event::CheckoutEvent) {
+        self.0.record(event.duration());
+    }
+}
+
 /// The pool of one backend value and its clones.
 pub(crate) struct ConnectionPool {
     pool: r2d2::Pool<ConnectionManager>,
@@ -358,6 +368,7 @@ impl ConnectionPool {
             .test_on_check_out(false)
             .connection_timeout(settings.connect_timeout)
             .error_handler(Box::new(QuietErrors))
+            .event_handler(Box::new(CheckoutTimer(lock_core::metrics::PoolWait::new(crate::error::BACKEND))))
             .thread_pool(Arc::new(connectors))
             .build_unchecked(manager);
         Self { pool, connector, settings, failures }

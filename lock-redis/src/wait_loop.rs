@@ -55,13 +55,15 @@ pub(crate) fn wait_until<W: Waiter>(
     deadline: Option<Instant>,
 ) -> Result<Option<Acquired<W::Lease>>> {
     let mut subscribed = false;
+    let mut waited = false;
     loop {
         waiter.clear();
         let sent_at = Instant::now();
         let refusal = match waiter.attempt()? {
-            Ok(lease) => return Ok(Some(Acquired::new(lease, sent_at))),
+            Ok(lease) => return Ok(Some(Acquired::new(lease, sent_at).contended_if(waited))),
             Err(refusal) => refusal,
         };
+        waited = true;
         let now = Instant::now();
         if deadline.is_some_and(|deadline| now >= deadline) {
             return Ok(None);

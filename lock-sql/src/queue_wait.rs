@@ -23,10 +23,13 @@ pub(crate) fn in_queue_until<L>(
         Deadline::At(at) => Some(at),
         Deadline::Never => None,
     };
+    let mut retried = false;
     loop {
+        let started = Instant::now();
         if let Some((lease, at)) = attempt(Wait::next(deadline, io_timeout))? {
-            return Ok(Some(Acquired::new(lease, at)));
+            return Ok(Some(queued_grant(lease, (started, at), retried)));
         }
+        retried = true;
         if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
             return Ok(None);
         }
@@ -100,6 +103,17 @@ pub(crate) enum Checkout {
 /// forward during the wait cannot push the moment past now.
 pub(crate) fn granted_after(sent: Instant, waited: Duration) -> Instant {
     sent + waited.min(sent.elapsed())
+}
+
+/// A server wait longer than this counts an acquisition as contended: an uncontended grant
+/// waits microseconds.
+const QUEUED: Duration = Duration::from_millis(1);
+
+/// An acquisition won by an attempt started at `started` whose hold counts from `at`
+/// ([`granted_after`]): contended when an earlier attempt lost (`retried`), or the server
+/// measured a wait in its lock queue.
+pub(crate) fn queued_grant<L>(lease: L, (started, at): (Instant, Instant), retried: bool) -> Acquired<L> {
+    Acquired::new(lease, at).contended_if(retried || at.saturating_duration_since(started) > QUEUED)
 }
 
 /// µs as the databases return them (negative: a clock stepped back) as a [`Duration`].

@@ -306,7 +306,7 @@ impl NativeWait for ZooKeeperBackend {
         check_lease(ttl)?;
         refuse_async_context()?;
         let acquired = self.acquire(name, owner, Wait::Until(deadline))?;
-        Ok(acquired.map(|(lease, sent_at)| Acquired::new(lease, sent_at)))
+        Ok(acquired.map(|(lease, (sent_at, waited))| Acquired::new(lease, sent_at).contended_if(waited)))
     }
 }
 

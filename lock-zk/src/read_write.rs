@@ -76,7 +76,7 @@ impl ReadWrite for ZooKeeperBackend {
         if access == Access::Write {
             self.inner.writers.lock().insert(request.owner.to_hex(), lease.node.clone());
         }
-        Ok(Some(Acquired::new(lease, turn.listing.at)))
+        Ok(Some(Acquired::new(lease, turn.listing.at).contended_if(turn.listing.after_wait)))
     }
 }
 

@@ -117,11 +117,14 @@ pub(crate) struct Listing {
     pub(crate) pzxid: i64,
     /// When the request was sent.
     pub(crate) at: Instant,
+    /// Whether it was taken after waiting for a node before ours to go (a contended
+    /// acquisition).
+    pub(crate) after_wait: bool,
 }
 
 impl Listing {
     fn new((children, stat): (Vec<String>, zk::Stat), at: Instant) -> Self {
-        Self { children, pzxid: stat.pzxid, at }
+        Self { children, pzxid: stat.pzxid, at, after_wait: false }
     }
 }
 
@@ -133,19 +136,19 @@ pub(crate) struct Turn {
 }
 
 impl ZooKeeperBackend {
-    /// One acquisition: the lease and when the request that confirmed it was sent, or `None` if
-    /// the lock stayed held by others for the whole wait.
+    /// One acquisition: the lease, when the request that confirmed it was sent and whether it
+    /// waited for others first; `None` if the lock stayed held by others for the whole wait.
     pub(crate) fn acquire(
         &self,
         name: &LockName,
         owner: &OwnerToken,
         wait: Wait,
-    ) -> Result<Option<(ZooKeeperLease, Instant)>> {
+    ) -> Result<Option<(ZooKeeperLease, (Instant, bool))>> {
         let client = self.inner.session.client()?;
         let lock_path = self.inner.root.lock_path(name);
         let turn = self.take_turn(&client, &Queue::mutex(&lock_path), owner, wait)?;
         Ok(turn.map(|turn| {
-            let confirmed_at = turn.listing.at;
+            let confirmed_at = (turn.listing.at, turn.listing.after_wait);
             (self.lease(name, &client, turn.node, turn.czxid), confirmed_at)
         }))
     }
@@ -342,7 +345,9 @@ impl ZooKeeperBackend {
             loop {
                 let sent_at = Instant::now();
                 match session.call_until(bound(sent_at), client.get_children(queue.path)) {
-                    Ok(listed) => break listing = Listing::new(listed, sent_at),
+                    Ok(listed) => {
+                        break listing = Listing { after_wait: true, ..Listing::new(listed, sent_at) }
+                    }
                     Err(failure) => self.pause_unless_final(failure, deadline)?,
                 }
                 if wait.is_over() {

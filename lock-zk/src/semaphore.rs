@@ -130,8 +130,9 @@ impl ZooKeeperBackend {
             .check_count(client, (leases, &created.child), &listing, permits, bound)
             .and_then(|()| Ok(self.wait_for_room(client, leases, &created.child, listing, permits, wait)?));
         match outcome {
-            Ok(Some(sent_at)) => {
-                Ok(Some(Acquired::new(self.lease(request.name, client, node, created.czxid), sent_at)))
+            Ok(Some((sent_at, waited))) => {
+                let lease = self.lease(request.name, client, node, created.czxid);
+                Ok(Some(Acquired::new(lease, sent_at).contended_if(waited)))
             }
             Ok(None) => {
                 self.abandon(client, node);
@@ -184,7 +185,7 @@ impl ZooKeeperBackend {
     }
 
     /// Curator's loop: lists `leases` with a watch until it has at most `permits` children, or
-    /// the wait ends. Returns when the listing that showed room was sent.
+    /// the wait ends. Returns when the listing that showed room was sent, and whether it waited.
     fn wait_for_room(
         &self,
         client: &zk::Client,
@@ -193,7 +194,7 @@ impl ZooKeeperBackend {
         mut listing: Listing,
         permits: u32,
         wait: Wait,
-    ) -> Result<Option<Instant>, Failure> {
+    ) -> Result<Option<(Instant, bool)>, Failure> {
         let session = &self.inner.session;
         let io_timeout = session.settings().io_timeout;
         let deadline = wait.deadline();
@@ -207,7 +208,7 @@ impl ZooKeeperBackend {
                 ))));
             }
             if listing.children.len() <= usize::try_from(permits).unwrap_or(usize::MAX) {
-                return Ok(Some(listing.at));
+                return Ok(Some((listing.at, listing.after_wait)));
             }
             if wait.is_over() {
                 return Ok(None);
@@ -228,7 +229,7 @@ impl ZooKeeperBackend {
             let sent_at = Instant::now();
             match session.call_until(bound(sent_at), client.get_and_watch_children(leases)) {
                 Ok((children, stat, set)) => {
-                    listing = Listing { children, pzxid: stat.pzxid, at: sent_at };
+                    listing = Listing { children, pzxid: stat.pzxid, at: sent_at, after_wait: true };
                     watcher = Some(set);
                 }
                 Err(failure) => self.pause_unless_final(failure, deadline)?,

@@ -129,7 +129,7 @@ fn plan(args: &TestArgs) -> Vec<Step> {
     test.args(["test", "--workspace", "--all-features"]).args(&args.test_args);
     steps.push(Step { name: "test", action: Action::Run(test) });
     // The examples are the README's main job: run them (in-memory), not just compile them.
-    for example in ["seckill", "reentrant"] {
+    for example in ["seckill", "reentrant", "metrics"] {
         let mut run = cmd::cargo();
         run.args(["run", "--quiet", "--all-features", "--example", example]);
         steps.push(Step { name: example, action: Action::Run(run) });
@@ -201,6 +201,7 @@ mod tests {
                 ("test", "cargo test --workspace --all-features".to_owned()),
                 ("seckill", "cargo run --quiet --all-features --example seckill".to_owned()),
                 ("reentrant", "cargo run --quiet --all-features --example reentrant".to_owned()),
+                ("metrics", "cargo run --quiet --all-features --example metrics".to_owned()),
             ]
         );
     }

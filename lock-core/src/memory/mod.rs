@@ -83,10 +83,11 @@ impl MemoryBackend {
         next_wake: impl Fn(&mut Locks, Instant) -> Option<Instant>,
     ) -> Result<Option<Acquired<L>>> {
         let mut locks = self.state.locks.lock();
+        let mut waited = false;
         loop {
             let now = Instant::now();
             if let Some(lease) = attempt(&mut locks, now)? {
-                return Ok(Some(Acquired::new(lease, now)));
+                return Ok(Some(Acquired::new(lease, now).contended_if(waited)));
             }
             if deadline.is_some_and(|deadline| now >= deadline) {
                 return Ok(None);
@@ -94,6 +95,7 @@ impl MemoryBackend {
             // Wake on a release, at a holder's expiry, or at the deadline, whichever is first.
             let wake = [next_wake(&mut locks, now), deadline].into_iter().flatten().min();
             self.sleep(&mut locks, wake);
+            waited = true;
         }
     }
 

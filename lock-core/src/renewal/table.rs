@@ -16,6 +16,7 @@ use super::workers;
 use crate::backend::{DistributedLock, Extension, HoldKind};
 use crate::error::{Error, Result};
 use crate::held::HeldLease;
+use crate::observe::Observer;
 
 /// Released entries tolerated in the queues before they are pruned.
 const PRUNE_AFTER: usize = 1024;
@@ -33,6 +34,7 @@ const MIN_RETRY: Duration = Duration::from_millis(10);
 /// The held leases of one client.
 pub(crate) struct LeaseTable<B: DistributedLock> {
     backend: Arc<B>,
+    observer: Arc<Observer>,
     queues: Mutex<Queues<B>>,
     /// Set while a renewal batch of this table is on an I/O thread: no second one is dispatched,
     /// so a stuck server ties up one I/O thread, not all of them.
@@ -81,9 +83,10 @@ impl<B: DistributedLock> LeaseTable<B> {
     ///
     /// # Panics
     /// When the timer thread cannot be spawned (the OS is out of threads).
-    pub(crate) fn new(backend: Arc<B>) -> Arc<Self> {
+    pub(crate) fn new(backend: Arc<B>, observer: Arc<Observer>) -> Arc<Self> {
         let table = Arc::new(Self {
             backend,
+            observer,
             queues: Mutex::new(Queues {
                 renewals: BinaryHeap::new(),
                 expiries: BinaryHeap::new(),
@@ -150,8 +153,10 @@ impl<B: DistributedLock> LeaseTable<B> {
     fn renew(&self, batch: Vec<(Arc<HeldLease<B>>, Duration)>) {
         // Whatever happens below (a panic included), the next batch of this client may go.
         let _in_flight = InFlight(&self.in_flight);
+        let mut observed = self.observer.renewal_batch(batch.len());
         let sent_at = Instant::now();
         let outcomes = self.extend_batch(&batch);
+        observed.answered();
         let now = Instant::now();
         let mut rescheduled = Vec::new();
         for ((held, interval), outcome) in batch.into_iter().zip(outcomes) {
@@ -159,11 +164,16 @@ impl<B: DistributedLock> LeaseTable<B> {
                 // Released while the batch was being assembled: nothing more to do.
                 None => {}
                 Some(Ok(true)) => {
+                    observed.confirmed();
                     held.confirm(sent_at);
                     rescheduled.push(Due { at: sent_at + interval, held, interval });
                 }
-                Some(Ok(false)) => held.mark_lost("the server says the lock is no longer held"),
+                Some(Ok(false)) => {
+                    observed.lost();
+                    held.mark_lost("the server says the lock is no longer held");
+                }
                 Some(Err(error)) => {
+                    observed.failed();
                     held.renewal_failed();
                     // Keep trying while the last confirmed lease (or session timeout) lasts; the
                     // timer reports the loss when it ends.
@@ -171,7 +181,7 @@ impl<B: DistributedLock> LeaseTable<B> {
                     if now >= valid_until {
                         held.mark_lost(lost_reason(&held));
                     } else {
-                        tracing::warn!(lock = %held.name, %error, "lease renewal failed; retrying");
+                        tracing::warn!(lock = %held.shown_name(), %error, "lease renewal failed; retrying");
                         let at = (now + (interval / 2).max(MIN_RETRY)).min(valid_until);
                         rescheduled.push(Due { at, held, interval });
                     }

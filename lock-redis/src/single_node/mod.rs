@@ -470,6 +470,13 @@ impl DistributedLock for RedisBackend {
         BACKEND
     }
 
+    fn kind_name(&self) -> &'static str {
+        match self.inner.kind {
+            RedisLockKind::SetNx => "redis-set-nx",
+            RedisLockKind::ReentrantHash => "redis-hash",
+        }
+    }
+
     fn profile(&self) -> lock_core::BackendProfile {
         let wake_up = if self.inner.fair {
             "pub/sub message on release, to the head of a fair wait queue"

@@ -182,13 +182,15 @@ impl RedisBackend {
         }
         let (min, max) = request.backoff;
         let mut delay = min;
+        let mut waited = false;
         loop {
             // A message that came before this attempt is answered by what the attempt sees.
             registration.clear();
             let sent_at = Instant::now();
             if let Some(lease) = attempt(request.queue_mark())? {
-                return Ok(Some(Acquired::new(lease, sent_at)));
+                return Ok(Some(Acquired::new(lease, sent_at).contended_if(waited)));
             }
+            waited = true;
             let now = Instant::now();
             if deadline.is_some_and(|deadline| now >= deadline) {
                 return Ok(None);

@@ -202,6 +202,14 @@ impl DistributedLock for MySqlBackend {
         BACKEND
     }
 
+    fn kind_name(&self) -> &'static str {
+        match self.inner.kind {
+            MySqlLockKind::Table => "mysql-table",
+            MySqlLockKind::Row => "mysql-row",
+            MySqlLockKind::Advisory => "mysql-advisory",
+        }
+    }
+
     fn profile(&self) -> lock_core::BackendProfile {
         match self.inner.kind {
             MySqlLockKind::Table => lock_core::BackendProfile::new(

@@ -14,7 +14,7 @@ use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result}
 
 use super::doorbell::FALLBACK_RECHECK;
 use super::{MySqlBackend, MySqlLease, MySqlLockKind};
-use crate::queue_wait::Wait;
+use crate::queue_wait::{queued_grant, Wait};
 use crate::waiters::Registration;
 
 /// How long a waiter's queue entry lasts beyond one I/O timeout: it is renewed at each re-check,
@@ -40,15 +40,18 @@ impl NativeWait for MySqlBackend {
         if self.inner.kind == MySqlLockKind::Table {
             return self.table_wait(name, owner, ttl, deadline);
         }
+        let mut retried = false;
         loop {
+            let started = Instant::now();
             let wait = Wait::next(deadline, self.inner.pool.io_timeout());
             let granted = match self.inner.kind {
                 MySqlLockKind::Row => self.row_acquire(name, ttl, wait)?,
                 _ => self.advisory_acquire(name, ttl, wait)?,
             };
             if let Some((lease, granted_after)) = granted {
-                return Ok(Some(Acquired::new(lease, granted_after)));
+                return Ok(Some(queued_grant(lease, (started, granted_after), retried)));
             }
+            retried = true;
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Ok(None);
             }
@@ -148,7 +151,8 @@ impl MySqlBackend {
                 registration.clear();
                 let sent_at = Instant::now();
                 remaining = match self.table_try_as(name, owner, ttl, *queued_as)? {
-                    Ok(lease) => return Ok(Some(Acquired::new(lease, sent_at))),
+                    // The caller's first attempt was refused: this one waited.
+                    Ok(lease) => return Ok(Some(Acquired::new(lease, sent_at).contended_if(true))),
                     Err(remaining) => remaining,
                 };
                 if deadline.is_some_and(|deadline| Instant::now() >= deadline) {

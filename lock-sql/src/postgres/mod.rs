@@ -184,6 +184,14 @@ impl DistributedLock for PostgresBackend {
         BACKEND
     }
 
+    fn kind_name(&self) -> &'static str {
+        match self.inner.kind {
+            PostgresLockKind::Table => "pg-table",
+            PostgresLockKind::Row => "pg-row",
+            PostgresLockKind::Advisory => "pg-advisory",
+        }
+    }
+
     fn profile(&self) -> lock_core::BackendProfile {
         match self.inner.kind {
             PostgresLockKind::Table => lock_core::BackendProfile::new(

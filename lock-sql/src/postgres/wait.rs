@@ -11,9 +11,9 @@ use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result}
 
 use super::listener::FALLBACK_RECHECK;
 use super::{PostgresBackend, PostgresLease, PostgresLockKind};
-use crate::queue_wait::Wait;
 #[cfg(doc)]
 use crate::queue_wait::MIN_WAIT_SLICE;
+use crate::queue_wait::{queued_grant, Wait};
 use crate::waiters::Registration;
 
 /// How long a waiter's queue entry lasts beyond one I/O timeout: it is renewed at each re-check,
@@ -110,7 +110,8 @@ impl PostgresBackend {
             let remaining = match self.table_try_or_queue(name, owner, ttl, note, keep)? {
                 Ok(lease) => {
                     *requeued = keep;
-                    return Ok(Some(Acquired::new(lease, sent_at)));
+                    // The caller's first attempt was refused: this one waited.
+                    return Ok(Some(Acquired::new(lease, sent_at).contended_if(true)));
                 }
                 Err(remaining) => remaining,
             };
@@ -133,15 +134,18 @@ impl PostgresBackend {
         ttl: Duration,
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired<PostgresLease>>> {
+        let mut retried = false;
         loop {
+            let started = Instant::now();
             let wait = Wait::next(deadline, self.inner.pool.settings().io_timeout);
             let granted = match self.inner.kind {
                 PostgresLockKind::Row => self.row_acquire(name, ttl, wait)?,
                 _ => self.advisory_acquire(name, ttl, wait)?,
             };
             if let Some((lease, granted_after)) = granted {
-                return Ok(Some(Acquired::new(lease, granted_after)));
+                return Ok(Some(queued_grant(lease, (started, granted_after), retried)));
             }
+            retried = true;
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Ok(None);
             }

@@ -1,0 +1,376 @@
+//! What a service owner can watch: `tracing` spans (always) and metrics (feature `metrics`).
+//!
+//! Spans have the target `distlock` and level DEBUG (`RUST_LOG=distlock=debug`):
+//! `acquire`, `release`, and per renewal batch `renew` (lease kinds) or `liveness_check`
+//! (session kinds). Their fields: `backend`, `kind`, `name` (redacted with
+//! [`redact_names`](crate::LockOptionsBuilder::redact_names)), `mode`, and as they end
+//! `outcome`, `wait_ms`, `token` (the fencing token). No URL, password or owner token is ever a
+//! field. Metric names, units and labels: [`metrics`].
+
+mod handles;
+pub mod metrics;
+mod shown_name;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Once, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tracing::field::{display, Empty};
+use tracing::span::EnteredSpan;
+use tracing::Span;
+
+use self::handles::{Counter, Histogram, Labels};
+pub(crate) use self::shown_name::ShownName;
+use crate::backend::{DistributedLock, FencingToken, HoldKind};
+use crate::error::{Error, Result};
+use crate::name::LockName;
+use crate::options::LockOptions;
+use crate::reentrancy::HoldMode;
+
+/// One client's instruments and span settings.
+pub(crate) struct Observer {
+    backend: &'static str,
+    kind: &'static str,
+    hold_kind: HoldKind,
+    name_label: bool,
+    redact: bool,
+    /// Per mode, without a name label: registered on the mode's first use (a client that never
+    /// takes a read lock exports no read series).
+    by_mode: [OnceLock<Arc<HoldInstruments>>; 4],
+    /// Per (name, mode), with [`LockOptions::name_label`]: registered on a name's first use.
+    by_name: Mutex<HashMap<(LockName, &'static str), Arc<HoldInstruments>>>,
+    renewals: RenewalInstruments,
+}
+
+impl Observer {
+    pub(crate) fn new<B: DistributedLock>(backend: &B, options: &LockOptions) -> Self {
+        static DESCRIBED: Once = Once::new();
+        DESCRIBED.call_once(metrics::describe);
+        let (backend_name, kind) = (backend.backend_name(), backend.kind_name());
+        let base = vec![("backend", backend_name.to_owned()), ("kind", kind.to_owned())];
+        Self {
+            backend: backend_name,
+            kind,
+            hold_kind: backend.hold_kind(),
+            name_label: options.name_label,
+            redact: options.redact_names,
+            by_mode: Default::default(),
+            by_name: Mutex::new(HashMap::new()),
+            renewals: RenewalInstruments::new(&base),
+        }
+    }
+
+    /// `name` as spans and events of this client show it.
+    pub(crate) fn shown<'a>(&self, name: &'a LockName) -> ShownName<'a> {
+        ShownName { name, redact: self.redact }
+    }
+
+    fn instruments(&self, name: &LockName, mode: HoldMode) -> Arc<HoldInstruments> {
+        let index = mode_index(mode);
+        let register = |name| {
+            let base = vec![("backend", self.backend.to_owned()), ("kind", self.kind.to_owned())];
+            Arc::new(HoldInstruments::new(&base, MODES[index], name))
+        };
+        if !self.name_label {
+            return Arc::clone(self.by_mode[index].get_or_init(|| register(None)));
+        }
+        let mut by_name = self.by_name.lock();
+        Arc::clone(by_name.entry((name.clone(), MODES[index])).or_insert_with(|| register(Some(name))))
+    }
+
+    /// Starts timing an acquisition of `name`'s `mode` lock from the server, inside an
+    /// `acquire` span.
+    pub(crate) fn attempt(&self, name: &LockName, mode: HoldMode) -> Attempt {
+        let span = tracing::debug_span!(
+            target: "distlock",
+            "acquire",
+            backend = self.backend,
+            kind = self.kind,
+            name = %self.shown(name),
+            mode = MODES[mode_index(mode)],
+            outcome = Empty,
+            wait_ms = Empty,
+            token = Empty,
+        );
+        Attempt { span: span.entered(), started: Instant::now(), instruments: self.instruments(name, mode) }
+    }
+
+    /// A `release` span for one hold.
+    pub(crate) fn release_span(&self, name: &LockName, mode: HoldMode, token: Option<FencingToken>) -> Span {
+        let span = tracing::debug_span!(
+            target: "distlock",
+            "release",
+            backend = self.backend,
+            kind = self.kind,
+            name = %self.shown(name),
+            mode = MODES[mode_index(mode)],
+            token = Empty,
+            outcome = Empty,
+        );
+        if let Some(token) = token {
+            span.record("token", token.get());
+        }
+        span
+    }
+
+    /// Starts timing one renewal batch of `leases` holds, inside a `renew` span (or
+    /// `liveness_check`, for session-bound kinds).
+    pub(crate) fn renewal_batch(&self, leases: usize) -> RenewalBatch<'_> {
+        let span = match self.hold_kind {
+            HoldKind::Session => tracing::debug_span!(
+                target: "distlock",
+                "liveness_check",
+                backend = self.backend,
+                kind = self.kind,
+                holds = leases,
+                confirmed = Empty,
+                lost = Empty,
+                failed = Empty,
+            ),
+            _ => tracing::debug_span!(
+                target: "distlock",
+                "renew",
+                backend = self.backend,
+                kind = self.kind,
+                leases,
+                confirmed = Empty,
+                lost = Empty,
+                failed = Empty,
+            ),
+        };
+        RenewalBatch {
+            span: span.entered(),
+            started: Instant::now(),
+            instruments: &self.renewals,
+            confirmed: 0,
+            lost: 0,
+            failed: 0,
+        }
+    }
+}
+
+const MODES: [&str; 4] = ["mutex", "read", "write", "permit"];
+
+fn mode_index(mode: HoldMode) -> usize {
+    match mode {
+        HoldMode::Mutex => 0,
+        HoldMode::Read => 1,
+        HoldMode::Write => 2,
+        HoldMode::Permit(_) => 3,
+    }
+}
+
+/// The per-lock instruments of one mode (and name, with name labels).
+pub(crate) struct HoldInstruments {
+    acquisitions: Counter,
+    contended: Counter,
+    timeouts: Counter,
+    errors: Counter,
+    wait: Histogram,
+    hold: Histogram,
+    losses: Counter,
+    in_doubt: Counter,
+    not_held_releases: Counter,
+    failed_releases: Counter,
+}
+
+impl HoldInstruments {
+    fn new(base: &Labels, mode: &'static str, name: Option<&LockName>) -> Self {
+        let mut labels = base.clone();
+        labels.push(("mode", mode.to_owned()));
+        if let Some(name) = name {
+            labels.push(("name", name.as_str().to_owned()));
+        }
+        let with_reason = |reason: &str| {
+            let mut labels = labels.clone();
+            labels.push(("reason", reason.to_owned()));
+            handles::counter(metrics::RELEASE_FAILURES, &labels)
+        };
+        Self {
+            acquisitions: handles::counter(metrics::ACQUISITIONS, &labels),
+            contended: handles::counter(metrics::CONTENDED_ACQUISITIONS, &labels),
+            timeouts: handles::counter(metrics::ACQUIRE_TIMEOUTS, &labels),
+            errors: handles::counter(metrics::ACQUIRE_ERRORS, &labels),
+            wait: handles::histogram(metrics::ACQUIRE_WAIT, &labels),
+            hold: handles::histogram(metrics::HOLD_TIME, &labels),
+            losses: handles::counter(metrics::LOSSES, &labels),
+            in_doubt: handles::counter(metrics::IN_DOUBT, &labels),
+            not_held_releases: with_reason("not_held"),
+            failed_releases: with_reason("error"),
+        }
+    }
+}
+
+/// One acquisition being timed, inside its `acquire` span.
+pub(crate) struct Attempt {
+    span: EnteredSpan,
+    started: Instant,
+    instruments: Arc<HoldInstruments>,
+}
+
+impl Attempt {
+    /// Records how the server acquisition ended: granted (`Some`, with whether it waited and
+    /// its fencing token), given up (`None`) or failed.
+    pub(crate) fn finish(&self, outcome: Result<Option<(bool, Option<FencingToken>)>, &Error>) {
+        let waited = self.started.elapsed();
+        let span = &self.span;
+        span.record("wait_ms", waited.as_secs_f64() * 1e3);
+        match outcome {
+            Ok(Some((contended, token))) => {
+                self.instruments.acquisitions.increment(1);
+                if contended {
+                    self.instruments.contended.increment(1);
+                }
+                self.instruments.wait.record(waited.as_secs_f64());
+                span.record("outcome", if contended { "acquired after waiting" } else { "acquired" });
+                if let Some(token) = token {
+                    span.record("token", token.get());
+                }
+            }
+            Ok(None) => {
+                self.instruments.timeouts.increment(1);
+                span.record("outcome", "still held");
+            }
+            Err(error) => {
+                self.instruments.errors.increment(1);
+                span.record("outcome", display(error));
+            }
+        }
+    }
+
+    /// What the hold will report to, from its grant on.
+    pub(crate) fn hold_metrics(&self) -> HoldMetrics {
+        HoldMetrics {
+            instruments: Arc::clone(&self.instruments),
+            granted_at: Instant::now(),
+            ended: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
+            in_doubt: AtomicBool::new(false),
+        }
+    }
+}
+
+/// The metrics of one hold, kept by its [`HeldLease`](crate::held::HeldLease).
+pub(crate) struct HoldMetrics {
+    instruments: Arc<HoldInstruments>,
+    granted_at: Instant,
+    /// Set when the hold time was recorded (at the release or the loss, whichever is first).
+    ended: AtomicBool,
+    /// Set when the loss was counted (by the renewal timer or a release, whichever is first).
+    lost: AtomicBool,
+    /// Set while the hold is in doubt, so an episode is counted once.
+    in_doubt: AtomicBool,
+}
+
+impl HoldMetrics {
+    fn end(&self) {
+        if !self.ended.swap(true, Ordering::AcqRel) {
+            self.instruments.hold.record(self.granted_at.elapsed().as_secs_f64());
+        }
+    }
+
+    pub(crate) fn lost(&self) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            self.instruments.losses.increment(1);
+        }
+        self.end();
+    }
+
+    /// Records whether a session hold is in doubt now; a change into doubt is an episode.
+    pub(crate) fn in_doubt(&self, doubted: bool) {
+        if self.in_doubt.swap(doubted, Ordering::AcqRel) != doubted && doubted {
+            self.instruments.in_doubt.increment(1);
+        }
+    }
+
+    /// Records a release and how it went; a hold already reported lost counts no failure.
+    pub(crate) fn released(&self, outcome: &Result<()>, lost_before: bool, span: &Span) {
+        match outcome {
+            Ok(()) => {
+                span.record("outcome", "released");
+            }
+            Err(Error::NotHeld { .. }) => {
+                span.record("outcome", "not held");
+                if !lost_before {
+                    self.instruments.not_held_releases.increment(1);
+                }
+            }
+            Err(error) => {
+                span.record("outcome", display(error));
+                if !lost_before {
+                    self.instruments.failed_releases.increment(1);
+                }
+            }
+        }
+        self.end();
+    }
+}
+
+/// A client's renewal instruments.
+struct RenewalInstruments {
+    confirmed: Counter,
+    lost: Counter,
+    failed: Counter,
+    batch: Histogram,
+}
+
+impl RenewalInstruments {
+    fn new(base: &Labels) -> Self {
+        let with_outcome = |outcome: &str| {
+            let mut labels = base.clone();
+            labels.push(("outcome", outcome.to_owned()));
+            handles::counter(metrics::RENEWALS, &labels)
+        };
+        Self {
+            confirmed: with_outcome("confirmed"),
+            lost: with_outcome("lost"),
+            failed: with_outcome("failed"),
+            batch: handles::histogram(metrics::RENEWAL_BATCH, base),
+        }
+    }
+}
+
+/// One renewal batch being timed, inside its span; counts go to the span and metrics on drop.
+pub(crate) struct RenewalBatch<'a> {
+    span: EnteredSpan,
+    started: Instant,
+    instruments: &'a RenewalInstruments,
+    confirmed: u64,
+    lost: u64,
+    failed: u64,
+}
+
+impl RenewalBatch<'_> {
+    /// The server's answers are in: the time so far is the batch's.
+    pub(crate) fn answered(&self) -> Duration {
+        let took = self.started.elapsed();
+        self.instruments.batch.record(took.as_secs_f64());
+        took
+    }
+
+    pub(crate) fn confirmed(&mut self) {
+        self.confirmed += 1;
+    }
+
+    pub(crate) fn lost(&mut self) {
+        self.lost += 1;
+    }
+
+    pub(crate) fn failed(&mut self) {
+        self.failed += 1;
+    }
+}
+
+impl Drop for RenewalBatch<'_> {
+    fn drop(&mut self) {
+        let RenewalBatch { span, instruments, confirmed, lost, failed, .. } = self;
+        instruments.confirmed.increment(*confirmed);
+        instruments.lost.increment(*lost);
+        instruments.failed.increment(*failed);
+        span.record("confirmed", *confirmed);
+        span.record("lost", *lost);
+        span.record("failed", *failed);
+    }
+}
