@@ -153,7 +153,16 @@ impl<B: DistributedLock> HeldLease<B> {
         *valid_until = (*valid_until).max(sent_at + self.valid_for);
         self.lost.set_expiry(*valid_until);
         self.in_doubt.store(false, Ordering::Release);
-        self.metrics.in_doubt(false);
+    }
+
+    /// Counts an in-doubt episode when the hold is in doubt now and was not at the last look:
+    /// a failed liveness check, the backend's doubt signal, or a suspended session. Looked at
+    /// after each renewal.
+    pub(crate) fn observe_doubt(&self, backend: &B) {
+        let doubted = self.in_doubt.load(Ordering::Acquire)
+            || self.doubt.as_ref().is_some_and(|doubt| doubt.is_raised())
+            || (self.hold_kind == HoldKind::Session && backend.session_suspended());
+        self.metrics.in_doubt(doubted);
     }
 
     /// Records whether the renewal just made (under the `lease` mutex) got an answer.
@@ -167,7 +176,6 @@ impl<B: DistributedLock> HeldLease<B> {
     pub(crate) fn renewal_failed(&self) {
         if self.hold_kind == HoldKind::Session {
             self.in_doubt.store(true, Ordering::Release);
-            self.metrics.in_doubt(true);
         }
     }
 

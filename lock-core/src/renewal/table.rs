@@ -160,6 +160,8 @@ impl<B: DistributedLock> LeaseTable<B> {
         let now = Instant::now();
         let mut rescheduled = Vec::new();
         for ((held, interval), outcome) in batch.into_iter().zip(outcomes) {
+            // Looked at once the outcome is applied.
+            let looked_at = outcome.is_some().then(|| Arc::clone(&held));
             match outcome {
                 // Released while the batch was being assembled: nothing more to do.
                 None => {}
@@ -186,6 +188,9 @@ impl<B: DistributedLock> LeaseTable<B> {
                         rescheduled.push(Due { at, held, interval });
                     }
                 }
+            }
+            if let Some(held) = looked_at {
+                held.observe_doubt(&self.backend);
             }
         }
         self.queues.lock().renewals.extend(rescheduled.into_iter().map(Reverse));
