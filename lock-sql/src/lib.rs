@@ -98,6 +98,8 @@ mod session_connection;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod shared_session;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+mod tls;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod waiters;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]

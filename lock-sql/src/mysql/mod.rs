@@ -23,6 +23,7 @@ pub(crate) mod schema;
 mod semaphore;
 mod session;
 mod table;
+mod tls;
 mod wait;
 
 pub use builder::MySqlLockBuilder;
@@ -175,6 +176,21 @@ impl MySqlBackend {
             MySqlLockKind::Table => self.table_mark_free(name),
             MySqlLockKind::Row | MySqlLockKind::Advisory => self.kill_holder(name),
         }
+    }
+
+    /// The TLS version of one of the pool's connections as the server reports it (the session
+    /// status `Ssl_version`: `"TLSv1.3"`), or `None` when it is plaintext: a check that the
+    /// URL's or the builder's TLS settings took effect (every connection of a backend is
+    /// opened alike, but with `ssl-mode=PREFERRED` the server decides).
+    ///
+    /// # Errors
+    /// As any statement.
+    pub fn tls_version(&self) -> Result<Option<String>> {
+        let mut connection = self.inner.pool.get()?;
+        let status =
+            connection.run("read the connection's TLS version", "SHOW SESSION STATUS LIKE 'Ssl_version'")?;
+        let version: Option<String> = status.first_row().and_then(|row| row.get(1));
+        Ok(version.filter(|version| !version.is_empty()))
     }
 
     /// The `GET_LOCK` name of `name`: `namespace:name`, or when that is longer than 64

@@ -18,6 +18,7 @@ mod schema;
 mod semaphore;
 mod session;
 mod table;
+mod tls;
 mod wait;
 mod waiter_queue;
 
@@ -170,6 +171,23 @@ impl PostgresBackend {
             PostgresLockKind::Table => self.table_mark_free(name),
             PostgresLockKind::Row | PostgresLockKind::Advisory => self.terminate_holder(name),
         }
+    }
+
+    /// The TLS version of one of the pool's connections as the server reports it
+    /// (`pg_stat_ssl`: `"TLSv1.3"`), or `None` when it is plaintext: a check that the URL's
+    /// or the builder's TLS settings took effect (every connection of a backend is opened
+    /// alike, but with `sslmode=prefer` the server decides).
+    ///
+    /// # Errors
+    /// As any statement.
+    pub fn tls_version(&self) -> Result<Option<String>> {
+        let connection = self.inner.pool.get()?;
+        let row = connection.run("read the connection's TLS version", |client| async move {
+            client
+                .query_opt("SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl", &[])
+                .await
+        })?;
+        Ok(row.map(|row| row.get(0)))
     }
 
     fn advisory_key(&self, name: &LockName) -> i64 {
