@@ -98,8 +98,9 @@ impl<K> SqlLockBuilder<K> {
 
     /// TLS for every connection: the mode, the roots to trust and a client certificate.
     ///
-    /// The URL can say the same with the database's own parameter names (see the
-    /// [PostgreSQL](crate::postgres#tls) and [MySQL](crate::mysql#tls) docs). These options
+    /// The URL can say the same with the database's own parameter names (libpq's `sslmode`,
+    /// `sslrootcert`, `sslcert`, `sslkey`; MySQL's `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key`:
+    /// see the `TLS` section of the `postgres` and `mysql` modules). These options
     /// decide the mode over the URL's; their files replace the URL's where they name any (a
     /// root or client certificate that only the URL names is kept). Defaults to the URL's TLS
     /// parameters, and without any to plaintext (unlike libpq and the MySQL client, whose
@@ -226,5 +227,15 @@ mod tests {
         assert!(libpq.validate(&["mysql"], false, true).is_err());
         let shown = format!("{:?}", Settings::new("postgres://u:hunter2@h/db".into()));
         assert!(!shown.contains("hunter2"), "{shown}");
+        // TLS parameters and options change nothing of that, in either URL form.
+        for url in [
+            "postgres://u:hunter2@h/db?sslmode=verify-full&sslrootcert=/ca.pem&sslkey=/k.pem",
+            "host=h password='hunter2' sslmode=verify-full sslcert=/c.pem sslkey=/k.pem",
+            "mysql://u:hunter2@h/db?ssl-mode=VERIFY_CA&ssl-ca=/ca.pem",
+        ] {
+            let tls = Some(TlsOptions::new(lock_core::TlsMode::Require).client_cert("/c.pem", "/k.pem"));
+            let shown = format!("{:?}", Settings { tls, ..Settings::new(url.into()) });
+            assert!(!shown.contains("hunter2") && shown.contains("/k.pem"), "{shown}");
+        }
     }
 }

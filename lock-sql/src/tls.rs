@@ -243,6 +243,8 @@ fn merge(url: UrlTls, builder: Option<&TlsOptions>, vocabulary: &Vocabulary) -> 
 }
 
 /// The PEM files of a [`TlsOptions`], read and parsed.
+// MySQL only checks the files with this (its driver reads them itself); PostgreSQL uses them.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) struct Loaded {
     /// The root certificates, when a file names them.
     pub(crate) roots: Option<Vec<CertificateDer<'static>>>,
