@@ -32,7 +32,9 @@ pub enum Error {
     },
     /// The TLS handshake failed: the server's certificate is not signed by a trusted CA, does
     /// not name the host, or the server does not speak TLS on that port (or the client's
-    /// certificate was refused). Retrying does not help: the configuration must change.
+    /// certificate was refused). Also the other way round: a server that accepts only TLS
+    /// refused a plaintext connection (the source says so). Retrying does not help: the
+    /// configuration must change.
     #[error("{backend}: TLS handshake failed{}", Causes(Some(&**.source)))]
     Tls {
         /// The backend that failed.

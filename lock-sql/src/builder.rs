@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_core::{Error, Result};
+use lock_core::{Error, Result, TlsOptions};
 
 use crate::identifier::TableName;
 use lock_core::redact_url as redact;
@@ -95,6 +95,25 @@ impl<K> SqlLockBuilder<K> {
         self.settings.namespace = namespace.into();
         self
     }
+
+    /// TLS for every connection: the mode, the roots to trust and a client certificate.
+    ///
+    /// The URL can say the same with the database's own parameter names (libpq's `sslmode`,
+    /// `sslrootcert`, `sslcert`, `sslkey`; MySQL's `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key`:
+    /// see the `TLS` section of the `postgres` and `mysql` modules). These options
+    /// decide the mode over the URL's; their files replace the URL's where they name any (a
+    /// root or client certificate that only the URL names is kept). Defaults to the URL's TLS
+    /// parameters, and without any to plaintext (unlike libpq and the MySQL client, whose
+    /// default is `prefer`).
+    ///
+    /// `build` reads the files and reports a missing or malformed one as
+    /// [`Error::InvalidConfig`]; a handshake that fails (an untrusted certificate, a wrong host
+    /// name, a server without TLS) is [`Error::Tls`](lock_core::Error::Tls), and so is a
+    /// TLS-only server's refusal of a plaintext connection.
+    pub fn tls(mut self, tls: TlsOptions) -> Self {
+        self.settings.tls = Some(tls);
+        self
+    }
 }
 
 /// Connection and naming settings of an SQL backend.
@@ -107,6 +126,8 @@ pub(crate) struct Settings {
     pub(crate) max_connections: u32,
     pub(crate) namespace: String,
     pub(crate) fair: bool,
+    /// The builder's TLS options (the URL's parameters are merged in by `crate::tls`).
+    pub(crate) tls: Option<TlsOptions>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -120,6 +141,7 @@ impl std::fmt::Debug for Settings {
             .field("max_connections", &self.max_connections)
             .field("namespace", &self.namespace)
             .field("fair", &self.fair)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -134,6 +156,7 @@ impl Settings {
             max_connections: 16,
             namespace: "distlock".into(),
             fair: true,
+            tls: None,
         }
     }
 
@@ -204,5 +227,15 @@ mod tests {
         assert!(libpq.validate(&["mysql"], false, true).is_err());
         let shown = format!("{:?}", Settings::new("postgres://u:hunter2@h/db".into()));
         assert!(!shown.contains("hunter2"), "{shown}");
+        // TLS parameters and options change nothing of that, in either URL form.
+        for url in [
+            "postgres://u:hunter2@h/db?sslmode=verify-full&sslrootcert=/ca.pem&sslkey=/k.pem",
+            "host=h password='hunter2' sslmode=verify-full sslcert=/c.pem sslkey=/k.pem",
+            "mysql://u:hunter2@h/db?ssl-mode=VERIFY_CA&ssl-ca=/ca.pem",
+        ] {
+            let tls = Some(TlsOptions::new(lock_core::TlsMode::Require).client_cert("/c.pem", "/k.pem"));
+            let shown = format!("{:?}", Settings { tls, ..Settings::new(url.into()) });
+            assert!(!shown.contains("hunter2") && shown.contains("/k.pem"), "{shown}");
+        }
     }
 }

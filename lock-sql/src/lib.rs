@@ -71,6 +71,11 @@
 //! made on a tokio runtime's thread anyway runs on a helper thread instead of panicking, and
 //! blocks the caller's thread meanwhile.
 //!
+//! TLS: plaintext by default; each database takes its own client's URL parameters (PostgreSQL:
+//! libpq's `sslmode`, `sslrootcert`, `sslcert`, `sslkey`; MySQL: `ssl-mode`, `ssl-ca`,
+//! `ssl-cert`, `ssl-key`) or the builder's [`tls`](SqlLockBuilder::tls); see the `TLS` section
+//! of each database's module. Both use rustls with the ring provider: no OpenSSL.
+//!
 //! Feature `postgres` enables [`postgres`], feature `mysql` enables [`mysql`] (MySQL and MariaDB);
 //! feature `testkit` the suite targets of the enabled databases.
 
@@ -97,6 +102,8 @@ mod queue_wait;
 mod session_connection;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod shared_session;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod tls;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod waiters;
 

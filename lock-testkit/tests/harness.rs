@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use lock_testkit::harness::{
     shared, MariaDbServer, PostgresServer, RedisCluster, RedisOptions, RedisSentinelGroup, RedisServer,
-    ZooKeeperEnsemble, ZooKeeperMode, ZooKeeperServer,
+    TestCa, ZooKeeperEnsemble, ZooKeeperMode, ZooKeeperServer,
 };
 use mysql::prelude::Queryable as _;
 use nix::errno::Errno;
@@ -453,6 +453,89 @@ fn mariadb_answers_rejects_a_wrong_password_restarts_and_is_gone_after_drop() {
     drop(server);
     assert_reaped(pid);
     assert_gone(&[pid], port);
+}
+
+/// A TLS-only PostgreSQL server: a login over TLS, verifying the test CA's certificate, works
+/// (also after a restart: the readiness probe speaks TLS); a plaintext one is refused by
+/// `pg_hba.conf`, and says so.
+#[test]
+fn postgres_tls_server_takes_tls_logins_only_and_restarts() {
+    let server = PostgresServer::start_tls().expect("start a TLS-only PostgreSQL");
+    assert!(server.is_tls());
+    let ca = TestCa::shared().unwrap();
+    let url = server.url();
+    assert!(url.contains("sslmode=verify-full&sslrootcert="), "{url}");
+    assert!(url.ends_with(&ca.ca_cert().display().to_string()), "{url}");
+    let config = || {
+        let mut config = postgres::Config::new();
+        config
+            .host(TestCa::SERVER_HOST)
+            .port(server.port())
+            .user(PostgresServer::USER)
+            .password(PostgresServer::PASSWORD)
+            .dbname(PostgresServer::DATABASE);
+        config
+    };
+    let encrypted = || {
+        let tls = tokio_postgres_rustls::MakeRustlsConnect::new(ca.rustls_client_config().unwrap());
+        let mut client = config().ssl_mode(postgres::config::SslMode::Require).connect(tls).unwrap();
+        let row = client.query_one("SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[]);
+        let row = row.unwrap();
+        assert!(row.get::<_, bool>(0), "the session is not encrypted");
+        row.get::<_, String>(1)
+    };
+    println!("TLS version: {}", encrypted());
+
+    let refused = config().connect(postgres::NoTls).map(|_| ()).expect_err("plaintext must be refused");
+    println!("plaintext: {refused}");
+    let database = refused.as_db_error().expect("the server's refusal");
+    assert_eq!(database.code(), &postgres::error::SqlState::INVALID_AUTHORIZATION_SPECIFICATION);
+    assert!(database.message().ends_with("no encryption"), "{refused}");
+
+    server.process().kill9().unwrap();
+    server.process().restart().expect("restart the TLS-only PostgreSQL");
+    encrypted();
+}
+
+/// A TLS-only MariaDB server: a login over TLS, verifying the test CA's certificate, works
+/// (also after a restart); a plaintext one is refused (`require_secure_transport`).
+#[test]
+fn mariadb_tls_server_takes_tls_logins_only_and_restarts() {
+    let server = MariaDbServer::start_tls().expect("start a TLS-only MariaDB");
+    assert!(server.is_tls());
+    let ca = TestCa::shared().unwrap();
+    let url = server.url();
+    assert!(url.contains("ssl-mode=VERIFY_IDENTITY&ssl-ca="), "{url}");
+    let options = |ssl: Option<mysql::SslOpts>| {
+        mysql::OptsBuilder::new()
+            .ip_or_hostname(Some(TestCa::SERVER_HOST))
+            .tcp_port(server.port())
+            .user(Some(MariaDbServer::USER))
+            .pass(Some(MariaDbServer::PASSWORD))
+            .db_name(Some(MariaDbServer::DATABASE))
+            .prefer_socket(false)
+            .ssl_opts(ssl)
+    };
+    let encrypted = || {
+        let ssl = mysql::SslOpts::default().with_root_cert_path(Some(ca.ca_cert()));
+        let mut connection = mysql::Conn::new(options(Some(ssl))).expect("a login over TLS");
+        let version: Option<(String, String)> =
+            connection.query_first("SHOW SESSION STATUS LIKE 'Ssl_version'").unwrap();
+        let version = version.expect("a status row").1;
+        assert!(!version.is_empty(), "the session is not encrypted");
+        version
+    };
+    println!("TLS version: {}", encrypted());
+
+    match mysql::Conn::new(options(None)) {
+        Err(mysql::Error::MySqlError(error)) => println!("plaintext: code {}: {error}", error.code),
+        Err(other) => panic!("expected the server's refusal, got {other}"),
+        Ok(_) => panic!("a plaintext login must be refused"),
+    }
+
+    server.process().kill9().unwrap();
+    server.process().restart().expect("restart the TLS-only MariaDB");
+    encrypted();
 }
 
 #[test]

@@ -8,6 +8,7 @@ use mysql::{Opts, OptsBuilder};
 use super::doorbell::Doorbell;
 use super::pool::{MyPool, MySettings};
 use super::schema::Tables;
+use super::tls::Connector;
 use super::{Inner, MySqlBackend, MySqlLockKind};
 use crate::builder::SqlLockBuilder;
 
@@ -20,14 +21,18 @@ impl MySqlLockBuilder {
     /// # Errors
     /// [`Error::InvalidConfig`] for a malformed URL, a table name that is not a plain identifier
     /// (or longer than 58 characters: `<table>_fence` must fit MySQL's 64-character
-    /// identifiers), zero timeouts or pool size; [`Error::Connection`], [`Error::Timeout`] or
-    /// [`Error::Authentication`] when the server cannot be reached or refuses the credentials.
+    /// identifiers), zero timeouts or pool size, TLS parameters that are unknown or inconsistent
+    /// or name unreadable files; [`Error::Connection`], [`Error::Timeout`] or
+    /// [`Error::Authentication`] when the server cannot be reached or refuses the credentials;
+    /// [`Error::Tls`] when the TLS handshake fails (an untrusted certificate, a wrong host name,
+    /// a server without TLS) or a TLS-only server refuses a plaintext connection.
     pub fn build(self) -> Result<MySqlBackend> {
         let table = self.settings.validate(&["mysql"], false, self.kind == MySqlLockKind::Table)?;
         let settings = &self.settings;
         let address = settings.address();
         let tables = Tables::new(&table, settings.fair)?;
-        let opts = Opts::from_url(&settings.url)
+        let (url, tls) = crate::tls::resolve(settings, &crate::tls::MYSQL)?;
+        let opts = Opts::from_url(&url)
             .map_err(|e| Error::InvalidConfig { reason: format!("bad mysql URL {address}: {e}") })?;
         let opts = OptsBuilder::from_opts(opts)
             .tcp_connect_timeout(Some(settings.connect_timeout))
@@ -41,10 +46,12 @@ impl MySqlLockBuilder {
                 // them (MariaDB's default); `SIMULTANEOUS_ASSIGNMENT` would change that.
                 "SET SESSION sql_mode = REPLACE(@@SESSION.sql_mode, 'SIMULTANEOUS_ASSIGNMENT', '')",
             ]);
-        let opts: mysql::Opts = opts.into();
-        let doorbell = Doorbell::new(settings.url.clone(), opts.clone(), settings.io_timeout);
+        let connector = Connector::new(opts, tls.as_ref())?;
+        // One ringer per server and TLS setting (see the doorbell).
+        let server = format!("{} {tls:?}", settings.url);
+        let doorbell = Doorbell::new(server, connector.clone(), settings.io_timeout);
         let pool = MyPool::new(
-            opts,
+            connector,
             MySettings {
                 max_connections: settings.max_connections,
                 connect_timeout: settings.connect_timeout,

@@ -22,8 +22,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use mysql::prelude::Queryable as _;
-use mysql::{Conn, Error as MySqlError, Opts, OptsBuilder};
+use mysql::{Conn, Error as MySqlError};
 use parking_lot::{Condvar, Mutex};
+
+use super::tls::Connector;
 
 use crate::waiters::{Registration, Waiters};
 
@@ -70,7 +72,7 @@ static RINGERS: parking_lot::Mutex<Option<HashMap<String, Weak<Ringer>>>> = park
 
 impl Ringer {
     /// The ringer of `server`, started if there is none.
-    fn of(server: &str, opts: &Opts) -> Option<Arc<Ringer>> {
+    fn of(server: &str, connector: &Connector) -> Option<Arc<Ringer>> {
         let mut ringers = RINGERS.lock();
         let ringers = ringers.get_or_insert_with(HashMap::new);
         ringers.retain(|_, ringer| ringer.strong_count() > 0);
@@ -78,9 +80,10 @@ impl Ringer {
             return Some(ringer);
         }
         let (sender, receiver) = mpsc::channel();
-        let opts = opts.clone();
-        let spawned =
-            thread::Builder::new().name(RINGER_THREAD_NAME.into()).spawn(move || ringer(&opts, &receiver));
+        let connector = connector.clone();
+        let spawned = thread::Builder::new()
+            .name(RINGER_THREAD_NAME.into())
+            .spawn(move || ringer(&connector, &receiver));
         if let Err(error) = spawned {
             // Rung waiters re-check on their own.
             tracing::warn!(%error, "could not start the mysql ringer thread");
@@ -93,7 +96,7 @@ impl Ringer {
 }
 
 struct Shared {
-    opts: Opts,
+    connector: Connector,
     waiters: Waiters,
     /// The doorbell connection's id while it is connected.
     id: Mutex<Option<u32>>,
@@ -103,13 +106,13 @@ struct Shared {
 }
 
 impl Doorbell {
-    /// A doorbell connecting with `opts` (the pool's, for `server`: the URL), its reads allowed
-    /// a sleep beyond `io_timeout`.
-    pub(crate) fn new(server: String, opts: Opts, io_timeout: Duration) -> Self {
-        let opts = OptsBuilder::from_opts(opts).read_timeout(Some(SLEEP + io_timeout)).into();
+    /// A doorbell connecting as `connector` does (the pool's, for `server`: the URL and the TLS
+    /// settings), its reads allowed a sleep beyond `io_timeout`.
+    pub(crate) fn new(server: String, connector: Connector, io_timeout: Duration) -> Self {
+        let connector = connector.map(|opts| opts.read_timeout(Some(SLEEP + io_timeout)));
         Self {
             shared: Arc::new(Shared {
-                opts,
+                connector,
                 waiters: Waiters::default(),
                 id: Mutex::new(None),
                 changed: Condvar::new(),
@@ -125,7 +128,7 @@ impl Doorbell {
     pub(crate) fn ring(&self, id: u64) {
         let mut ringer = self.ringer.lock();
         if ringer.is_none() {
-            *ringer = Ringer::of(&self.server, &self.shared.opts);
+            *ringer = Ringer::of(&self.server, &self.shared.connector);
         }
         if let Some(ringer) = ringer.as_ref() {
             let _ = ringer.rings.lock().send(id);
@@ -177,7 +180,7 @@ fn ring_loop(shared: &Shared) {
         if !shared.waiters.wait_for_any(Instant::now() + TICK) {
             continue;
         }
-        let mut conn = match Conn::new(shared.opts.clone()) {
+        let mut conn = match shared.connector.connect() {
             Ok(conn) => conn,
             Err(error) => {
                 tracing::debug!(%error, "the mysql doorbell connection failed; waiters re-check on their own");
@@ -220,7 +223,7 @@ fn set_id(shared: &Shared, id: Option<u32>) {
 /// [`Ringer`] is dropped. Rings are best effort and idempotent: the ids waiting together are rung
 /// once each, and when the connection cannot be (re)opened the pending ones are dropped (their
 /// waiters re-check on their own) rather than each trying to connect in turn.
-fn ringer(opts: &Opts, rings: &Receiver<u64>) {
+fn ringer(connector: &Connector, rings: &Receiver<u64>) {
     let mut conn: Option<Conn> = None;
     while let Ok(first) = rings.recv() {
         let mut ids = vec![first];
@@ -228,7 +231,8 @@ fn ringer(opts: &Opts, rings: &Receiver<u64>) {
         ids.sort_unstable();
         ids.dedup();
         if conn.is_none() {
-            conn = Conn::new(opts.clone())
+            conn = connector
+                .connect()
                 .inspect_err(
                     |error| tracing::debug!(%error, "the mysql ringer could not connect; rings dropped"),
                 )

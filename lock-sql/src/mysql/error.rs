@@ -5,6 +5,8 @@ use std::io::ErrorKind;
 use lock_core::Error;
 use mysql::{DriverError, Error as MySqlError};
 
+use crate::tls::{PlaintextRefused, MYSQL};
+
 /// The backend's label in errors and logs.
 pub(crate) const BACKEND: &str = "mysql";
 
@@ -22,6 +24,14 @@ const ACCESS_DENIED: [u16; 2] = [1045, 1044];
 /// `ER_CONNECTION_KILLED` (MariaDB), `ER_SERVER_SHUTDOWN`, `ER_QUERY_INTERRUPTED` of a killed
 /// connection.
 const SESSION_KILLED: [u16; 3] = [1927, 1053, 1317];
+/// `ER_SECURE_TRANSPORT_REQUIRED`: MySQL's refusal of a plaintext connection when
+/// `require_secure_transport=ON`. MariaDB (10.11 measured) answers `ER_ACCESS_DENIED_ERROR`
+/// instead, as for a wrong password: see [`Connector::error`](super::tls::Connector::error).
+const PLAINTEXT_REFUSED: u16 = 3159;
+
+/// The operation name of opening a connection: TLS failures are recognised there only (a TLS
+/// error later, on an open connection, is a broken connection like any other).
+pub(crate) const CONNECT: &str = "connect";
 
 /// What went wrong inside the MySQL backend. Kept as the `source` of the public error.
 #[derive(Debug, thiserror::Error)]
@@ -41,8 +51,13 @@ pub(crate) enum MyFailure {
 impl From<MyFailure> for Error {
     fn from(failure: MyFailure) -> Self {
         match &failure {
-            MyFailure::Statement { operation, source } => match meaning(source) {
+            MyFailure::Statement { operation, source } => match meaning(operation, source) {
                 Meaning::Authentication => Error::Authentication { backend: BACKEND, source: failure.into() },
+                Meaning::Tls => Error::Tls { backend: BACKEND, source: failure.into() },
+                Meaning::PlaintextRefused => Error::Tls {
+                    backend: BACKEND,
+                    source: Box::new(PlaintextRefused { hint: MYSQL.require_hint, source: failure.into() }),
+                },
                 Meaning::Connection => Error::Connection { backend: BACKEND, source: failure.into() },
                 Meaning::Timeout => {
                     Error::Timeout { backend: BACKEND, operation, source: Some(failure.into()) }
@@ -57,14 +72,22 @@ impl From<MyFailure> for Error {
 
 enum Meaning {
     Authentication,
+    /// Connecting failed in TLS (see [`is_tls_failure`]).
+    Tls,
+    /// The server accepts only TLS, and the connection was plaintext.
+    PlaintextRefused,
     Connection,
     Timeout,
     Config,
     Other,
 }
 
-fn meaning(error: &MySqlError) -> Meaning {
+fn meaning(operation: &str, error: &MySqlError) -> Meaning {
+    if operation == CONNECT && is_tls_failure(error) {
+        return Meaning::Tls;
+    }
     match error {
+        MySqlError::MySqlError(server) if server.code == PLAINTEXT_REFUSED => Meaning::PlaintextRefused,
         MySqlError::MySqlError(server) if ACCESS_DENIED.contains(&server.code) => Meaning::Authentication,
         MySqlError::MySqlError(server) if SESSION_KILLED.contains(&server.code) => Meaning::Connection,
         MySqlError::MySqlError(_) => Meaning::Other,
@@ -91,6 +114,19 @@ fn io_error(error: &MySqlError) -> Option<&std::io::Error> {
 /// Whether a read or write ran out of time (the socket's timeout): no reply, which proves nothing.
 fn io_timed_out(error: &MySqlError) -> bool {
     io_error(error).is_some_and(|io| matches!(io.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
+}
+
+/// Whether connecting failed in TLS: the driver's own TLS setup error, a server that offers no
+/// TLS when TLS is asked for, or a handshake that rustls failed (an untrusted certificate, a
+/// wrong name, a refused client certificate), which the driver reports as the I/O error of
+/// its first write or read.
+fn is_tls_failure(error: &MySqlError) -> bool {
+    match error {
+        MySqlError::TlsError(_) | MySqlError::DriverError(DriverError::TlsNotSupported) => true,
+        _ => io_error(error)
+            .and_then(std::io::Error::get_ref)
+            .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()),
+    }
 }
 
 /// The lock is held by someone else (`NOWAIT` refused, or a lock wait ran out).
@@ -126,6 +162,21 @@ pub(crate) fn session_ended(error: &MySqlError) -> bool {
     }
 }
 
+/// Whether the server denied access (a wrong password, an unknown user, or on MariaDB also a
+/// plaintext connection to a TLS-only server).
+pub(crate) fn is_access_denied(error: &MySqlError) -> bool {
+    matches!(error, MySqlError::MySqlError(server) if ACCESS_DENIED.contains(&server.code))
+}
+
+/// A TLS-only server's refusal of the plaintext connection that failed with `source`.
+pub(crate) fn plaintext_refused(source: MySqlError) -> Error {
+    let failure = MyFailure::Statement { operation: CONNECT, source };
+    Error::Tls {
+        backend: BACKEND,
+        source: Box::new(PlaintextRefused { hint: MYSQL.require_hint, source: failure.into() }),
+    }
+}
+
 /// Maps a driver error met while doing `operation`.
 pub(crate) fn map(operation: &'static str, source: MySqlError) -> Error {
     MyFailure::Statement { operation, source }.into()
@@ -140,5 +191,20 @@ mod tests {
         let timed_out = MySqlError::IoError(ErrorKind::WouldBlock.into());
         assert!(!session_ended(&timed_out));
         assert!(matches!(map("acquire", timed_out), Error::Timeout { .. }));
+    }
+
+    #[test]
+    fn a_rustls_error_while_connecting_is_a_tls_failure() {
+        let handshake = || {
+            let certificate = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+            MySqlError::IoError(std::io::Error::new(ErrorKind::InvalidData, certificate))
+        };
+        let error = map(CONNECT, handshake());
+        assert!(matches!(error, Error::Tls { .. }), "{error}");
+        assert!(error.to_string().contains("UnknownIssuer"), "{error}");
+        // On an open connection it is a broken connection, as any I/O error.
+        assert!(matches!(map("acquire", handshake()), Error::Connection { .. }));
+        let no_tls = map(CONNECT, MySqlError::DriverError(DriverError::TlsNotSupported));
+        assert!(matches!(no_tls, Error::Tls { .. }), "{no_tls}");
     }
 }

@@ -3,7 +3,8 @@
 //! `schema.rs` holds the tables and statements, `table.rs` the lock-table kind, `session.rs`
 //! the row and advisory kinds (holds that own a connection), `wait.rs` the waits (lock-table
 //! waiters queue in a table and are rung by `doorbell.rs`; the others wait in the server's lock
-//! queue), `pool.rs` the pool and `connection.rs` one connection.
+//! queue), `pool.rs` the pool, `connection.rs` one connection and `tls.rs` the TLS options and
+//! the connector.
 //!
 //! Tested on MariaDB 10.11. MySQL 8 differences the statements avoid: no `INSERT … RETURNING`
 //! (the winner is told by affected rows and `LAST_INSERT_ID(expr)`), error 3572 for `NOWAIT`,
@@ -11,6 +12,51 @@
 //! timeout that waits forever (never sent). The row and advisory kinds take their fencing
 //! tokens from a `SEQUENCE`, which MySQL 8 lacks: on MySQL those two kinds fail at
 //! [`ensure_schema`](MySqlBackend::ensure_schema) with the server's error.
+//!
+//! # TLS
+//!
+//! Connections are plaintext unless the URL or [`SqlLockBuilder::tls`](crate::SqlLockBuilder::tls)
+//! asks for TLS (the MySQL client's default is `PREFERRED`; this backend keeps plaintext as its
+//! default). The URL takes the MySQL client's option names (with `_` for `-` too); they are
+//! taken out before the `mysql` driver, which knows none of them, parses the URL:
+//!
+//! | parameter | meaning |
+//! | --- | --- |
+//! | `ssl-mode` | any case: `DISABLED`, `PREFERRED` (TLS if the server offers it, else plaintext; nothing checked), `REQUIRED` (TLS; nothing checked, or the chain when `ssl-ca` is given), `VERIFY_CA` (the chain), `VERIFY_IDENTITY` (the chain and the host name or IP address of the URL). With other TLS parameters but no `ssl-mode`: `PREFERRED` |
+//! | `ssl-ca` | PEM file of the CAs to trust |
+//! | `ssl-cert`, `ssl-key` | the client's certificate chain and private key (PEM), both or neither |
+//!
+//! The builder's [`TlsOptions`](lock_core::TlsOptions) decide the mode over the URL's; their
+//! files replace the URL's where they name any. With neither, the driver's own URL parameters
+//! (`require_ssl`, `verify_ca`, …) still work as before. TLS is the driver's rustls backend with
+//! the ring provider (no OpenSSL); a connection asked to use TLS stays on TCP (the driver would
+//! otherwise move a connection to `127.0.0.1` onto the server's Unix socket). Limits of the
+//! driver, which has no hook for its rustls configuration: it trusts the Mozilla roots compiled
+//! into it (`webpki-roots`) **in addition to** `ssl-ca` — so a publicly trusted certificate
+//! passes `VERIFY_CA` too — and, without `ssl-ca`, those roots rather than the system store.
+//! `PREFERRED` is done here: the driver treats TLS as required, so a connection the server
+//! refuses for want of TLS support is opened again in plaintext.
+//!
+//! `build` reads the files (a missing or malformed one is
+//! [`Error::InvalidConfig`](lock_core::Error::InvalidConfig)). A failed handshake (an untrusted
+//! certificate, a wrong name, a server without TLS under `REQUIRED` or stronger, a refused
+//! client certificate) is [`Error::Tls`](lock_core::Error::Tls) within the connect timeout, and
+//! so is a TLS-only server's (`require_secure_transport=ON`) refusal of a plaintext connection:
+//! MySQL says so with error 3159, MariaDB with 1045, "access denied", as for a wrong password —
+//! so a denied plaintext login is tried once more over TLS (checking nothing, only to tell the
+//! two apart, and closed at once): if that one gets in, the error says the server wants TLS.
+//! [`MySqlBackend::tls_version`] tells what a connection got.
+//!
+//! ```no_run
+//! use lock_sql::mysql::MySqlBackend;
+//!
+//! let backend = MySqlBackend::builder(
+//!     "mysql://app:secret@db.internal:3306/app?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ssl/db-ca.pem",
+//! )
+//! .build()?;
+//! assert!(backend.tls_version()?.is_some());
+//! # Ok::<(), lock_core::Error>(())
+//! ```
 
 mod builder;
 mod connection;
@@ -23,6 +69,7 @@ pub(crate) mod schema;
 mod semaphore;
 mod session;
 mod table;
+mod tls;
 mod wait;
 
 pub use builder::MySqlLockBuilder;
@@ -175,6 +222,21 @@ impl MySqlBackend {
             MySqlLockKind::Table => self.table_mark_free(name),
             MySqlLockKind::Row | MySqlLockKind::Advisory => self.kill_holder(name),
         }
+    }
+
+    /// The TLS version of one of the pool's connections as the server reports it (the session
+    /// status `Ssl_version`: `"TLSv1.3"`), or `None` when it is plaintext: a check that the
+    /// URL's or the builder's TLS settings took effect (every connection of a backend is
+    /// opened alike, but with `ssl-mode=PREFERRED` the server decides).
+    ///
+    /// # Errors
+    /// As any statement.
+    pub fn tls_version(&self) -> Result<Option<String>> {
+        let mut connection = self.inner.pool.get()?;
+        let status =
+            connection.run("read the connection's TLS version", "SHOW SESSION STATUS LIKE 'Ssl_version'")?;
+        let version: Option<String> = status.first_row().and_then(|row| row.get(1));
+        Ok(version.filter(|version| !version.is_empty()))
     }
 
     /// The `GET_LOCK` name of `name`: `namespace:name`, or when that is longer than 64

@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::{Error, Result};
-use mysql::{Conn, Opts};
+use mysql::Conn;
 use parking_lot::{Condvar, Mutex};
 
 use super::connection::MyConnection;
-use super::error::{self, BACKEND};
+use super::error::BACKEND;
+use super::tls::Connector;
 use crate::queue_wait::Checkout;
 
 /// Timeouts and limits of a pool.
@@ -33,7 +34,7 @@ pub(crate) struct MyPool {
 }
 
 pub(crate) struct Shared {
-    opts: Opts,
+    connector: Connector,
     settings: MySettings,
     state: Mutex<State>,
     returned: Condvar,
@@ -46,9 +47,9 @@ struct State {
 }
 
 impl MyPool {
-    pub(crate) fn new(opts: Opts, settings: MySettings) -> Self {
+    pub(crate) fn new(connector: Connector, settings: MySettings) -> Self {
         let state = Mutex::new(State { idle: Vec::new(), open: 0 });
-        Self { shared: Arc::new(Shared { opts, settings, state, returned: Condvar::new() }) }
+        Self { shared: Arc::new(Shared { connector, settings, state, returned: Condvar::new() }) }
     }
 
     /// The I/O timeout of each statement.
@@ -87,11 +88,11 @@ impl MyPool {
             if state.open < size {
                 state.open += 1;
                 drop(state);
-                return match Conn::new(shared.opts.clone()) {
+                return match shared.connector.open() {
                     Ok(conn) => Ok(MyConnection::new(conn, Arc::clone(shared))),
                     Err(failure) => {
                         shared.forget_one();
-                        Err(error::map("connect", failure))
+                        Err(failure)
                     }
                 };
             }

@@ -20,8 +20,12 @@ impl PostgresLockBuilder {
     /// # Errors
     /// [`Error::InvalidConfig`] for a malformed URL, a table name that is not a plain identifier
     /// (or longer than 57 bytes: `<table>_fence` must fit PostgreSQL's 63-byte identifiers), zero
-    /// timeouts or pool size, `fair(false)` on the row or advisory kind; [`Error::Connection`], [`Error::Timeout`] or
-    /// [`Error::Authentication`] when the server cannot be reached or refuses the credentials.
+    /// timeouts or pool size, `fair(false)` on the row or advisory kind, TLS parameters that are
+    /// unknown or inconsistent or name unreadable files; [`Error::Connection`],
+    /// [`Error::Timeout`] or [`Error::Authentication`] when the server cannot be reached or
+    /// refuses the credentials; [`Error::Tls`] when the TLS handshake fails (an untrusted
+    /// certificate, a wrong host name, a server without TLS) or a TLS-only server refuses a
+    /// plaintext connection.
     pub fn build(self) -> Result<PostgresBackend> {
         let table = self.settings.validate(
             &["postgres", "postgresql"],
@@ -30,12 +34,16 @@ impl PostgresLockBuilder {
         )?;
         let settings = &self.settings;
         let address = settings.address();
-        let mut config = tokio_postgres::Config::from_str(&settings.url)
+        let (url, tls) = crate::tls::resolve(settings, &crate::tls::LIBPQ)?;
+        let tls = tls.unwrap_or_default();
+        let mut config = tokio_postgres::Config::from_str(&url)
             .map_err(|e| Error::InvalidConfig { reason: format!("bad postgres URL {address}: {e}") })?;
         config.connect_timeout(settings.connect_timeout);
         config.application_name("distlock");
+        config.ssl_mode(super::tls::ssl_mode(tls.mode()));
         let pool = PgPool::new(
             config,
+            super::tls::connector(&tls)?,
             PgSettings {
                 max_connections: settings.max_connections,
                 connect_timeout: settings.connect_timeout,

@@ -19,8 +19,10 @@ use std::time::Duration;
 
 use lock_core::{Error, Result};
 use tokio::runtime::Runtime;
+use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{AsyncMessage, Client, NoTls, Notification, Row, Statement};
+use tokio_postgres::{AsyncMessage, Client, Notification, Row, Statement};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::error::{self, PgFailure};
 use super::pool::PgSettings;
@@ -32,8 +34,12 @@ pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
 /// Where a connection's notifications go (only the wait listener's connection has one).
 pub(crate) type NotificationSink = Box<dyn Fn(Notification) + Send + Sync>;
 
-/// The socket half of a client, which a call polls while it waits.
-type Socket = tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>;
+/// The socket half of a client, which a call polls while it waits (TLS or plaintext, as the
+/// mode and the server decided).
+type Socket = tokio_postgres::Connection<
+    tokio_postgres::Socket,
+    <MakeRustlsConnect as MakeTlsConnect<tokio_postgres::Socket>>::Stream,
+>;
 
 /// One connection: the client, its socket half, the runtime that drives both during a call, and
 /// whether it broke.
@@ -56,14 +62,17 @@ pub(crate) struct PgConnection {
 }
 
 impl PgConnection {
-    /// Connects (TCP connect, startup and authentication all within `connect_timeout`).
+    /// Connects (TCP connect, TLS handshake, startup and authentication all within
+    /// `connect_timeout`), through TLS as `config`'s SSL mode and `tls` say.
     pub(crate) fn open(
         config: &tokio_postgres::Config,
+        tls: &MakeRustlsConnect,
         settings: &PgSettings,
         notifications: Option<NotificationSink>,
     ) -> std::result::Result<Self, PgFailure> {
         let runtime = runtime::new().map_err(PgFailure::Runtime)?;
-        let connect = async { tokio::time::timeout(settings.connect_timeout, config.connect(NoTls)).await };
+        let connect =
+            async { tokio::time::timeout(settings.connect_timeout, config.connect(tls.clone())).await };
         let connected = block_on(&runtime, connect);
         let (client, socket) = connected
             .map_err(PgFailure::Runtime)?

@@ -5,6 +5,8 @@ use std::time::Duration;
 use lock_core::Error;
 use tokio_postgres::error::SqlState;
 
+use crate::tls::{PlaintextRefused, LIBPQ};
+
 /// The backend's label in errors and logs.
 pub(crate) const BACKEND: &str = "postgres";
 
@@ -41,6 +43,11 @@ impl From<PgFailure> for Error {
         match &failure {
             PgFailure::Statement { operation, source } => match meaning(source) {
                 Meaning::Authentication => Error::Authentication { backend: BACKEND, source: failure.into() },
+                Meaning::Tls => Error::Tls { backend: BACKEND, source: failure.into() },
+                Meaning::PlaintextRefused => Error::Tls {
+                    backend: BACKEND,
+                    source: Box::new(PlaintextRefused { hint: LIBPQ.require_hint, source: failure.into() }),
+                },
                 Meaning::Connection => Error::Connection { backend: BACKEND, source: failure.into() },
                 Meaning::Timeout => {
                     Error::Timeout { backend: BACKEND, operation, source: Some(failure.into()) }
@@ -63,13 +70,65 @@ impl From<PgFailure> for Error {
 
 enum Meaning {
     Authentication,
+    /// The TLS handshake failed (or the server declined TLS that `require` asked for).
+    Tls,
+    /// The server accepts only TLS, and the connection was plaintext.
+    PlaintextRefused,
     Connection,
     Timeout,
     Other,
 }
 
 fn meaning(error: &tokio_postgres::Error) -> Meaning {
-    meaning_of(error.code())
+    if is_tls_failure(error) {
+        Meaning::Tls
+    } else if refuses_plaintext(error) {
+        Meaning::PlaintextRefused
+    } else {
+        meaning_of(error.code())
+    }
+}
+
+/// Whether connecting failed in TLS: the handshake (an untrusted certificate, a wrong name, a
+/// refused client certificate) or a server that declined the TLS `require` asked for.
+/// tokio-postgres exposes its error kinds only in the text, whose first words for this one
+/// ("error performing TLS handshake") have not changed since 0.5; the TLS tests pin them.
+fn is_tls_failure(error: &tokio_postgres::Error) -> bool {
+    error.code().is_none() && error.to_string().starts_with("error performing TLS handshake")
+}
+
+/// Whether the server refused a plaintext connection for being plaintext: `pg_hba.conf`
+/// rejects it (a `hostnossl … reject` line, or no `host`/`hostnossl` line for it), and the
+/// server says so with ", no encryption" (PostgreSQL 12 and later, English messages;
+/// otherwise it stays an authentication failure, which is the SQLSTATE).
+fn refuses_plaintext(error: &tokio_postgres::Error) -> bool {
+    error.as_db_error().is_some_and(|db| {
+        *db.code() == SqlState::INVALID_AUTHORIZATION_SPECIFICATION && db.message().ends_with("no encryption")
+    })
+}
+
+/// How a failed connection attempt is reported when only its text is kept (the pool's last
+/// failure): its public error variant, and the text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConnectFailure {
+    Authentication,
+    Tls,
+    Other,
+}
+
+/// The [`ConnectFailure`] of `failure`, and the text to report it with.
+pub(crate) fn connect_failure(failure: &PgFailure) -> (ConnectFailure, String) {
+    let text = lock_core::display_chain(failure);
+    let PgFailure::Statement { source, .. } = failure else { return (ConnectFailure::Other, text) };
+    match meaning(source) {
+        Meaning::Authentication => (ConnectFailure::Authentication, text),
+        Meaning::Tls => (ConnectFailure::Tls, text),
+        Meaning::PlaintextRefused => {
+            let refused = PlaintextRefused { hint: LIBPQ.require_hint, source: text.into() };
+            (ConnectFailure::Tls, lock_core::display_chain(&refused))
+        }
+        _ => (ConnectFailure::Other, text),
+    }
 }
 
 /// What a SQLSTATE means (`None`: the connection itself failed — refused, reset, closed, TLS).
@@ -91,11 +150,6 @@ fn meaning_of(code: Option<&SqlState>) -> Meaning {
         Some(_) => Meaning::Other,
         None => Meaning::Connection,
     }
-}
-
-/// Whether the server refused the credentials.
-pub(crate) fn is_authentication(error: &tokio_postgres::Error) -> bool {
-    matches!(meaning(error), Meaning::Authentication)
 }
 
 /// Whether `error` proves the session is gone — the server ended it or the connection closed —

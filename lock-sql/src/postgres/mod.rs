@@ -3,7 +3,53 @@
 //! `schema.rs` holds the tables and statements, `table.rs` the lock-table kind, `session.rs` the
 //! row and advisory kinds (holds that own a connection), `wait.rs` the waits, `listener.rs` the
 //! `LISTEN` connection that wakes lock-table waiters, `connection.rs` and `runtime.rs` the bounded
-//! blocking calls over tokio-postgres, `pool.rs` the pool.
+//! blocking calls over tokio-postgres, `pool.rs` the pool, `tls.rs` the TLS connector.
+//!
+//! # TLS
+//!
+//! Connections are plaintext unless the URL or [`SqlLockBuilder::tls`](crate::SqlLockBuilder::tls)
+//! asks for TLS (libpq's default is `prefer`; this backend keeps plaintext as its default). The
+//! URL takes libpq's parameters, in a `postgres://…?…` query or a `key=value` string:
+//!
+//! | parameter | meaning |
+//! | --- | --- |
+//! | `sslmode` | `disable`, `prefer` (TLS if the server offers it, else plaintext; nothing checked; `allow` is taken as `prefer`), `require` (TLS; nothing checked, or the chain when `sslrootcert` is given, as libpq does), `verify-ca` (the chain), `verify-full` (the chain and the host name or IP address of the URL). With other TLS parameters but no `sslmode`: `prefer`, libpq's default |
+//! | `sslrootcert` | PEM file of the CAs to trust; without it the checking modes trust the platform's roots (the system store, read with `rustls-native-certs`); `system` says so explicitly and, as in libpq 16, needs (and alone implies) `verify-full` |
+//! | `sslcert`, `sslkey` | the client's certificate chain and private key (PEM; PKCS#8, PKCS#1 or SEC1), both or neither (no encrypted keys: `sslpassword` is not taken) |
+//!
+//! The builder's [`TlsOptions`](lock_core::TlsOptions) decide the mode over the URL's; their
+//! files replace the URL's where they name any. `build` reads the files (a missing or malformed
+//! one is [`Error::InvalidConfig`](lock_core::Error::InvalidConfig)). A failed handshake (an
+//! untrusted certificate, a name the certificate does not list, a server without TLS under
+//! `require` or stronger, a refused client certificate) is
+//! [`Error::Tls`](lock_core::Error::Tls) within the connect timeout, and so is a TLS-only
+//! server's refusal of a plaintext connection (`pg_hba.conf`'s `hostnossl … reject`, or no line
+//! for plaintext: "…, no encryption"). TLS is rustls with the ring provider (no OpenSSL, no
+//! process-wide provider needed); SCRAM uses channel binding over it. `prefer` falls back to
+//! plaintext only when the server declines TLS (a server that accepts and then fails the
+//! handshake is an error; libpq would retry in plaintext). [`PostgresBackend::tls_version`]
+//! tells what a connection got.
+//!
+//! ```no_run
+//! use lock_core::{TlsMode, TlsOptions};
+//! use lock_sql::postgres::PostgresBackend;
+//!
+//! // In the URL, libpq's way:
+//! let backend = PostgresBackend::builder(
+//!     "postgres://app:secret@db.internal/app?sslmode=verify-full&sslrootcert=/etc/ssl/db-ca.pem",
+//! )
+//! .build()?;
+//! // Or with the builder, here with a client certificate too:
+//! let backend = PostgresBackend::builder("postgres://app@db.internal/app")
+//!     .tls(
+//!         TlsOptions::new(TlsMode::VerifyFull)
+//!             .root_cert("/etc/ssl/db-ca.pem")
+//!             .client_cert("/etc/app/client.pem", "/etc/app/client.key"),
+//!     )
+//!     .build()?;
+//! assert!(backend.tls_version()?.is_some());
+//! # Ok::<(), lock_core::Error>(())
+//! ```
 
 mod builder;
 mod connection;
@@ -18,6 +64,7 @@ mod schema;
 mod semaphore;
 mod session;
 mod table;
+mod tls;
 mod wait;
 mod waiter_queue;
 
@@ -170,6 +217,23 @@ impl PostgresBackend {
             PostgresLockKind::Table => self.table_mark_free(name),
             PostgresLockKind::Row | PostgresLockKind::Advisory => self.terminate_holder(name),
         }
+    }
+
+    /// The TLS version of one of the pool's connections as the server reports it
+    /// (`pg_stat_ssl`: `"TLSv1.3"`), or `None` when it is plaintext: a check that the URL's
+    /// or the builder's TLS settings took effect (every connection of a backend is opened
+    /// alike, but with `sslmode=prefer` the server decides).
+    ///
+    /// # Errors
+    /// As any statement.
+    pub fn tls_version(&self) -> Result<Option<String>> {
+        let connection = self.inner.pool.get()?;
+        let row = connection.run("read the connection's TLS version", |client| async move {
+            client
+                .query_opt("SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl", &[])
+                .await
+        })?;
+        Ok(row.map(|row| row.get(0)))
     }
 
     fn advisory_key(&self, name: &LockName) -> i64 {

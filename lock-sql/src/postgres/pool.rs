@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use lock_core::{Error, Result};
 use parking_lot::Mutex;
 use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::connection::{NotificationSink, PgConnection};
-use super::error::{self, PgFailure};
+use super::error::{self, ConnectFailure, PgFailure};
 use crate::queue_wait::Checkout;
 
 /// The name of the threads that open pooled connections in the background (two per backend
@@ -46,6 +47,7 @@ pub(crate) struct PgSettings {
 /// connection) instead of only "timed out".
 pub(crate) struct PgManager {
     pub(crate) config: tokio_postgres::Config,
+    pub(crate) tls: MakeRustlsConnect,
     pub(crate) settings: PgSettings,
     pub(crate) last_failure: Arc<Mutex<Option<LastFailure>>>,
 }
@@ -55,7 +57,7 @@ impl r2d2::ManageConnection for PgManager {
     type Error = PgFailure;
 
     fn connect(&self) -> std::result::Result<PgConnection, PgFailure> {
-        let opened = PgConnection::open(&self.config, &self.settings, None);
+        let opened = PgConnection::open(&self.config, &self.tls, &self.settings, None);
         match &opened {
             Ok(_) => *self.last_failure.lock() = None,
             Err(failure) => *self.last_failure.lock() = Some(LastFailure::of(failure)),
@@ -78,15 +80,14 @@ impl r2d2::ManageConnection for PgManager {
 /// Why the last connection attempt failed.
 #[derive(Debug, Clone)]
 pub(crate) struct LastFailure {
-    authentication: bool,
+    kind: ConnectFailure,
     message: String,
 }
 
 impl LastFailure {
     fn of(failure: &PgFailure) -> Self {
-        let authentication =
-            matches!(failure, PgFailure::Statement { source, .. } if error::is_authentication(source));
-        Self { authentication, message: lock_core::display_chain(failure) }
+        let (kind, message) = error::connect_failure(failure);
+        Self { kind, message }
     }
 }
 
@@ -97,15 +98,25 @@ pub(crate) struct PgPool {
     last_failure: Arc<Mutex<Option<LastFailure>>>,
     settings: PgSettings,
     config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
 }
 
 /// A connection out of the pool.
 pub(crate) type PooledPg = r2d2::PooledConnection<PgManager>;
 
 impl PgPool {
-    pub(crate) fn new(config: tokio_postgres::Config, settings: PgSettings) -> Result<Self> {
+    pub(crate) fn new(
+        config: tokio_postgres::Config,
+        tls: MakeRustlsConnect,
+        settings: PgSettings,
+    ) -> Result<Self> {
         let last_failure = Arc::new(Mutex::new(None));
-        let manager = PgManager { config: config.clone(), settings, last_failure: Arc::clone(&last_failure) };
+        let manager = PgManager {
+            config: config.clone(),
+            tls: tls.clone(),
+            settings,
+            last_failure: Arc::clone(&last_failure),
+        };
         let pool = r2d2::Pool::builder()
             .max_size(settings.max_connections)
             .min_idle(Some(0))
@@ -114,7 +125,7 @@ impl PgPool {
             .thread_pool(connector_threads())
             .error_handler(Box::new(r2d2::NopErrorHandler))
             .build_unchecked(manager);
-        Ok(Self { pool, last_failure, settings, config })
+        Ok(Self { pool, last_failure, settings, config, tls })
     }
 
     /// A connection, waiting up to the connect timeout for one to come back when all are in use.
@@ -130,8 +141,9 @@ impl PgPool {
     /// them all — as `checkout` says.
     ///
     /// # Errors
-    /// [`Error::PoolExhausted`] when every connection stayed in use; [`Error::Authentication`] or
-    /// [`Error::Timeout`] when connecting failed (the last failure is in the message).
+    /// [`Error::PoolExhausted`] when every connection stayed in use; [`Error::Authentication`],
+    /// [`Error::Tls`] or [`Error::Timeout`] when connecting failed (the last failure is in the
+    /// message).
     pub(crate) fn get_for(&self, checkout: Checkout) -> Result<PooledPg> {
         if let Some(connection) = self.pool.try_get() {
             return Ok(connection);
@@ -150,8 +162,11 @@ impl PgPool {
             }
             let timeout = self.settings.connect_timeout;
             match self.last_failure.lock().clone() {
-                Some(LastFailure { authentication: true, message }) => {
+                Some(LastFailure { kind: ConnectFailure::Authentication, message }) => {
                     Error::Authentication { backend: error::BACKEND, source: message.into() }
+                }
+                Some(LastFailure { kind: ConnectFailure::Tls, message }) => {
+                    Error::Tls { backend: error::BACKEND, source: message.into() }
                 }
                 Some(LastFailure { message, .. }) => {
                     Error::from(PgFailure::Pool { timeout, detail: message })
@@ -163,7 +178,7 @@ impl PgPool {
 
     /// Opens a connection outside the pool (the wait listener's, and the check `build()` makes).
     pub(crate) fn open_unpooled(&self, notifications: Option<NotificationSink>) -> Result<PgConnection> {
-        Ok(PgConnection::open(&self.config, &self.settings, notifications)?)
+        Ok(PgConnection::open(&self.config, &self.tls, &self.settings, notifications)?)
     }
 
     pub(crate) fn settings(&self) -> PgSettings {

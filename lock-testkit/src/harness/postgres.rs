@@ -1,15 +1,19 @@
-//! Throwaway PostgreSQL servers: `initdb` into a temp dir, then `postgres` on a free port.
+//! Throwaway PostgreSQL servers: `initdb` into a temp dir, then `postgres` on a free port; in
+//! plaintext, or TLS-only ([`PostgresServer::start_tls`]).
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::unistd::{chown, Uid, User};
+use postgres::config::SslMode;
 use postgres::{Client, Config, NoTls};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::binaries;
 use super::command::{CommandSpec, RunAs};
 use super::process::Readiness;
+use super::tls::{url_path, TestCa};
 use super::{dirs, ports, HarnessError, ServerKind, ServerProcess, TestDeployment, TestServer};
 
 const KIND: ServerKind = ServerKind::Postgres;
@@ -32,11 +36,27 @@ const UNPRIVILEGED_ACCOUNTS: [&str; 2] = ["postgres", "nobody"];
 /// TCP logins need the password (`scram-sha-256`), so tests can check that a wrong one is
 /// rejected. Durability is off (`fsync`, `synchronous_commit`, `full_page_writes`) since the
 /// data is thrown away; `max_connections` is [`MAX_CONNECTIONS`](Self::MAX_CONNECTIONS).
+///
+/// A server from [`start_tls`](Self::start_tls) speaks TLS only, with [`TestCa::shared`]'s
+/// server certificate (for `127.0.0.1` only): `pg_hba.conf` lets TCP logins in over TLS
+/// (`hostssl`) and rejects every plaintext one (`hostnossl … reject`); its [`url`](Self::url)
+/// says `sslmode=verify-full` and names the CA.
 #[derive(Debug)]
 #[must_use = "the server stops when this is dropped"]
 pub struct PostgresServer {
     process: ServerProcess,
+    /// The CA certificate to trust, for a TLS-only server.
+    ca: Option<PathBuf>,
 }
+
+/// A TLS-only server's `pg_hba.conf`: the certificate user by certificate, everyone else by
+/// password over TLS, plaintext TCP refused; local (socket) logins trusted, as `initdb` had it.
+const TLS_HBA: &str = "\
+local     all  all              trust
+hostssl   all  distlock-client  127.0.0.1/32  cert
+hostssl   all  all              127.0.0.1/32  scram-sha-256
+hostnossl all  all              0.0.0.0/0     reject
+";
 
 impl PostgresServer {
     /// The server's `max_connections`: room for one client holding 1,000 session locks (a
@@ -48,6 +68,9 @@ impl PostgresServer {
     pub const PASSWORD: &'static str = "distlock";
     /// The database created for tests.
     pub const DATABASE: &'static str = "distlock";
+    /// A TLS-only server's superuser that logs in with [`TestCa::shared`]'s client certificate
+    /// (`cert` authentication: no password; the certificate's name is the user's).
+    pub const CERT_USER: &'static str = TestCa::CLIENT_NAME;
 
     /// Runs `initdb`, starts `postgres` (as an unprivileged account when run as root) and
     /// creates [`DATABASE`](Self::DATABASE).
@@ -59,13 +82,33 @@ impl PostgresServer {
     /// [`HarnessError::Exited`] or [`HarnessError::NotReady`] (with the log's tail) if the
     /// server does not come up; [`HarnessError::Io`] for temp dir and process failures.
     pub fn start() -> Result<Self, HarnessError> {
+        Self::start_with(None)
+    }
+
+    /// Like [`start`](Self::start), a TLS-only server (see the type's docs), which also has
+    /// the login [`CERT_USER`](Self::CERT_USER). It is ready once a login over TLS, verifying
+    /// its certificate against the test CA, succeeds.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start); [`HarnessError::Io`] when the test CA cannot be made.
+    pub fn start_tls() -> Result<Self, HarnessError> {
+        Self::start_with(Some(TestCa::shared()?))
+    }
+
+    fn start_with(ca: Option<&'static TestCa>) -> Result<Self, HarnessError> {
         let initdb = binaries::find_postgres("initdb")?;
         let postgres = binaries::sibling(&initdb, "postgres", "postgresql")?;
         let account = unprivileged_account()?;
-        ports::retry_on_port_in_use(|| Self::start_once(&initdb, &postgres, account))
+        ports::retry_on_port_in_use(|| Self::start_once(&initdb, &postgres, account, ca))
     }
 
-    fn start_once(initdb: &Path, postgres: &Path, account: Option<RunAs>) -> Result<Self, HarnessError> {
+    fn start_once(
+        initdb: &Path,
+        postgres: &Path,
+        account: Option<RunAs>,
+        ca: Option<&'static TestCa>,
+    ) -> Result<Self, HarnessError> {
         let dir = dirs::create(KIND)?;
         let data = dir.path().join("data");
         let password_file = dir.path().join("password");
@@ -92,6 +135,21 @@ impl PostgresServer {
             .run_as(account)
             .run(KIND, "initdb", &dir.path().join("initdb.log"), INITDB_TIMEOUT)?;
 
+        let mut tls_settings = Vec::new();
+        if let Some(ca) = ca {
+            let files = ca.install_server_files(dir.path(), account)?;
+            // Overwritten in place: the file keeps its owner, the server's account.
+            let hba = data.join("pg_hba.conf");
+            fs::write(&hba, TLS_HBA)
+                .map_err(|source| HarnessError::io(format!("writing {hba:?}"), source))?;
+            tls_settings.push(("ssl", "on".to_owned()));
+            for (name, path) in
+                [("ssl_cert_file", &files.cert), ("ssl_key_file", &files.key), ("ssl_ca_file", &files.ca)]
+            {
+                tls_settings.push((name, path.display().to_string()));
+            }
+        }
+
         let port = ports::free_port()?;
         let setting =
             |name: &str, value: &dyn std::fmt::Display| ["-c".to_owned(), format!("{name}={value}")];
@@ -106,21 +164,66 @@ impl PostgresServer {
             .args(setting("fsync", &"off"))
             .args(setting("synchronous_commit", &"off"))
             .args(setting("full_page_writes", &"off"))
+            .args(tls_settings.iter().flat_map(|(name, value)| setting(name, value)))
             .current_dir(dir.path())
             .run_as(account);
-        let readiness = Readiness { probe: Box::new(move || probe(port)), timeout: READY_TIMEOUT };
+        let tls = ca.map(|ca| ca.rustls_client_config().map(MakeRustlsConnect::new)).transpose()?;
+        let probe_tls = tls.clone();
+        let readiness =
+            Readiness { probe: Box::new(move || probe(port, probe_tls.as_ref())), timeout: READY_TIMEOUT };
         let process = ServerProcess::start(KIND, dir, port, command, readiness)?;
 
-        let mut admin = connect(port, "postgres").map_err(|error| setup_error("connecting", &error))?;
-        admin
-            .batch_execute(&format!("CREATE DATABASE {}", Self::DATABASE))
-            .map_err(|error| setup_error("creating the test database", &error))?;
-        Ok(PostgresServer { process })
+        let mut admin =
+            connect(port, "postgres", tls.as_ref()).map_err(|error| setup_error("connecting", &error))?;
+        let mut setup = vec![format!("CREATE DATABASE {}", Self::DATABASE)];
+        if ca.is_some() {
+            setup.push(format!("CREATE ROLE \"{}\" LOGIN SUPERUSER", Self::CERT_USER));
+        }
+        for statement in setup {
+            admin.batch_execute(&statement).map_err(|error| setup_error(&statement, &error))?;
+        }
+        Ok(PostgresServer { process, ca: ca.map(TestCa::ca_cert) })
     }
 
-    /// `postgres://distlock:distlock@127.0.0.1:PORT/distlock`.
+    /// `postgres://distlock:distlock@127.0.0.1:PORT/distlock`; for a TLS-only server followed
+    /// by `?sslmode=verify-full&sslrootcert=CA` (libpq's parameters, which lock-sql takes).
     pub fn url(&self) -> String {
-        format!("postgres://{}:{}@127.0.0.1:{}/{}", Self::USER, Self::PASSWORD, self.port(), Self::DATABASE)
+        let url = format!(
+            "postgres://{}:{}@127.0.0.1:{}/{}",
+            Self::USER,
+            Self::PASSWORD,
+            self.port(),
+            Self::DATABASE
+        );
+        url + &self.tls_parameters()
+    }
+
+    /// A TLS-only server's URL for [`CERT_USER`](Self::CERT_USER), with `sslcert` and `sslkey`
+    /// naming the test CA's client certificate; `None` for a plaintext server.
+    pub fn cert_url(&self) -> Option<String> {
+        self.ca.as_ref()?;
+        let ca = TestCa::shared().ok()?;
+        Some(format!(
+            "postgres://{}@127.0.0.1:{}/{}{}&sslcert={}&sslkey={}",
+            Self::CERT_USER,
+            self.port(),
+            Self::DATABASE,
+            self.tls_parameters(),
+            url_path(&ca.client_cert()),
+            url_path(&ca.client_key()),
+        ))
+    }
+
+    /// `?sslmode=verify-full&sslrootcert=CA` for a TLS-only server, else nothing.
+    fn tls_parameters(&self) -> String {
+        self.ca
+            .as_ref()
+            .map_or_else(String::new, |ca| format!("?sslmode=verify-full&sslrootcert={}", url_path(ca)))
+    }
+
+    /// Whether the server speaks TLS only ([`start_tls`](Self::start_tls)).
+    pub fn is_tls(&self) -> bool {
+        self.ca.is_some()
     }
 
     /// The port on 127.0.0.1.
@@ -171,22 +274,27 @@ fn unprivileged_account() -> Result<Option<RunAs>, HarnessError> {
         })
 }
 
-/// A real login with the password over TCP.
-fn probe(port: u16) -> Result<(), String> {
-    let mut client = connect(port, "postgres").map_err(|error| error.to_string())?;
+/// A real login with the password over TCP (over TLS with `tls`, which checks the server's
+/// certificate against the test CA, for a TLS-only server).
+fn probe(port: u16, tls: Option<&MakeRustlsConnect>) -> Result<(), String> {
+    let mut client = connect(port, "postgres", tls).map_err(|error| error.to_string())?;
     client.simple_query("SELECT 1").map_err(|error| error.to_string())?;
     Ok(())
 }
 
-fn connect(port: u16, database: &str) -> Result<Client, postgres::Error> {
-    Config::new()
+fn connect(port: u16, database: &str, tls: Option<&MakeRustlsConnect>) -> Result<Client, postgres::Error> {
+    let mut config = Config::new();
+    config
         .host("127.0.0.1")
         .port(port)
         .user(PostgresServer::USER)
         .password(PostgresServer::PASSWORD)
         .dbname(database)
-        .connect_timeout(PROBE_TIMEOUT)
-        .connect(NoTls)
+        .connect_timeout(PROBE_TIMEOUT);
+    match tls {
+        None => config.connect(NoTls),
+        Some(tls) => config.ssl_mode(SslMode::Require).connect(tls.clone()),
+    }
 }
 
 fn setup_error(step: &str, error: &postgres::Error) -> HarnessError {

@@ -16,8 +16,14 @@
 //! | [`redis_cluster()`] | `DISTLOCK_REDIS_CLUSTER` | `redis+cluster://host:port,…/` |
 //! | [`redis_sentinel()`] | `DISTLOCK_REDIS_SENTINEL` | `redis+sentinel://host:port,…/master-name` |
 //! | [`postgres()`] | `DISTLOCK_POSTGRES_URL` | `postgres://…` |
+//! | [`postgres_tls()`] | `DISTLOCK_POSTGRES_TLS_URL` | `postgres://…?sslmode=verify-full&sslrootcert=…` |
 //! | [`mariadb()`] | `DISTLOCK_MYSQL_URL` | `mysql://…` |
+//! | [`mariadb_tls()`] | `DISTLOCK_MYSQL_TLS_URL` | `mysql://…?ssl-mode=VERIFY_IDENTITY&ssl-ca=…` |
 //! | [`zookeeper()`] | `DISTLOCK_ZOOKEEPER` | `host:port[,host:port…]` |
+//!
+//! An external TLS server stands in for a harness one only as far as its URL goes: tests that
+//! rely on the harness's certificates (its [`TestCa`](super::TestCa): the server certificate
+//! for `127.0.0.1` only, the client certificate's user) need the started server.
 
 use std::ffi::OsString;
 use std::sync::{Arc, OnceLock};
@@ -45,8 +51,12 @@ pub const REDIS_CLUSTER_VARIABLE: &str = "DISTLOCK_REDIS_CLUSTER";
 pub const REDIS_SENTINEL_VARIABLE: &str = "DISTLOCK_REDIS_SENTINEL";
 /// Names an external PostgreSQL server for [`postgres()`].
 pub const POSTGRES_URL_VARIABLE: &str = "DISTLOCK_POSTGRES_URL";
+/// Names an external TLS-only PostgreSQL server for [`postgres_tls()`].
+pub const POSTGRES_TLS_URL_VARIABLE: &str = "DISTLOCK_POSTGRES_TLS_URL";
 /// Names an external MySQL or MariaDB server for [`mariadb()`].
 pub const MYSQL_URL_VARIABLE: &str = "DISTLOCK_MYSQL_URL";
+/// Names an external TLS-only MySQL or MariaDB server for [`mariadb_tls()`].
+pub const MYSQL_TLS_URL_VARIABLE: &str = "DISTLOCK_MYSQL_TLS_URL";
 /// Names an external ZooKeeper ensemble (connect string) for [`zookeeper()`].
 pub const ZOOKEEPER_VARIABLE: &str = "DISTLOCK_ZOOKEEPER";
 
@@ -120,7 +130,7 @@ type Slot<S> = OnceLock<Result<SharedServer<S>, Arc<HarnessError>>>;
 #[cfg(feature = "redis-server")]
 pub fn redis() -> Result<&'static SharedServer<RedisServer>, HarnessError> {
     static SLOT: Slot<RedisServer> = OnceLock::new();
-    shared(&SLOT, REDIS_URL_VARIABLE)
+    shared(&SLOT, REDIS_URL_VARIABLE, RedisServer::start)
 }
 
 /// The shared Redis Cluster, or the one `DISTLOCK_REDIS_CLUSTER` names. Do not fail it over
@@ -132,7 +142,7 @@ pub fn redis() -> Result<&'static SharedServer<RedisServer>, HarnessError> {
 #[cfg(feature = "redis-server")]
 pub fn redis_cluster() -> Result<&'static SharedServer<RedisCluster>, HarnessError> {
     static SLOT: Slot<RedisCluster> = OnceLock::new();
-    shared(&SLOT, REDIS_CLUSTER_VARIABLE)
+    shared(&SLOT, REDIS_CLUSTER_VARIABLE, RedisCluster::start)
 }
 
 /// The shared Redis Sentinel group, or the deployment `DISTLOCK_REDIS_SENTINEL` names. Do not
@@ -144,7 +154,7 @@ pub fn redis_cluster() -> Result<&'static SharedServer<RedisCluster>, HarnessErr
 #[cfg(feature = "redis-server")]
 pub fn redis_sentinel() -> Result<&'static SharedServer<RedisSentinelGroup>, HarnessError> {
     static SLOT: Slot<RedisSentinelGroup> = OnceLock::new();
-    shared(&SLOT, REDIS_SENTINEL_VARIABLE)
+    shared(&SLOT, REDIS_SENTINEL_VARIABLE, RedisSentinelGroup::start)
 }
 
 #[cfg(feature = "postgres-server")]
@@ -155,7 +165,19 @@ pub fn redis_sentinel() -> Result<&'static SharedServer<RedisSentinelGroup>, Har
 /// [`HarnessError::Shared`] with the start failure (the same for every call).
 pub fn postgres() -> Result<&'static SharedServer<PostgresServer>, HarnessError> {
     static SLOT: Slot<PostgresServer> = OnceLock::new();
-    shared(&SLOT, POSTGRES_URL_VARIABLE)
+    shared(&SLOT, POSTGRES_URL_VARIABLE, PostgresServer::start)
+}
+
+#[cfg(feature = "postgres-server")]
+/// The shared TLS-only PostgreSQL server ([`PostgresServer::start_tls`]), or the one
+/// `DISTLOCK_POSTGRES_TLS_URL` names. Its address carries the TLS parameters.
+///
+/// # Errors
+///
+/// [`HarnessError::Shared`] with the start failure (the same for every call).
+pub fn postgres_tls() -> Result<&'static SharedServer<PostgresServer>, HarnessError> {
+    static SLOT: Slot<PostgresServer> = OnceLock::new();
+    shared(&SLOT, POSTGRES_TLS_URL_VARIABLE, PostgresServer::start_tls)
 }
 
 #[cfg(feature = "mariadb-server")]
@@ -166,7 +188,19 @@ pub fn postgres() -> Result<&'static SharedServer<PostgresServer>, HarnessError>
 /// [`HarnessError::Shared`] with the start failure (the same for every call).
 pub fn mariadb() -> Result<&'static SharedServer<MariaDbServer>, HarnessError> {
     static SLOT: Slot<MariaDbServer> = OnceLock::new();
-    shared(&SLOT, MYSQL_URL_VARIABLE)
+    shared(&SLOT, MYSQL_URL_VARIABLE, MariaDbServer::start)
+}
+
+#[cfg(feature = "mariadb-server")]
+/// The shared TLS-only MariaDB server ([`MariaDbServer::start_tls`]), or the MySQL-protocol
+/// server `DISTLOCK_MYSQL_TLS_URL` names. Its address carries the TLS parameters.
+///
+/// # Errors
+///
+/// [`HarnessError::Shared`] with the start failure (the same for every call).
+pub fn mariadb_tls() -> Result<&'static SharedServer<MariaDbServer>, HarnessError> {
+    static SLOT: Slot<MariaDbServer> = OnceLock::new();
+    shared(&SLOT, MYSQL_TLS_URL_VARIABLE, MariaDbServer::start_tls)
 }
 
 #[cfg(feature = "zookeeper-server")]
@@ -177,26 +211,29 @@ pub fn mariadb() -> Result<&'static SharedServer<MariaDbServer>, HarnessError> {
 /// [`HarnessError::Shared`] with the start failure (the same for every call).
 pub fn zookeeper() -> Result<&'static SharedServer<ZooKeeperServer>, HarnessError> {
     static SLOT: Slot<ZooKeeperServer> = OnceLock::new();
-    shared(&SLOT, ZOOKEEPER_VARIABLE)
+    shared(&SLOT, ZOOKEEPER_VARIABLE, ZooKeeperServer::start)
 }
 
+/// The server in `slot`: the external one `variable` names, or else one `start` starts.
 fn shared<S: TestDeployment>(
     slot: &'static Slot<S>,
     variable: &'static str,
+    start: fn() -> Result<S, HarnessError>,
 ) -> Result<&'static SharedServer<S>, HarnessError> {
-    slot.get_or_init(|| obtain(variable, std::env::var_os(variable)).map_err(Arc::new))
+    slot.get_or_init(|| obtain(variable, std::env::var_os(variable), start).map_err(Arc::new))
         .as_ref()
         .map_err(|source| HarnessError::Shared { kind: S::KIND, source: Arc::clone(source) })
 }
 
-/// The external server `value` (of `variable`) names, or else a newly started one.
+/// The external server `value` (of `variable`) names, or else one `start` starts.
 fn obtain<S: TestDeployment>(
     variable: &'static str,
     value: Option<OsString>,
+    start: fn() -> Result<S, HarnessError>,
 ) -> Result<SharedServer<S>, HarnessError> {
     match external_address(variable, value)? {
         Some(address) => Ok(SharedServer::external(address, variable)),
-        None => S::start().map(SharedServer::started),
+        None => start().map(SharedServer::started),
     }
 }
 
@@ -288,8 +325,12 @@ mod tests {
     #[cfg(feature = "postgres-server")]
     #[test]
     fn an_environment_variable_names_an_external_server_without_process_controls() {
-        let shared =
-            obtain::<PostgresServer>(POSTGRES_URL_VARIABLE, Some("postgres://elsewhere/db".into())).unwrap();
+        let shared = obtain::<PostgresServer>(
+            POSTGRES_URL_VARIABLE,
+            Some("postgres://elsewhere/db".into()),
+            PostgresServer::start,
+        )
+        .unwrap();
         assert!(shared.is_external());
         assert_eq!(shared.address(), "postgres://elsewhere/db");
         let error = shared.process().unwrap_err();

@@ -22,7 +22,10 @@ use tempfile::TempDir;
 use super::command::RunAs;
 use super::{dirs, HarnessError};
 
-/// A CA with a server and a client certificate, as PEM files; see the [module docs](self).
+/// A CA with a server and a client certificate, as PEM files, and an unrelated second CA: fresh
+/// ECDSA P-256 keys in a private temp dir. The server certificate names only
+/// [`SERVER_HOST`](Self::SERVER_HOST), so [`UNLISTED_HOST`](Self::UNLISTED_HOST) is a wrong host
+/// name for it, and trusting only [`other_ca_cert`](Self::other_ca_cert) is a wrong CA.
 #[derive(Debug)]
 pub struct TestCa {
     // Holds the files for as long as the CA lives (the shared one: the whole test binary).
@@ -53,6 +56,9 @@ impl TestCa {
     pub const SERVER_HOST: &'static str = "127.0.0.1";
     /// A name of the same server that its certificate does not list.
     pub const UNLISTED_HOST: &'static str = "localhost";
+    /// The client certificate's common name: the user a TLS-only server lets in by that
+    /// certificate alone.
+    pub const CLIENT_NAME: &'static str = "distlock-client";
 
     /// The CA shared by every TLS server and client of this test binary, made on first use.
     ///
@@ -87,8 +93,8 @@ impl TestCa {
         let server_cert = server.signed_by(&server_key, &issuer).map_err(|e| setup("server", e))?;
 
         let mut client =
-            CertificateParams::new(vec!["distlock-client".to_owned()]).map_err(|e| setup("client", e))?;
-        client.distinguished_name.push(DnType::CommonName, "distlock-client");
+            CertificateParams::new(vec![Self::CLIENT_NAME.to_owned()]).map_err(|e| setup("client", e))?;
+        client.distinguished_name.push(DnType::CommonName, Self::CLIENT_NAME);
         client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let client_key = KeyPair::generate().map_err(|e| setup("client key", e))?;
         let client_cert = client.signed_by(&client_key, &issuer).map_err(|e| setup("client", e))?;
@@ -147,6 +153,32 @@ impl TestCa {
             .client_cert(self.client_cert(), self.client_key())
     }
 
+    /// A rustls client configuration (ring provider, TLS 1.2 and 1.3) that trusts this CA only
+    /// and checks the server's name: what a `verify-full` client does.
+    ///
+    /// # Errors
+    /// [`HarnessError::Io`] if the CA certificate cannot be read or used.
+    #[cfg(feature = "postgres-server")]
+    pub fn rustls_client_config(&self) -> Result<rustls::ClientConfig, HarnessError> {
+        use rustls::pki_types::pem::PemObject as _;
+
+        let unusable = |error: &dyn std::fmt::Display| {
+            HarnessError::io("using the test CA", std::io::Error::other(error.to_string()))
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in
+            rustls::pki_types::CertificateDer::pem_file_iter(self.ca_cert()).map_err(|e| unusable(&e))?
+        {
+            roots.add(cert.map_err(|e| unusable(&e))?).map_err(|e| unusable(&e))?;
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        Ok(rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| unusable(&e))?
+            .with_root_certificates(roots)
+            .with_no_client_auth())
+    }
+
     /// Copies the server's files into `dir` (a server's own dir), owned by `account` when the
     /// server runs as one, the key readable by its owner only (PostgreSQL insists).
     pub(crate) fn install_server_files(
@@ -173,6 +205,20 @@ impl TestCa {
         }
         Ok(files)
     }
+}
+
+/// `path` as a URL query value: percent-encoded but for `/` and the unreserved characters.
+pub(crate) fn url_path(path: &Path) -> String {
+    let mut encoded = String::new();
+    for byte in path.as_os_str().as_encoded_bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                encoded.push(char::from(*byte));
+            }
+            other => encoded.push_str(&format!("%{other:02X}")),
+        }
+    }
+    encoded
 }
 
 fn ca_params(name: &str) -> CertificateParams {
@@ -211,5 +257,10 @@ mod tests {
             );
         }
         assert_ne!(fs::read(ca.ca_cert()).unwrap(), fs::read(ca.other_ca_cert()).unwrap());
+    }
+
+    #[test]
+    fn paths_are_percent_encoded_for_urls() {
+        assert_eq!(url_path(Path::new("/tmp/a b/ca&1.pem")), "/tmp/a%20b/ca%261.pem");
     }
 }
