@@ -1,6 +1,7 @@
 //! The `metrics` feature counts what a program did: 100 contended acquisitions and releases and
-//! one lock lost underneath its holder, on the in-memory backend and on a real Redis server,
-//! read back through `metrics-util`'s debugging recorder.
+//! one lock lost underneath its holder, on the in-memory backend, a real Redis server (a lease
+//! kind) and a real PostgreSQL server (row locks: a session kind, whose loss starts with a
+//! failed liveness check), read back through `metrics-util`'s debugging recorder.
 //!
 //! One test function: the recorder is process-wide and must be installed before the clients
 //! are built.
@@ -11,6 +12,8 @@ use std::thread;
 use std::time::Duration;
 
 use distlock::metrics as names;
+use distlock::postgres::testkit::PostgresTarget;
+use distlock::postgres::PostgresLockKind;
 use distlock::redis::testkit::{delete_keys_of_names, RedisTarget};
 use distlock::redis::RedisBackend;
 use distlock::{DistributedLock, LockClient, LockName, LockOptions, MemoryBackend};
@@ -37,8 +40,13 @@ fn counters_match_what_the_program_did() {
         |name| assert!(delete_keys_of_names(url, "distlock", name.as_str()).unwrap() >= 1),
     );
 
+    let target = PostgresTarget::new(PostgresLockKind::Row);
+    let timeout = Duration::from_secs(2);
+    let breaker = target.backend_with(timeout, 4).unwrap();
+    exercise(|| target.backend_with(timeout, 16).unwrap(), |name| breaker.break_lock(name).unwrap());
+
     let metrics = Metrics::read(&snapshotter);
-    for kind in ["memory", "redis-set-nx"] {
+    for kind in ["memory", "redis-set-nx", "pg-row"] {
         let count = |name: &str| metrics.counter(name, kind);
         let acquisitions = THREADS * PER_THREAD + 1;
         assert_eq!(count(names::ACQUISITIONS), acquisitions as u64, "{kind}");
@@ -53,23 +61,31 @@ fn counters_match_what_the_program_did() {
         assert_eq!(count(names::ACQUIRE_ERRORS), 0, "{kind}");
         // The try_lock on the held lock gave up once.
         assert_eq!(count(names::ACQUIRE_TIMEOUTS), 1, "{kind}");
-        let renewals = metrics.counter_with(names::RENEWALS, kind, ("outcome", "lost"));
-        assert_eq!(renewals, 1, "{kind}: the server said the lock was gone, once");
         assert!(metrics.counter_with(names::RENEWALS, kind, ("outcome", "confirmed")) >= 1, "{kind}");
         assert!(metrics.samples(names::RENEWAL_BATCH, kind) >= 2, "{kind}");
+        // Deleted (Redis, memory) or its session terminated (pg-row): the next renewal or
+        // liveness check finds it gone, without a spell of doubt.
+        let told_gone = metrics.counter_with(names::RENEWALS, kind, ("outcome", "lost"));
+        let failed = metrics.counter_with(names::RENEWALS, kind, ("outcome", "failed"));
+        assert_eq!(
+            (told_gone, failed, count(names::IN_DOUBT)),
+            (1, 0, 0),
+            "{kind}: told gone, failed, in doubt"
+        );
     }
-    let checkouts = metrics.0.iter().filter(|(key, _)| {
-        key.key().name() == names::POOL_WAIT
-            && key.key().labels().any(|l| l.key() == "backend" && l.value() == "redis")
-    });
-    let timed: usize = checkouts
-        .map(|(_, value)| match value {
-            DebugValue::Histogram(samples) => samples.len(),
-            other => panic!("not a histogram: {other:?}"),
-        })
-        .sum();
-    // At least one per acquisition and release.
-    assert!(timed >= 2 * (THREADS * PER_THREAD), "{timed} pool checkouts timed");
+    for backend in ["redis", "postgres"] {
+        let checkouts = metrics.0.iter().filter(|(key, _)| {
+            key.key().name() == names::POOL_WAIT
+                && key.key().labels().any(|l| l.key() == "backend" && l.value() == backend)
+        });
+        let timed: usize = checkouts
+            .map(|(_, value)| match value {
+                DebugValue::Histogram(samples) => samples.len(),
+                other => panic!("not a histogram: {other:?}"),
+            })
+            .sum();
+        assert!(timed > 0, "{backend}: no pool checkout timed");
+    }
 }
 
 /// 100 acquisitions of one lock by 4 threads (each released), one `try_lock` that finds it

@@ -38,6 +38,8 @@ pub(crate) struct Shared {
     settings: MySettings,
     state: Mutex<State>,
     returned: Condvar,
+    /// Times each checkout (a no-op without distlock's `metrics` feature).
+    pool_wait: lock_core::metrics::PoolWait,
 }
 
 struct State {
@@ -49,7 +51,8 @@ struct State {
 impl MyPool {
     pub(crate) fn new(connector: Connector, settings: MySettings) -> Self {
         let state = Mutex::new(State { idle: Vec::new(), open: 0 });
-        Self { shared: Arc::new(Shared { connector, settings, state, returned: Condvar::new() }) }
+        let pool_wait = lock_core::metrics::PoolWait::new(BACKEND);
+        Self { shared: Arc::new(Shared { connector, settings, state, returned: Condvar::new(), pool_wait }) }
     }
 
     /// The I/O timeout of each statement.
@@ -72,6 +75,15 @@ impl MyPool {
     /// # Errors
     /// [`Error::PoolExhausted`] when every connection stayed in use; the connect error otherwise.
     pub(crate) fn get_for(&self, checkout: Checkout) -> Result<MyConnection> {
+        let started = Instant::now();
+        let connection = self.checkout(checkout);
+        if connection.is_ok() {
+            self.shared.pool_wait.record(started.elapsed());
+        }
+        connection
+    }
+
+    fn checkout(&self, checkout: Checkout) -> Result<MyConnection> {
         let shared = &self.shared;
         let size = shared.settings.max_connections;
         let until = match checkout {

@@ -101,6 +101,16 @@ pub(crate) struct PgPool {
     tls: MakeRustlsConnect,
 }
 
+/// Times each checkout for the pool-wait metric (a no-op without distlock's `metrics` feature).
+#[derive(Debug)]
+struct CheckoutTimer(lock_core::metrics::PoolWait);
+
+impl r2d2::HandleEvent for CheckoutTimer {
+    fn handle_checkout(&self, event: r2d2::event::CheckoutEvent) {
+        self.0.record(event.duration());
+    }
+}
+
 /// A connection out of the pool.
 pub(crate) type PooledPg = r2d2::PooledConnection<PgManager>;
 
@@ -124,6 +134,7 @@ impl PgPool {
             .test_on_check_out(false)
             .thread_pool(connector_threads())
             .error_handler(Box::new(r2d2::NopErrorHandler))
+            .event_handler(Box::new(CheckoutTimer(lock_core::metrics::PoolWait::new(error::BACKEND))))
             .build_unchecked(manager);
         Ok(Self { pool, last_failure, settings, config, tls })
     }
