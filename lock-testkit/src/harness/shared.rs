@@ -18,6 +18,11 @@
 //! | [`postgres()`] | `DISTLOCK_POSTGRES_URL` | `postgres://…` |
 //! | [`mariadb()`] | `DISTLOCK_MYSQL_URL` | `mysql://…` |
 //! | [`zookeeper()`] | `DISTLOCK_ZOOKEEPER` | `host:port[,host:port…]` |
+//! | [`redis_tls()`] | `DISTLOCK_REDIS_TLS_URL` | `rediss://…/?cacert=<PEM file>` (TLS only) |
+//! | [`zookeeper_tls()`] | `DISTLOCK_ZOOKEEPER_TLS_URL` | `zk+tls://host:port[,…]/?cacert=<PEM file>` (TLS only) |
+//!
+//! The TLS servers present a certificate of the test binary's [`TestCa`](super::TestCa), valid
+//! for `127.0.0.1` only; their addresses carry everything a client needs (the CA to trust).
 
 use std::ffi::OsString;
 use std::sync::{Arc, OnceLock};
@@ -49,6 +54,10 @@ pub const POSTGRES_URL_VARIABLE: &str = "DISTLOCK_POSTGRES_URL";
 pub const MYSQL_URL_VARIABLE: &str = "DISTLOCK_MYSQL_URL";
 /// Names an external ZooKeeper ensemble (connect string) for [`zookeeper()`].
 pub const ZOOKEEPER_VARIABLE: &str = "DISTLOCK_ZOOKEEPER";
+/// Names an external TLS-only Redis server (`rediss://…` URL) for [`redis_tls()`].
+pub const REDIS_TLS_URL_VARIABLE: &str = "DISTLOCK_REDIS_TLS_URL";
+/// Names an external TLS-only ZooKeeper ensemble (`zk+tls://…` URL) for [`zookeeper_tls()`].
+pub const ZOOKEEPER_TLS_URL_VARIABLE: &str = "DISTLOCK_ZOOKEEPER_TLS_URL";
 
 /// A server (or a group of servers, such as a [`RedisCluster`]) that any test may use:
 /// started by the harness, or external.
@@ -180,23 +189,58 @@ pub fn zookeeper() -> Result<&'static SharedServer<ZooKeeperServer>, HarnessErro
     shared(&SLOT, ZOOKEEPER_VARIABLE)
 }
 
+/// The shared TLS-only Redis server ([`RedisServer::start_tls`]), or the one
+/// `DISTLOCK_REDIS_TLS_URL` names. Its address is `rediss://127.0.0.1:PORT/?cacert=<file>`.
+///
+/// # Errors
+///
+/// [`HarnessError::Shared`] with the start failure (the same for every call).
+#[cfg(feature = "redis-server")]
+pub fn redis_tls() -> Result<&'static SharedServer<RedisServer>, HarnessError> {
+    static SLOT: Slot<RedisServer> = OnceLock::new();
+    shared_started_by(&SLOT, REDIS_TLS_URL_VARIABLE, RedisServer::start_tls)
+}
+
+#[cfg(feature = "zookeeper-server")]
+/// The shared standalone TLS-only ZooKeeper server ([`ZooKeeperServer::start_tls`]), or the
+/// ensemble `DISTLOCK_ZOOKEEPER_TLS_URL` names. Its address is
+/// `zk+tls://127.0.0.1:PORT/?cacert=<file>`.
+///
+/// # Errors
+///
+/// [`HarnessError::Shared`] with the start failure (the same for every call).
+pub fn zookeeper_tls() -> Result<&'static SharedServer<ZooKeeperServer>, HarnessError> {
+    static SLOT: Slot<ZooKeeperServer> = OnceLock::new();
+    shared_started_by(&SLOT, ZOOKEEPER_TLS_URL_VARIABLE, ZooKeeperServer::start_tls)
+}
+
 fn shared<S: TestDeployment>(
     slot: &'static Slot<S>,
     variable: &'static str,
 ) -> Result<&'static SharedServer<S>, HarnessError> {
-    slot.get_or_init(|| obtain(variable, std::env::var_os(variable)).map_err(Arc::new))
+    shared_started_by(slot, variable, S::start)
+}
+
+/// [`shared`], with the harness's instance started by `start` rather than `S::start`.
+fn shared_started_by<S: TestDeployment>(
+    slot: &'static Slot<S>,
+    variable: &'static str,
+    start: fn() -> Result<S, HarnessError>,
+) -> Result<&'static SharedServer<S>, HarnessError> {
+    slot.get_or_init(|| obtain(variable, std::env::var_os(variable), start).map_err(Arc::new))
         .as_ref()
         .map_err(|source| HarnessError::Shared { kind: S::KIND, source: Arc::clone(source) })
 }
 
-/// The external server `value` (of `variable`) names, or else a newly started one.
+/// The external server `value` (of `variable`) names, or else one newly started by `start`.
 fn obtain<S: TestDeployment>(
     variable: &'static str,
     value: Option<OsString>,
+    start: fn() -> Result<S, HarnessError>,
 ) -> Result<SharedServer<S>, HarnessError> {
     match external_address(variable, value)? {
         Some(address) => Ok(SharedServer::external(address, variable)),
-        None => S::start().map(SharedServer::started),
+        None => start().map(SharedServer::started),
     }
 }
 
@@ -289,7 +333,8 @@ mod tests {
     #[test]
     fn an_environment_variable_names_an_external_server_without_process_controls() {
         let shared =
-            obtain::<PostgresServer>(POSTGRES_URL_VARIABLE, Some("postgres://elsewhere/db".into())).unwrap();
+            obtain(POSTGRES_URL_VARIABLE, Some("postgres://elsewhere/db".into()), PostgresServer::start)
+                .unwrap();
         assert!(shared.is_external());
         assert_eq!(shared.address(), "postgres://elsewhere/db");
         let error = shared.process().unwrap_err();

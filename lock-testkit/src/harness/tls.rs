@@ -147,6 +147,22 @@ impl TestCa {
             .client_cert(self.client_cert(), self.client_key())
     }
 
+    /// `cacert=<the CA certificate's path>`, percent-encoded for a URL's query: how the URLs of
+    /// the harness's TLS servers (`rediss://…`, `zk+tls://…`) name the root to trust.
+    pub fn cacert_query(&self) -> String {
+        let path = self.ca_cert().display().to_string();
+        let escaped: String = path
+            .bytes()
+            .map(|byte| match byte {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                    (byte as char).to_string()
+                }
+                _ => format!("%{byte:02X}"),
+            })
+            .collect();
+        format!("cacert={escaped}")
+    }
+
     /// Copies the server's files into `dir` (a server's own dir), owned by `account` when the
     /// server runs as one, the key readable by its owner only (PostgreSQL insists).
     pub(crate) fn install_server_files(
