@@ -259,6 +259,40 @@ mod tests {
     }
 
     #[test]
+    fn tls_urls_give_tls_options() {
+        let url = "zk+tls://app:s3cret@h1:2281,h2/apps/locks?cacert=%2Fetc%2Fzk%20ca.pem&sslmode=verify-ca";
+        let builder = ZooKeeperLockBuilder::from_url(url).unwrap();
+        assert_eq!(builder.settings.connect_string, "h1:2281,h2");
+        assert_eq!(builder.root, "/apps/locks");
+        assert_eq!(builder.settings.digest.as_deref(), Some("app:s3cret"));
+        let tls = builder.settings.tls.as_ref().expect("TLS");
+        assert_eq!(tls.mode(), lock_core::TlsMode::VerifyCa);
+        assert_eq!(tls.root_cert_path().unwrap(), std::path::Path::new("/etc/zk ca.pem"));
+        let shown = format!("{builder:?}");
+        assert!(!shown.contains("s3cret") && shown.contains("VerifyCa"), "{shown}");
+
+        let default =
+            ZooKeeperLockBuilder::from_url("zookeeper+tls://h:2281/?cacert=ca.pem&cert=c.pem&key=k.pem");
+        let tls = default.unwrap().settings.tls.unwrap();
+        assert_eq!(tls.mode(), lock_core::TlsMode::VerifyFull);
+        assert_eq!(tls.client_cert_paths().unwrap().1, std::path::Path::new("k.pem"));
+        assert!(ZooKeeperLockBuilder::from_url("zk://h:2181").unwrap().settings.tls.is_none());
+
+        let plaintext = ZooKeeperLockBuilder::from_url("zk://:s3cret@h/?cacert=ca.pem").unwrap_err();
+        assert!(plaintext.to_string().contains("zk+tls://"), "{plaintext}");
+        for bad in [
+            "zk+tls://:s3cret@h/?cert=c.pem",
+            "zk+tls://:s3cret@h/?x=1",
+            "zk+tls://:s3cret@h/#f",
+            "zk+tls://:s3cret@h/?sslmode=on",
+        ] {
+            let error = ZooKeeperLockBuilder::from_url(bad).unwrap_err();
+            assert!(matches!(error, Error::InvalidConfig { .. }), "{bad}");
+            assert!(!format!("{error} {error:?}").contains("s3cret"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
     fn bad_settings_fail_before_connecting() {
         let base = || ZooKeeperLockBuilder::new("127.0.0.1:1");
         for builder in [

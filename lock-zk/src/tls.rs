@@ -433,6 +433,21 @@ mod tests {
         }
     }
 
+    /// With ring and aws-lc-rs both compiled in (zookeeper-client's rustls brings aws-lc-rs),
+    /// rustls's `ClientConfig::builder()` has no provider to pick unless one is installed.
+    #[cfg(feature = "tls")]
+    #[test]
+    fn client_options_install_ring_as_the_process_default() {
+        let ca = lock_testkit::harness::TestCa::shared().unwrap();
+        let options = TlsOptions::new(TlsMode::VerifyCa)
+            .root_cert(ca.ca_cert())
+            .client_cert(ca.client_cert(), ca.client_key());
+        client_options(&options).unwrap();
+        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
+        let unreadable = TlsOptions::new(TlsMode::VerifyFull).root_cert(ca.client_key());
+        assert!(matches!(client_options(&unreadable), Err(Error::InvalidConfig { .. })), "a key is no CA");
+    }
+
     #[test]
     fn connect_strings_give_endpoints() {
         assert_eq!(
