@@ -22,7 +22,11 @@ use tempfile::TempDir;
 use super::command::RunAs;
 use super::{dirs, HarnessError};
 
-/// A CA with a server and a client certificate, as PEM files; see the [module docs](self).
+/// A CA with a server and a client certificate, as PEM files, and a second, unrelated CA: fresh
+/// ECDSA P-256 keys in a private temp dir. The server certificate names only `127.0.0.1`
+/// ([`SERVER_HOST`](Self::SERVER_HOST)), so `localhost` ([`UNLISTED_HOST`](Self::UNLISTED_HOST))
+/// is a wrong host name for `verify-full`, and trusting only
+/// [`other_ca_cert`](Self::other_ca_cert) is a wrong CA.
 #[derive(Debug)]
 pub struct TestCa {
     // Holds the files for as long as the CA lives (the shared one: the whole test binary).
