@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use lock_core::{Error, Result};
+use lock_core::{Error, Result, TlsOptions};
 
 use crate::connection::PoolSettings;
 use crate::error;
@@ -48,6 +48,7 @@ pub struct RedisLockBuilder {
     wait_for_replicas: Option<(u32, Duration)>,
     fair: bool,
     address_map: Option<AddressMap>,
+    tls: Option<TlsOptions>,
 }
 
 impl RedisLockBuilder {
@@ -57,7 +58,9 @@ impl RedisLockBuilder {
     /// `:password` for `requirepass`), or `rediss://…` for TLS; for a Sentinel-managed primary
     /// `redis+sentinel://[[user]:password@]s1[:port],…/<master-name>[/db]`, for a Redis Cluster
     /// `redis+cluster://[[user]:password@]n1[:port],…/` (`rediss+…` with TLS; see the crate
-    /// docs, *Redis Cluster and Sentinel*).
+    /// docs, *Redis Cluster and Sentinel*). A TLS URL takes `?cacert=<PEM file>`,
+    /// `&cert=<PEM file>&key=<PEM file>`, `&sslmode=verify-full|verify-ca|require` and
+    /// `#insecure` (see the crate docs, *TLS*), or [`tls`](Self::tls) sets the same.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
@@ -69,6 +72,7 @@ impl RedisLockBuilder {
             wait_for_replicas: None,
             fair: true,
             address_map: None,
+            tls: None,
         }
     }
 
@@ -139,6 +143,23 @@ impl RedisLockBuilder {
         self
     }
 
+    /// TLS settings for every server the URL leads to (the node; the sentinels and the primary
+    /// they name; every cluster node), replacing what the URL says about TLS — its scheme
+    /// included: [`TlsMode::Disable`](lock_core::TlsMode::Disable) connects in plaintext even to
+    /// a `rediss://` URL, any other mode uses TLS even for `redis://`.
+    ///
+    /// [`VerifyFull`](lock_core::TlsMode::VerifyFull) checks the certificate's chain and that
+    /// it names the host connected to; [`VerifyCa`](lock_core::TlsMode::VerifyCa) (and
+    /// [`Require`](lock_core::TlsMode::Require) with a root certificate) the chain only;
+    /// `Require` without one checks nothing (redis-rs's `#insecure`). Without a root
+    /// certificate file the platform's roots are trusted. The files are read by
+    /// [`build`](Self::build): a rotated certificate takes a new backend. Needs the `tls`
+    /// feature (a default one). Defaults to what the URL says.
+    pub fn tls(mut self, options: TlsOptions) -> Self {
+        self.tls = Some(options);
+        self
+    }
+
     /// After each acquisition, `WAIT replicas timeout` on the same connection; if fewer replicas
     /// acknowledge in time, the lock is released and the acquisition fails with
     /// [`Error::NotReplicated`].
@@ -151,21 +172,30 @@ impl RedisLockBuilder {
     }
 
     /// Validates the configuration and opens the first connection (TCP, TLS, `AUTH`), within the
-    /// connect timeout, so that an unreachable server or a wrong password is reported here.
+    /// connect timeout, so that an unreachable server, a failed TLS handshake or a wrong
+    /// password is reported here.
+    ///
+    /// With TLS, installs ring as rustls's process-wide crypto provider unless the application
+    /// installed one (redis-rs builds its TLS configs from the process default).
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a URL that does not parse (or `rediss://` without the `tls`
-    /// feature), a zero pool size, a zero or over-an-hour timeout, a namespace that would break
-    /// the key layout, or a `WAIT` of zero replicas or zero time; [`Error::Connection`],
-    /// [`Error::Timeout`] or [`Error::Authentication`] when the server cannot be reached in time
-    /// or refuses the credentials.
+    /// [`Error::InvalidConfig`] for a URL that does not parse (or TLS without the `tls`
+    /// feature), TLS settings Redis cannot use (`sslmode=prefer`, `cert` without `key`, a
+    /// certificate file that cannot be read or parsed), a zero pool size, a zero or
+    /// over-an-hour timeout, a namespace that would break the key layout, or a `WAIT` of zero
+    /// replicas or zero time; [`Error::Tls`] when the TLS handshake fails (a certificate not
+    /// signed by a trusted CA or not naming the host, a server that does not speak TLS on that
+    /// port, a refused client certificate); [`Error::Connection`], [`Error::Timeout`] or
+    /// [`Error::Authentication`] when the server cannot be reached in time (a plaintext URL for
+    /// a TLS-only port is a connection the server closes: the error says so) or refuses the
+    /// credentials.
     pub fn build(self) -> Result<RedisBackend> {
-        let mut target = Target::parse(&self.url).map_err(Error::invalid_config)?;
+        let mut target = Target::parse(&self.url, self.tls.as_ref()).map_err(Error::invalid_config)?;
         if let Some(map) = &self.address_map {
             target = target.with_address_map(Arc::clone(map));
         }
         if target.is_tls() {
-            install_tls_provider();
+            crate::tls::install_provider();
         }
         if self.max_connections == 0 {
             return Err(Error::invalid_config("max_connections must be at least 1"));
@@ -252,27 +282,17 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// rustls needs a process-wide crypto provider before the first TLS handshake, or it panics.
-/// Installs ring's, once; if the application installed one already, that one stays.
-#[cfg(feature = "tls")]
-pub(crate) fn install_tls_provider() {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
-
-#[cfg(not(feature = "tls"))]
-pub(crate) fn install_tls_provider() {}
-
 impl fmt::Debug for RedisLockBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The URL may carry a password: show only where it points.
-        let address = Target::parse(&self.url)
-            .map(|target| target.display())
-            .unwrap_or_else(|_| "<invalid URL>".into());
+        // The URL may carry a password: show only where it points, and the TLS mode.
+        let address = Target::address_of(&self.url).unwrap_or_else(|_| "<invalid URL>".into());
+        let tls = match &self.tls {
+            Some(tls) => Some(tls.mode()),
+            None => crate::tls::split_url(&self.url).ok().and_then(|(_, tls)| tls).map(|tls| tls.mode()),
+        };
         f.debug_struct("RedisLockBuilder")
             .field("address", &address)
+            .field("tls", &tls)
             .field("kind", &self.kind)
             .field("fair", &self.fair)
             .field("namespace", &self.key_prefix)

@@ -267,7 +267,9 @@ impl ConnectionManager {
     /// Opens one connection, with the connect timeout for the TCP/TLS handshake and the setup
     /// commands (`AUTH`, `SELECT`), and the read and write timeouts for everything after.
     pub(crate) fn open(client: &Client, settings: &PoolSettings) -> RedisResult<Connection> {
-        let connection = client.get_connection_with_timeout(settings.connect_timeout)?;
+        let connection = client
+            .get_connection_with_timeout(settings.connect_timeout)
+            .map_err(|error| crate::tls::explain_setup_failure(client.get_connection_info().addr(), error))?;
         connection.set_read_timeout(Some(settings.read_timeout))?;
         connection.set_write_timeout(Some(settings.write_timeout))?;
         Ok(connection)

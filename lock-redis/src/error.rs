@@ -23,6 +23,15 @@ pub(crate) enum RedisFailure {
     /// connection is busy, or the server accepts connections but does not answer.
     #[error("no connection to redis within {timeout:?} (pool exhausted, or the server does not answer)")]
     PoolTimeout { timeout: Duration },
+    /// The TLS handshake failed (or a TLS record was refused): rustls's error, which redis-rs
+    /// hides inside an I/O error.
+    #[cfg(feature = "tls")]
+    #[error("{operation}: {source}")]
+    Tls {
+        operation: &'static str,
+        #[source]
+        source: rustls::Error,
+    },
 }
 
 impl RedisFailure {
@@ -34,6 +43,12 @@ impl RedisFailure {
 impl From<RedisFailure> for Error {
     fn from(failure: RedisFailure) -> Self {
         match &failure {
+            #[cfg(feature = "tls")]
+            RedisFailure::Command { operation, source } if crate::tls::rustls_cause(source).is_some() => {
+                let source = crate::tls::rustls_cause(source).expect("just found");
+                let failure = RedisFailure::Tls { operation, source };
+                Error::Tls { backend: BACKEND, source: failure.into() }
+            }
             RedisFailure::Command { operation, source } => match classify(source) {
                 Meaning::Authentication => Error::Authentication { backend: BACKEND, source: failure.into() },
                 Meaning::Timeout => {
@@ -46,6 +61,8 @@ impl From<RedisFailure> for Error {
             RedisFailure::PoolTimeout { .. } => {
                 Error::Timeout { backend: BACKEND, operation: "connect", source: Some(failure.into()) }
             }
+            #[cfg(feature = "tls")]
+            RedisFailure::Tls { .. } => Error::Tls { backend: BACKEND, source: failure.into() },
         }
     }
 }
@@ -130,6 +147,7 @@ pub(crate) fn detached(error: &Error) -> Error {
     match error {
         Error::Connection { backend, .. } => Error::Connection { backend, source: source() },
         Error::Authentication { backend, .. } => Error::Authentication { backend, source: source() },
+        Error::Tls { backend, .. } => Error::Tls { backend, source: source() },
         Error::Timeout { backend, operation, .. } => {
             Error::Timeout { backend, operation, source: Some(source()) }
         }

@@ -120,6 +120,61 @@
 //!   Renewals are not `WAIT`ed: a failover may roll a renewed lease back to the lease the
 //!   replica saw.
 //!
+//! # TLS
+//! `rediss://` URLs (and `rediss+sentinel://`, `rediss+cluster://`) connect with TLS: rustls
+//! with the ring provider, through redis-rs (feature `tls`, on by default). A TLS URL takes
+//! `redis-cli`'s names for the files, and libpq's for the mode:
+//!
+//! | URL part | meaning |
+//! | --- | --- |
+//! | `?cacert=<PEM file>` | trust these CA certificates instead of the platform's roots |
+//! | `&cert=<PEM file>&key=<PEM file>` | present this client certificate (for `tls-auth-clients yes`) |
+//! | `&sslmode=verify-full` | the default: the chain, and that the certificate names the host in the URL |
+//! | `&sslmode=verify-ca` | the chain only (any host name) |
+//! | `&sslmode=require` | without `cacert`, no check at all; with it, as `verify-ca` (libpq's rule) |
+//! | `#insecure` | redis-rs's spelling of `sslmode=require` without `cacert` |
+//!
+//! Percent-encode `&`, `#`, `+` and `%` in file names. [`RedisLockBuilder::tls`] and
+//! [`RedlockBuilder::tls`] take the same settings as a [`TlsOptions`](lock_core::TlsOptions)
+//! (replacing what the URL says). The settings apply to every server the URL leads to: the
+//! node; the sentinels and the primary they name; every node of a cluster; every Redlock node.
+//!
+//! ```no_run
+//! use lock_core::{TlsMode, TlsOptions};
+//! use lock_redis::RedisBackend;
+//!
+//! let backend = RedisBackend::builder(
+//!     "rediss://:s3cret@redis.internal:6380/?cacert=/etc/ssl/private-ca.pem",
+//! )
+//! .build()?;
+//! let with_client_certificate = RedisBackend::builder("rediss://redis.internal:6380/")
+//!     .tls(
+//!         TlsOptions::new(TlsMode::VerifyFull)
+//!             .root_cert("/etc/ssl/private-ca.pem")
+//!             .client_cert("/etc/app/client.pem", "/etc/app/client.key"),
+//!     )
+//!     .build()?;
+//! # let _ = (backend, with_client_certificate);
+//! # Ok::<(), lock_core::Error>(())
+//! ```
+//!
+//! A failed handshake — a certificate no trusted CA signed, one that does not name the host,
+//! a server that does not speak TLS on that port, a refused client certificate — is
+//! [`Error::Tls`](lock_core::Error::Tls) within the connect timeout, with rustls's error as the
+//! source of its source (`redis: TLS handshake failed: connect: invalid peer certificate:
+//! UnknownIssuer`); it is not retried. A plaintext `redis://` URL for a TLS-only port is an
+//! [`Error::Connection`](lock_core::Error::Connection) that says the server closed the
+//! connection during the setup and that a TLS-only port does that.
+//!
+//! Limits: the sentinels and the data nodes of a Sentinel URL share one TLS setting (a
+//! deployment with plaintext sentinels and TLS data nodes cannot be described); cluster nodes
+//! and Sentinel primaries are reached at the addresses the deployment announces (usually IP
+//! addresses), which `verify-full` checks against the certificate — list them in it, or use
+//! `verify-ca`. The files are read once, at `build`. With TLS, `build` installs ring as
+//! rustls's process-wide crypto provider unless the application installed one first
+//! (redis-rs builds its TLS configs from the process default). Without `cacert`, redis-rs
+//! reads the platform's roots at every new connection.
+//!
 //! # Limits
 //! A single Redis server (or primary) is a single point of truth: with asynchronous replication
 //! a failover can lose a lock (source 001), which `WAIT` narrows but does not close. The fencing
@@ -240,6 +295,7 @@ mod set_nx;
 mod single_node;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod tls;
 mod topology;
 mod transaction;
 mod wait_loop;

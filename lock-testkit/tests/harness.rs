@@ -725,3 +725,127 @@ fn a_paused_server_dies_with_a_test_binary_that_runs_no_destructors() {
         thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Installs ring as rustls's process-wide provider, which redis-rs and zookeeper-client build
+/// their TLS configs with (zookeeper-client's `tls` feature compiles aws-lc-rs in too, and with
+/// two providers compiled rustls will not pick one by itself).
+fn install_ring_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+fn read_pem(path: PathBuf) -> String {
+    fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path:?}: {e}"))
+}
+
+#[test]
+fn redis_tls_serves_tls_only_and_can_require_client_certificates() {
+    install_ring_provider();
+    let server = RedisServer::start_with(RedisOptions::new().tls().password("s3cret"))
+        .expect("start a TLS-only redis-server");
+    let port = server.port();
+    let ca = server.tls_ca().expect("a TLS-only server has a CA");
+    assert_eq!(server.url(), format!("rediss://:s3cret@127.0.0.1:{port}/?{}", ca.cacert_query()));
+    let tls_client = |trusted: PathBuf, client_certificate: bool, port: u16| {
+        let certificates = redis::TlsCertificates {
+            root_cert: Some(read_pem(trusted).into_bytes()),
+            client_tls: client_certificate.then(|| redis::ClientTlsConfig {
+                client_cert: read_pem(ca.client_cert()).into_bytes(),
+                client_key: read_pem(ca.client_key()).into_bytes(),
+            }),
+        };
+        redis::Client::build_with_tls(format!("rediss://:s3cret@127.0.0.1:{port}/"), certificates)
+            .expect("a TLS client")
+            .get_connection_with_timeout(Duration::from_secs(2))
+    };
+
+    let mut connection = tls_client(ca.ca_cert(), false, port).expect("TLS trusting the test CA");
+    let () = connection.set("greeting", "over tls").unwrap();
+    let value: Option<String> = connection.get("greeting").unwrap();
+    assert_eq!(value.as_deref(), Some("over tls"));
+    let another_ca = tls_client(ca.other_ca_cert(), false, port);
+    assert!(another_ca.is_err(), "a handshake trusting another CA must fail");
+    let plaintext = redis::Client::open(format!("redis://:s3cret@127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection_with_timeout(Duration::from_secs(2));
+    assert!(plaintext.is_err(), "the TLS-only port must refuse plaintext");
+    server.process().restart().expect("restart the TLS-only server");
+    assert!(tls_client(ca.ca_cert(), false, port).is_ok(), "TLS after a restart");
+
+    let strict =
+        RedisServer::start_with(RedisOptions::new().tls_requiring_client_certificates().password("s3cret"))
+            .expect("start a redis-server requiring client certificates");
+    let anonymous = tls_client(ca.ca_cert(), false, strict.port())
+        .and_then(|mut connection| redis::cmd("PING").query::<String>(&mut connection));
+    assert!(anonymous.is_err(), "a client without a certificate must be refused");
+    let mut connection =
+        tls_client(ca.ca_cert(), true, strict.port()).expect("TLS with a client certificate");
+    let pong: String = redis::cmd("PING").query(&mut connection).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
+#[test]
+fn zookeeper_tls_serves_tls_only_and_can_require_client_certificates() {
+    install_ring_provider();
+    let server = ZooKeeperServer::start_tls_requiring_client_certificates()
+        .expect("start a TLS-only ZooKeeper requiring client certificates");
+    let ca = server.tls_ca().expect("a TLS-only server has a CA");
+    assert_eq!(server.url(), format!("zk+tls://127.0.0.1:{}/?{}", server.port(), ca.cacert_query()));
+    // Four-letter words, over TLS.
+    assert_eq!(server.mode(), Some(ZooKeeperMode::Standalone));
+
+    let tls = |trusted: PathBuf, client_certificate: bool| {
+        let options = zk::TlsOptions::new().with_pem_ca(&read_pem(trusted)).unwrap();
+        match client_certificate {
+            true => {
+                options.with_pem_identity(&read_pem(ca.client_cert()), &read_pem(ca.client_key())).unwrap()
+            }
+            false => options,
+        }
+    };
+    let connect_string = server.connect_string();
+    let runtime = current_thread_runtime();
+    runtime.block_on(async {
+        let client = zk::Client::connector()
+            .with_tls(tls(ca.ca_cert(), true))
+            .secure_connect(&connect_string)
+            .await
+            .expect("a session over TLS with a client certificate");
+        let create = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        client.create("/over-tls", b"hello", &create).await.unwrap();
+        assert_eq!(client.get_data("/over-tls").await.unwrap().0, b"hello");
+
+        let failing = [
+            (
+                "without a client certificate",
+                zk::Client::connector().with_tls(tls(ca.ca_cert(), false)),
+                true,
+            ),
+            ("trusting another CA", zk::Client::connector().with_tls(tls(ca.other_ca_cert(), true)), true),
+            ("in plaintext", zk::Client::connector(), false),
+        ];
+        for (what, connector, secure) in failing {
+            let connector = connector.with_fail_eagerly().with_session_timeout(Duration::from_secs(2));
+            let session = match secure {
+                true => connector.secure_connect(&connect_string).await,
+                false => connector.connect(&connect_string).await,
+            };
+            assert!(session.is_err(), "a session {what} must fail");
+        }
+    });
+}
+
+#[test]
+fn shared_tls_servers_start_once_and_carry_their_ca_in_the_address() {
+    let redis = shared::redis_tls().expect("shared TLS-only Redis");
+    assert!(std::ptr::eq(redis, shared::redis_tls().unwrap()), "started twice");
+    let server = redis.server().unwrap();
+    let ca = server.tls_ca().expect("TLS-only");
+    assert_eq!(redis.address(), format!("rediss://127.0.0.1:{}/?{}", server.port(), ca.cacert_query()));
+
+    let zookeeper = shared::zookeeper_tls().expect("shared TLS-only ZooKeeper");
+    assert!(std::ptr::eq(zookeeper, shared::zookeeper_tls().unwrap()), "started twice");
+    let server = zookeeper.server().unwrap();
+    assert_eq!(zookeeper.address(), server.url());
+    assert!(zookeeper.address().starts_with("zk+tls://127.0.0.1:"), "{}", zookeeper.address());
+    assert_eq!(server.mode(), Some(ZooKeeperMode::Standalone));
+}

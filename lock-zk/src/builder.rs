@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lock_core::{Error, Result};
+use lock_core::{Error, Result, TlsOptions};
 
 use crate::path::Root;
 use crate::ZooKeeperBackend;
@@ -35,6 +35,9 @@ pub(crate) struct Settings {
     pub(crate) io_timeout: Duration,
     /// `user:password` for the `digest` scheme.
     pub(crate) digest: Option<String>,
+    /// TLS to every server (checked by `build`: `None` or a mode that verifies, with a root
+    /// certificate).
+    pub(crate) tls: Option<TlsOptions>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -45,6 +48,7 @@ impl std::fmt::Debug for Settings {
             .field("connect_timeout", &self.connect_timeout)
             .field("io_timeout", &self.io_timeout)
             .field("digest_user", &self.digest.as_deref().and_then(|d| d.split(':').next()))
+            .field("tls", &self.tls.as_ref().map(TlsOptions::mode))
             .finish()
     }
 }
@@ -58,6 +62,7 @@ impl ZooKeeperLockBuilder {
                 connect_timeout: Duration::from_secs(5),
                 io_timeout: Duration::from_secs(5),
                 digest: None,
+                tls: None,
             },
             root: "/distlock".into(),
             digest_user: None,
@@ -69,25 +74,46 @@ impl ZooKeeperLockBuilder {
     /// authentication, the path the [`namespace`](Self::namespace). The userinfo ends at the last
     /// `@` before the first `/`, so `zk://h:2181/a@b` is the namespace `/a@b` without credentials.
     ///
+    /// `zk+tls://…` (or `zookeeper+tls://…`) connects to every server with TLS (feature `tls`;
+    /// the servers' `secureClientPort`), and takes these parameters, the same as lock-redis's
+    /// `rediss://` URLs (percent-encoded; [`tls`](Self::tls) sets the same):
+    ///
+    /// | parameter | meaning |
+    /// | --- | --- |
+    /// | `cacert=<PEM file>` | the CA certificates to trust: required (`zookeeper-client` does not read the platform's roots) |
+    /// | `cert=<PEM file>&key=<PEM file>` | present this client certificate (for `ssl.clientAuth=need`) |
+    /// | `sslmode=verify-full` | the default: the chain, and that the certificate names the host connected to |
+    /// | `sslmode=verify-ca` (or `require`) | the chain only, any host name |
+    ///
+    /// `zk+tls://app:s3cret@zk1:2281,zk2:2281/locks?cacert=/etc/zk/ca.pem&cert=/etc/app/client.pem&key=/etc/app/client.key`
+    ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for another scheme, no host, a query (no setting is read from
-    /// one), or parts that are not UTF-8 once percent-decoded.
+    /// [`Error::InvalidConfig`] for another scheme, no host, a query on a `zk://` URL (no setting
+    /// is read from one) or an unknown parameter on a `zk+tls://` one, a fragment, a `cert`
+    /// without `key`, an `sslmode` that is not libpq's, or parts that are not UTF-8 once
+    /// percent-decoded.
     pub fn from_url(url: &str) -> Result<Self> {
         let shown = || lock_core::redact_url(url);
         let parts = lock_core::UrlParts::split(url)?;
-        if !matches!(parts.scheme, "zk" | "zookeeper") {
-            return Err(Error::invalid_config(format!("not a zk:// URL: {}", shown())));
-        }
+        let tls = match parts.scheme {
+            "zk" | "zookeeper" => false,
+            "zk+tls" | "zookeeper+tls" => true,
+            _ => return Err(Error::invalid_config(format!("not a zk:// URL: {}", shown()))),
+        };
         if parts.hosts.is_empty() {
             return Err(Error::invalid_config(format!("no host in {}", shown())));
         }
-        if parts.rest.contains(['?', '#']) {
+        if parts.rest.contains('#') || (!tls && parts.rest.contains('?')) {
+            let tls_hint = if tls { "" } else { " (TLS parameters need zk+tls://)" };
             return Err(Error::invalid_config(format!(
-                "a zk:// URL takes no query or fragment: {}",
+                "a zk:// URL takes no query or fragment{tls_hint}: {}",
                 shown()
             )));
         }
         let mut builder = Self::new(parts.hosts);
+        if tls {
+            builder = builder.tls(crate::tls::from_query(parts.query())?);
+        }
         let path = parts.path()?;
         // `zk://h:2181/` is the default namespace, as `zk://h:2181`.
         if !path.is_empty() && path != "/" {
@@ -144,13 +170,37 @@ impl ZooKeeperLockBuilder {
         self
     }
 
+    /// TLS to every server of the connect string (ZooKeeper's `secureClientPort`), replacing a
+    /// `zk+tls://` URL's settings; [`TlsMode::Disable`](lock_core::TlsMode::Disable) connects in
+    /// plaintext. Needs the `tls` feature and a root certificate file
+    /// ([`TlsOptions::root_cert`]): `zookeeper-client` does not read the platform's roots.
+    /// [`VerifyFull`](lock_core::TlsMode::VerifyFull) checks the chain and that the certificate
+    /// names the host connected to; [`VerifyCa`](lock_core::TlsMode::VerifyCa) and
+    /// [`Require`](lock_core::TlsMode::Require) the chain only. The files are read at each
+    /// session's connect, so a session after an expiry uses rotated certificates. Defaults to
+    /// plaintext (or the URL's settings).
+    pub fn tls(mut self, options: TlsOptions) -> Self {
+        self.settings.tls = Some(options);
+        self
+    }
+
     /// Validates the settings, connects a session (within the connect timeout) and creates the
     /// namespace if absent.
     ///
+    /// With TLS, installs ring as rustls's process-wide crypto provider unless the application
+    /// installed one first: `zookeeper-client` builds its TLS config from the process default,
+    /// and with both ring and aws-lc-rs compiled in (its `rustls` dependency brings aws-lc-rs)
+    /// rustls will not pick one.
+    ///
     /// # Errors
     /// [`Error::InvalidConfig`] for an invalid namespace, an empty connect string, timeouts that are
-    /// zero or over an hour, or a digest user that is empty or has `:`; [`Error::Connection`] or
-    /// [`Error::Timeout`] when no server answers within the connect timeout;
+    /// zero or over an hour, a digest user that is empty or has `:`, or TLS settings ZooKeeper
+    /// cannot use (`prefer`, no root certificate file, TLS without the `tls` feature, a
+    /// certificate file that cannot be read); [`Error::Tls`] when a TLS handshake fails (a
+    /// certificate no trusted CA signed or that does not name the host, a refused client
+    /// certificate, a port that does not speak TLS); [`Error::Connection`] or
+    /// [`Error::Timeout`] when no server answers within the connect timeout (a plaintext
+    /// connect to a TLS-only port is a connection the server closes: the error says so);
     /// [`Error::Authentication`] when the servers refuse the credentials or the namespace's parent.
     /// (A wrong digest password is only noticed by the first acquisition: see
     /// [`digest`](Self::digest).) [`Error::Unsupported`] when called from a tokio async task:
@@ -173,6 +223,8 @@ impl ZooKeeperLockBuilder {
                 return Err(Error::invalid_config("the digest user must not be empty or contain `:`"));
             }
         }
+        let tls = settings.tls.as_ref().map(crate::tls::check).transpose()?.flatten();
+        let settings = Settings { tls, ..settings };
         crate::blocking::refuse_async_context()?;
         ZooKeeperBackend::open(settings, root)
     }
@@ -204,6 +256,40 @@ mod tests {
             assert!(matches!(ZooKeeperLockBuilder::from_url(bad), Err(Error::InvalidConfig { .. })), "{bad}");
         }
         assert!(!format!("{builder:?}").contains("s3cr"));
+    }
+
+    #[test]
+    fn tls_urls_give_tls_options() {
+        let url = "zk+tls://app:s3cret@h1:2281,h2/apps/locks?cacert=%2Fetc%2Fzk%20ca.pem&sslmode=verify-ca";
+        let builder = ZooKeeperLockBuilder::from_url(url).unwrap();
+        assert_eq!(builder.settings.connect_string, "h1:2281,h2");
+        assert_eq!(builder.root, "/apps/locks");
+        assert_eq!(builder.settings.digest.as_deref(), Some("app:s3cret"));
+        let tls = builder.settings.tls.as_ref().expect("TLS");
+        assert_eq!(tls.mode(), lock_core::TlsMode::VerifyCa);
+        assert_eq!(tls.root_cert_path().unwrap(), std::path::Path::new("/etc/zk ca.pem"));
+        let shown = format!("{builder:?}");
+        assert!(!shown.contains("s3cret") && shown.contains("VerifyCa"), "{shown}");
+
+        let default =
+            ZooKeeperLockBuilder::from_url("zookeeper+tls://h:2281/?cacert=ca.pem&cert=c.pem&key=k.pem");
+        let tls = default.unwrap().settings.tls.unwrap();
+        assert_eq!(tls.mode(), lock_core::TlsMode::VerifyFull);
+        assert_eq!(tls.client_cert_paths().unwrap().1, std::path::Path::new("k.pem"));
+        assert!(ZooKeeperLockBuilder::from_url("zk://h:2181").unwrap().settings.tls.is_none());
+
+        let plaintext = ZooKeeperLockBuilder::from_url("zk://:s3cret@h/?cacert=ca.pem").unwrap_err();
+        assert!(plaintext.to_string().contains("zk+tls://"), "{plaintext}");
+        for bad in [
+            "zk+tls://:s3cret@h/?cert=c.pem",
+            "zk+tls://:s3cret@h/?x=1",
+            "zk+tls://:s3cret@h/#f",
+            "zk+tls://:s3cret@h/?sslmode=on",
+        ] {
+            let error = ZooKeeperLockBuilder::from_url(bad).unwrap_err();
+            assert!(matches!(error, Error::InvalidConfig { .. }), "{bad}");
+            assert!(!format!("{error} {error:?}").contains("s3cret"), "{bad}: {error}");
+        }
     }
 
     #[test]

@@ -75,7 +75,55 @@
 //! [`ZooKeeperLockBuilder::digest`] authenticates with the `digest` scheme, and every node —
 //! root, lock parents, lock nodes — is created with `CREATOR_ALL` (ZooKeeper checks the right to
 //! delete a node on its parent). A wrong password authenticates another identity, which gets
-//! `NoAuth`: reported as [`Error::Authentication`](lock_core::Error::Authentication).
+//! `NoAuth`: reported as [`Error::Authentication`](lock_core::Error::Authentication). The
+//! digest credentials are sent once the session is established, not with the connect request
+//! (see `session.rs`); over plaintext they cross the network in the clear: use TLS (below)
+//! where that matters.
+//!
+//! # TLS
+//! Feature `tls` (off by default: it compiles aws-lc-rs, a C library, through
+//! `zookeeper-client`'s rustls) connects to ZooKeeper's `secureClientPort` (servers with
+//! `serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory` and `ssl.*`
+//! settings), from a `zk+tls://` URL or [`ZooKeeperLockBuilder::tls`]:
+//!
+//! ```no_run
+//! # #[cfg(feature = "tls")]
+//! # fn main() -> Result<(), lock_core::Error> {
+//! use lock_core::{TlsMode, TlsOptions};
+//! use lock_zk::{ZooKeeperBackend, ZooKeeperLockBuilder};
+//!
+//! let backend = ZooKeeperLockBuilder::from_url(
+//!     "zk+tls://app:s3cret@zk1:2281,zk2:2281/locks?cacert=/etc/zk/ca.pem",
+//! )?
+//! .build()?;
+//! let with_client_certificate = ZooKeeperBackend::builder("zk1:2281,zk2:2281")
+//!     .tls(
+//!         TlsOptions::new(TlsMode::VerifyFull)
+//!             .root_cert("/etc/zk/ca.pem")
+//!             .client_cert("/etc/app/client.pem", "/etc/app/client.key"),
+//!     )
+//!     .build()?;
+//! # let _ = (backend, with_client_certificate);
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "tls"))]
+//! # fn main() {}
+//! ```
+//!
+//! The URL's parameters ([`ZooKeeperLockBuilder::from_url`]) are lock-redis's: `cacert`,
+//! `cert`, `key`, `sslmode` (`verify-full`, the default, or `verify-ca`). A root certificate
+//! file is required: `zookeeper-client` neither reads the platform's roots nor connects without
+//! checking the chain (so `require` without `cacert`, and `prefer`, are configuration errors).
+//! A failed handshake is [`Error::Tls`](lock_core::Error::Tls) with rustls's error (`zookeeper:
+//! TLS handshake failed: connect to zk1:2281: invalid peer certificate: UnknownIssuer`):
+//! `zookeeper-client` reports a failed handshake only as a lost connection, so after a connect
+//! that found no server the backend repeats the handshake itself, with the same settings, to
+//! learn why. A plaintext `zk://` URL for a TLS-only port is an
+//! [`Error::Connection`](lock_core::Error::Connection) that says the server accepts connections
+//! but closed them before a session, as a TLS-only port does. Building with TLS installs ring
+//! as rustls's process-wide crypto provider unless the application installed one first:
+//! `zookeeper-client` builds its TLS config from the process default, and with ring and
+//! aws-lc-rs both compiled in, rustls will not choose.
 //!
 //! Feature `testkit` (not semver-stable): the suite target over lock-testkit's harness servers.
 #![warn(missing_docs)]
@@ -90,6 +138,7 @@ mod read_write;
 mod recipe;
 mod semaphore;
 mod session;
+mod tls;
 
 #[cfg(feature = "testkit")]
 pub mod testkit;

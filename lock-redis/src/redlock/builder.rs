@@ -4,14 +4,13 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::{Error, OwnerToken, Result};
-use redis::{Client, ConnectionAddr};
+use lock_core::{Error, OwnerToken, Result, TlsOptions};
 
 use super::fanout::Node;
 use super::{Inner, RedlockBackend};
-use crate::builder::{check_prefix, check_timeout, install_tls_provider};
+use crate::builder::{check_prefix, check_timeout};
 use crate::connection::{ConnectionPool, PoolSettings};
-use crate::topology::Connector;
+use crate::topology::{Connector, Target};
 use crate::waiter::WaitHub;
 
 /// Builds a [`RedlockBackend`] by value; [`build`](Self::build) validates.
@@ -41,11 +40,13 @@ pub struct RedlockBuilder {
     node_timeout: Duration,
     connect_timeout: Duration,
     max_connections: u32,
+    tls: Option<TlsOptions>,
 }
 
 impl RedlockBuilder {
     /// A builder for the independent nodes at `urls` (each `redis://[[user]:password@]host[:port][/db]`
-    /// or `rediss://…`), with every default.
+    /// or `rediss://…`, with the TLS parameters of the single-node backend's URLs: see
+    /// [`RedisLockBuilder::new`](crate::RedisLockBuilder::new)), with every default.
     ///
     /// The nodes must be independent masters — not replicas of one another, not one server
     /// listed twice. [`build`](Self::build) catches the same `host:port` written twice, but the
@@ -65,6 +66,7 @@ impl RedlockBuilder {
             node_timeout: Duration::from_millis(50),
             connect_timeout: Duration::from_secs(1),
             max_connections: 16,
+            tls: None,
         }
     }
 
@@ -93,6 +95,14 @@ impl RedlockBuilder {
         self
     }
 
+    /// TLS settings for every node, replacing what each URL says about TLS (its scheme
+    /// included), as [`RedisLockBuilder::tls`](crate::RedisLockBuilder::tls) does for one
+    /// server. Defaults to what each URL says.
+    pub fn tls(mut self, options: TlsOptions) -> Self {
+        self.tls = Some(options);
+        self
+    }
+
     /// The namespace: the first part of every key, as for the single-node backend:
     /// `<namespace>:{<name>}:lock` (see [`RedisKeys`](crate::RedisKeys)). Must not contain `{`,
     /// `}` or control characters, and be 1 to 128 bytes. Defaults to `"distlock"`.
@@ -109,12 +119,13 @@ impl RedlockBuilder {
     /// allowed, but they tolerate no more failures than one node fewer.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for an empty node list, a URL that does not parse (or
-    /// `rediss://` without the `tls` feature), the same `host:port` listed twice, whatever the
-    /// database (compared as written, see [`new`](Self::new)), a zero pool size, a
-    /// zero or over-an-hour timeout, or a namespace that would break the key layout;
-    /// [`Error::Connection`], [`Error::Timeout`] or [`Error::Authentication`] (the first failed
-    /// node's) when fewer than a quorum of nodes can be reached in time.
+    /// [`Error::InvalidConfig`] for an empty node list, a URL that does not parse or is not a
+    /// single server's (or TLS without the `tls` feature, or TLS settings Redis cannot use), the
+    /// same `host:port` listed twice, whatever the database (compared as written, see
+    /// [`new`](Self::new)), a zero pool size, a zero or over-an-hour timeout, or a namespace
+    /// that would break the key layout; [`Error::Tls`], [`Error::Connection`],
+    /// [`Error::Timeout`] or [`Error::Authentication`] (the first failed node's) when fewer than
+    /// a quorum of nodes can be reached in time.
     pub fn build(self) -> Result<RedlockBackend> {
         if self.urls.is_empty() {
             return Err(Error::invalid_config("Redlock needs at least one node URL"));
@@ -128,8 +139,11 @@ impl RedlockBuilder {
         let mut clients = Vec::with_capacity(self.urls.len());
         let mut seen = HashSet::new();
         for (index, url) in self.urls.iter().enumerate() {
-            let client = Client::open(url.as_str())
-                .map_err(|e| Error::invalid_config(format!("node {index}: invalid Redis URL: {e}")))?;
+            let invalid = |reason: String| Error::invalid_config(format!("node {index}: {reason}"));
+            let client = match Target::parse(url, self.tls.as_ref()).map_err(invalid)? {
+                Target::Single(client) => client,
+                _ => return Err(invalid("a Redlock node is one server: redis:// or rediss://".into())),
+            };
             let info = client.get_connection_info();
             let address = info.addr().to_string();
             // One server is one vote: another database on it shares its fate (a restart, a
@@ -139,8 +153,8 @@ impl RedlockBuilder {
                     "node {index}: {address} is listed twice; Redlock needs independent nodes"
                 )));
             }
-            if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
-                install_tls_provider();
+            if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+                crate::tls::install_provider();
             }
             clients.push((client, address));
         }
@@ -210,11 +224,7 @@ impl fmt::Debug for RedlockBuilder {
         let addresses: Vec<String> = self
             .urls
             .iter()
-            .map(|url| {
-                Client::open(url.as_str())
-                    .map(|client| client.get_connection_info().addr().to_string())
-                    .unwrap_or_else(|_| "<invalid URL>".into())
-            })
+            .map(|url| Target::address_of(url).unwrap_or_else(|_| "<invalid URL>".into()))
             .collect();
         f.debug_struct("RedlockBuilder")
             .field("nodes", &addresses)
@@ -222,6 +232,7 @@ impl fmt::Debug for RedlockBuilder {
             .field("io_timeout", &self.node_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("max_connections", &self.max_connections)
+            .field("tls", &self.tls.as_ref().map(TlsOptions::mode))
             .finish()
     }
 }

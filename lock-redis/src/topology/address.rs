@@ -6,7 +6,9 @@
 //! | `redis+sentinel://[[user]:password@]s1[:port],s2[:port],…/<master-name>[/db]` | the primary that Sentinel names |
 //! | `redis+cluster://[[user]:password@]n1[:port],n2[:port],…[/]` | a Redis Cluster, seeded by these nodes |
 //!
-//! `rediss+sentinel://` and `rediss+cluster://` use TLS to the data nodes (and the sentinels).
+//! `rediss+sentinel://` and `rediss+cluster://` use TLS to the data nodes (and the sentinels);
+//! TLS parameters (`?cacert=…&cert=…&key=…&sslmode=…`, `#insecure`) are `crate::tls`'s, and
+//! apply to every server the URL leads to.
 //! The credentials are the data nodes'; sentinels that require their own take
 //! `?sentinel_username=…&sentinel_password=…`. The list syntax is Lettuce's
 //! (`redis-sentinel://h1,h2#master`) with the master name in the path, as the issue tracker's
@@ -16,7 +18,10 @@
 use std::fmt;
 use std::sync::Arc;
 
+use lock_core::TlsOptions;
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo as _};
+
+use crate::tls::{self, TlsConfig};
 
 /// Rewrites the address of every server a backend connects to
 /// ([`RedisLockBuilder::map_addresses`](crate::RedisLockBuilder::map_addresses)).
@@ -93,11 +98,31 @@ impl NodeTemplate {
 }
 
 impl Target {
-    /// Parses `url`.
+    /// Parses `url`, with TLS as `tls` says or else as the URL says (its scheme and TLS
+    /// parameters), and reads the certificate files.
     ///
     /// # Errors
     /// A description of what is wrong (never the password).
-    pub(crate) fn parse(url: &str) -> Result<Self, String> {
+    pub(crate) fn parse(url: &str, tls: Option<&TlsOptions>) -> Result<Self, String> {
+        let (url, url_tls) = tls::split_url(url)?;
+        let target = Self::parse_without_tls(&url)?;
+        match tls.or(url_tls.as_ref()) {
+            Some(options) => target.with_tls(&TlsConfig::load(options)?),
+            None => Ok(target),
+        }
+    }
+
+    /// Where `url` points, without credentials, for `Debug` (no certificate file is read).
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse).
+    pub(crate) fn address_of(url: &str) -> Result<String, String> {
+        let (url, _) = tls::split_url(url)?;
+        Ok(Self::parse_without_tls(&url)?.display())
+    }
+
+    /// Parses a URL whose TLS parameters were taken out.
+    fn parse_without_tls(url: &str) -> Result<Self, String> {
         let Some((scheme, rest)) = url.split_once("://") else {
             return Ok(Target::Single(open_single(url)?));
         };
@@ -159,6 +184,26 @@ impl Target {
                 Ok(Target::Cluster { seeds, nodes })
             }
         }
+    }
+
+    /// The same target with `tls` on every server it connects to: the URL's, and the ones the
+    /// sentinels or the cluster announce.
+    fn with_tls(self, tls: &TlsConfig) -> Result<Self, String> {
+        let client = |client: &Client| {
+            Client::open(tls.apply(client.get_connection_info())?).map_err(|e| e.to_string())
+        };
+        Ok(match self {
+            Target::Single(single) => Target::Single(client(&single)?),
+            Target::Sentinel { sentinels, master, nodes } => Target::Sentinel {
+                sentinels: sentinels.iter().map(client).collect::<Result<_, _>>()?,
+                master,
+                nodes: NodeTemplate { info: tls.apply(&nodes.info)?, map: nodes.map },
+            },
+            Target::Cluster { seeds, nodes } => Target::Cluster {
+                seeds: seeds.iter().map(|seed| tls.apply(seed)).collect::<Result<_, _>>()?,
+                nodes: NodeTemplate { info: tls.apply(&nodes.info)?, map: nodes.map },
+            },
+        })
     }
 
     /// The same target with `map` applied to every address it connects to: the URL's, and the
@@ -311,7 +356,7 @@ mod tests {
     use super::*;
 
     fn parse(url: &str) -> Target {
-        Target::parse(url).unwrap_or_else(|error| panic!("{url}: {error}"))
+        Target::parse(url, None).unwrap_or_else(|error| panic!("{url}: {error}"))
     }
 
     #[test]
@@ -377,9 +422,53 @@ mod tests {
             "redis+cluster://:hunter2@n1:notaport/",
             "redis+cluster://:hunter2@n1:1/?protocol=resp3",
         ] {
-            let error = Target::parse(url).err().unwrap_or_else(|| panic!("{url} parsed"));
+            let error = Target::parse(url, None).err().unwrap_or_else(|| panic!("{url} parsed"));
             assert!(!error.contains("hunter2"), "{url}: {error}");
         }
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_settings_reach_every_server_of_a_sentinel_or_cluster_url() {
+        let ca = lock_testkit::harness::TestCa::shared().unwrap();
+        let verifying = |info: &ConnectionInfo| {
+            matches!(info.addr(), ConnectionAddr::TcpTls { insecure: false, tls_params: Some(_), .. })
+        };
+        let url = format!(
+            "rediss+sentinel://:pw@s1,s2/m?sentinel_password=x&{}&sslmode=verify-ca",
+            ca.cacert_query()
+        );
+        let Target::Sentinel { sentinels, nodes, .. } = parse(&url) else { panic!("not sentinel") };
+        for sentinel in &sentinels {
+            let info = sentinel.get_connection_info();
+            assert!(verifying(info), "{info:?}");
+            assert_eq!(info.redis_settings().password(), Some("x"));
+        }
+        assert!(verifying(&nodes.at("10.0.0.1", 6379)));
+        assert_eq!(nodes.at("10.0.0.1", 6379).redis_settings().password(), Some("pw"));
+
+        let url = format!("rediss+cluster://n1,n2:7001/?{}", ca.cacert_query());
+        let map: AddressMap = Arc::new(|host: &str, port: u16| (format!("mapped-{host}"), port + 1));
+        let Target::Cluster { seeds, nodes } = parse(&url).with_address_map(map) else {
+            panic!("not cluster")
+        };
+        assert!(seeds.iter().all(verifying), "{seeds:?}");
+        assert_eq!(seeds[1].addr().to_string(), "mapped-n2:7002");
+        assert!(verifying(&nodes.at("10.0.0.2", 7000)));
+
+        // The builder's options replace the URL's, scheme included.
+        let options = TlsOptions::new(lock_core::TlsMode::VerifyFull).root_cert(ca.ca_cert());
+        let Target::Cluster { seeds, .. } = Target::parse("redis+cluster://n1/", Some(&options)).unwrap()
+        else {
+            panic!("not cluster")
+        };
+        assert!(verifying(&seeds[0]));
+        let plain = TlsOptions::new(lock_core::TlsMode::Disable);
+        let Target::Single(client) = Target::parse("rediss://:pw@h:1/?cacert=/none", Some(&plain)).unwrap()
+        else {
+            panic!("not single")
+        };
+        assert!(matches!(client.get_connection_info().addr(), ConnectionAddr::Tcp(..)));
     }
 
     #[test]

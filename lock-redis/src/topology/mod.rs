@@ -304,7 +304,7 @@ pub(crate) fn probe_node_for(
 ) -> RedisResult<redis::Connection> {
     let invalid =
         |why: String| redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad URL", why));
-    match Target::parse(url).map_err(invalid)? {
+    match Target::parse(url, None).map_err(invalid)? {
         Target::Single(client) => ConnectionManager::open(&client, settings),
         Target::Sentinel { sentinels, master, nodes } => {
             SentinelResolver::new(sentinels, master, nodes).open(settings)
@@ -326,7 +326,7 @@ pub(crate) fn probe_node_for(
 pub(crate) fn probe_primaries(url: &str, settings: &PoolSettings) -> RedisResult<Vec<redis::Connection>> {
     let invalid =
         |why: String| redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad URL", why));
-    match Target::parse(url).map_err(invalid)? {
+    match Target::parse(url, None).map_err(invalid)? {
         Target::Cluster { seeds, nodes } => {
             let cluster = ClusterNodes::new(seeds, nodes, *settings);
             cluster.refresh()?;
@@ -349,7 +349,7 @@ pub(crate) fn cluster_share(
 ) -> RedisResult<Vec<(String, usize)>> {
     let invalid =
         |why: String| redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad URL", why));
-    let Target::Cluster { seeds, nodes } = Target::parse(url).map_err(invalid)? else {
+    let Target::Cluster { seeds, nodes } = Target::parse(url, None).map_err(invalid)? else {
         return Err(invalid("not a redis+cluster:// URL".into()));
     };
     let cluster = Arc::new(ClusterNodes::new(seeds, nodes, *settings));
@@ -373,7 +373,7 @@ pub(crate) fn cluster_share(
 pub(crate) fn sentinel_primary(url: &str, settings: &PoolSettings) -> RedisResult<String> {
     let invalid =
         |why: String| redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "bad URL", why));
-    let Target::Sentinel { sentinels, master, nodes } = Target::parse(url).map_err(invalid)? else {
+    let Target::Sentinel { sentinels, master, nodes } = Target::parse(url, None).map_err(invalid)? else {
         return Err(invalid("not a redis+sentinel:// URL".into()));
     };
     let (host, port) = SentinelResolver::new(sentinels, master, nodes).primary_address(settings)?;
@@ -396,7 +396,7 @@ pub(crate) fn deployment_addresses(url: &str, settings: &PoolSettings) -> RedisR
         _ => None,
     };
     let mut addresses = Vec::new();
-    match Target::parse(url).map_err(invalid)? {
+    match Target::parse(url, None).map_err(invalid)? {
         Target::Single(client) => addresses.extend(host_port(client.get_connection_info())),
         Target::Cluster { seeds, nodes } => {
             addresses.extend(seeds.iter().filter_map(host_port));

@@ -54,6 +54,15 @@ pub(crate) const JAVA: Binary =
 pub(crate) const ZOOKEEPER_JAR: Binary =
     Binary { name: "zookeeper.jar", package: "zookeeper", dirs: &["/usr/share/java"], search_path: false };
 
+/// Netty's codecs: ZooKeeper's TLS port runs on Netty (`NettyServerCnxnFactory`), which needs
+/// them, but Debian's `zookeeper.jar` manifest does not list the jar.
+pub(crate) const NETTY_CODEC_JAR: Binary = Binary {
+    name: "netty-codec.jar",
+    package: "libnetty-java",
+    dirs: &["/usr/share/java"],
+    search_path: false,
+};
+
 /// Logging backend for ZooKeeper's SLF4J; without it ZooKeeper logs nothing.
 pub(crate) const SLF4J_SIMPLE_JAR: Binary = Binary {
     name: "slf4j-simple.jar",

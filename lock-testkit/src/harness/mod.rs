@@ -91,6 +91,8 @@ mod server;
 pub mod shared;
 mod spawner;
 mod tls;
+#[cfg(any(feature = "redis-server", feature = "zookeeper-server"))]
+mod tls_client;
 mod tree;
 #[cfg(feature = "zookeeper-server")]
 mod zookeeper;

@@ -9,7 +9,7 @@ use super::binaries::{self, REDIS_SERVER};
 use super::command::CommandSpec;
 use super::process::Readiness;
 use super::resp::{Connection, Reply, PROBE_TIMEOUT};
-use super::{dirs, ports, HarnessError, ServerKind, ServerProcess, TestDeployment, TestServer};
+use super::{dirs, ports, HarnessError, ServerKind, ServerProcess, TestCa, TestDeployment, TestServer};
 
 const KIND: ServerKind = ServerKind::Redis;
 
@@ -34,6 +34,17 @@ pub struct RedisOptions {
     ready_without_link: bool,
     /// Cluster mode (`--cluster-enabled yes`), with this cluster bus port.
     cluster_bus_port: Option<u16>,
+    /// TLS only, with the shared [`TestCa`]'s server certificate.
+    tls: Option<ClientCertificates>,
+}
+
+/// Whether a TLS server asks clients for a certificate (`--tls-auth-clients`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientCertificates {
+    /// `optional`: a client may present one (checked against the CA if it does).
+    Optional,
+    /// `yes`: a client without one is refused.
+    Required,
 }
 
 /// The server a replica copies.
@@ -55,6 +66,23 @@ impl RedisOptions {
         self.password = Some(password.into());
         self
     }
+
+    /// Serves TLS only (`--port 0 --tls-port PORT`), with the server certificate of
+    /// [`TestCa::shared`] (valid for `127.0.0.1` only); clients may present a certificate of
+    /// that CA (`--tls-auth-clients optional`). [`RedisServer::url`] is then
+    /// `rediss://127.0.0.1:PORT/?cacert=<the CA's file>`. For standalone servers: the harness's
+    /// replicas, cluster nodes and sentinels speak plaintext. Defaults to plaintext only.
+    pub fn tls(mut self) -> Self {
+        self.tls = Some(ClientCertificates::Optional);
+        self
+    }
+
+    /// As [`tls`](Self::tls), refusing clients that present no certificate of the test CA
+    /// (`--tls-auth-clients yes`).
+    pub fn tls_requiring_client_certificates(mut self) -> Self {
+        self.tls = Some(ClientCertificates::Required);
+        self
+    }
 }
 
 /// A private `redis-server` on a free loopback port, without persistence (`--save ""`,
@@ -64,6 +92,8 @@ impl RedisOptions {
 pub struct RedisServer {
     process: ServerProcess,
     password: Option<String>,
+    /// The CA whose certificate the server presents, for a TLS-only server.
+    tls: Option<&'static TestCa>,
 }
 
 impl RedisServer {
@@ -75,6 +105,15 @@ impl RedisServer {
     /// [`RedisServer::start_with`].
     pub fn start() -> Result<Self, HarnessError> {
         Self::start_with(RedisOptions::new())
+    }
+
+    /// Starts a TLS-only server with default options otherwise ([`RedisOptions::tls`]).
+    ///
+    /// # Errors
+    ///
+    /// As for [`RedisServer::start_with`].
+    pub fn start_tls() -> Result<Self, HarnessError> {
+        Self::start_with(RedisOptions::new().tls())
     }
 
     /// Starts a server with `options`, waiting until it answers `PING`.
@@ -137,8 +176,16 @@ impl RedisServer {
 
     fn start_once(binary: &Path, options: &RedisOptions, port: u16) -> Result<Self, HarnessError> {
         let dir = dirs::create(KIND)?;
+        let tls = options.tls.map(|_| TestCa::shared()).transpose()?;
+        let port_text = port.to_string();
+        let listen: &[&str] = match tls {
+            None => &["--port", &port_text],
+            // No plaintext port at all.
+            Some(_) => &["--port", "0", "--tls-port", &port_text],
+        };
         let mut command = CommandSpec::new(binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(listen)
+            .args(["--bind", "127.0.0.1"])
             .arg("--dir")
             .arg(dir.path())
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
@@ -154,6 +201,21 @@ impl RedisServer {
                 command = command.args(["--masterauth", password]);
             }
         }
+        if let (Some(ca), Some(clients)) = (tls, options.tls) {
+            let files = ca.install_server_files(dir.path(), None)?;
+            let auth_clients = match clients {
+                ClientCertificates::Optional => "optional",
+                ClientCertificates::Required => "yes",
+            };
+            command = command
+                .arg("--tls-cert-file")
+                .arg(&files.cert)
+                .arg("--tls-key-file")
+                .arg(&files.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&files.ca)
+                .args(["--tls-auth-clients", auth_clients]);
+        }
         if let Some(bus_port) = options.cluster_bus_port {
             command = command
                 .args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
@@ -165,19 +227,29 @@ impl RedisServer {
         let probe_password = options.password.clone();
         let is_replica = options.primary.is_some() && !options.ready_without_link;
         let readiness = Readiness {
-            probe: Box::new(move || probe(port, probe_password.as_deref(), is_replica)),
+            probe: Box::new(move || probe(port, probe_password.as_deref(), is_replica, tls)),
             timeout: READY_TIMEOUT,
         };
         let process = ServerProcess::start(KIND, dir, port, command, readiness)?;
-        Ok(RedisServer { process, password: options.password.clone() })
+        Ok(RedisServer { process, password: options.password.clone(), tls })
     }
 
-    /// `redis://127.0.0.1:PORT/`, or `redis://:PASSWORD@127.0.0.1:PORT/` with a password.
+    /// `redis://127.0.0.1:PORT/`, or `redis://:PASSWORD@127.0.0.1:PORT/` with a password; for a
+    /// TLS-only server `rediss://…/?cacert=<the test CA's file>`.
     pub fn url(&self) -> String {
-        match &self.password {
-            Some(password) => format!("redis://:{}@127.0.0.1:{}/", escape_userinfo(password), self.port()),
-            None => format!("redis://127.0.0.1:{}/", self.port()),
+        let userinfo = match &self.password {
+            Some(password) => format!(":{}@", escape_userinfo(password)),
+            None => String::new(),
+        };
+        match self.tls {
+            Some(ca) => format!("rediss://{userinfo}127.0.0.1:{}/?{}", self.port(), ca.cacert_query()),
+            None => format!("redis://{userinfo}127.0.0.1:{}/", self.port()),
         }
+    }
+
+    /// The test CA whose certificate a TLS-only server presents; `None` for a plaintext one.
+    pub fn tls_ca(&self) -> Option<&'static TestCa> {
+        self.tls
     }
 
     /// The port on 127.0.0.1.
@@ -214,9 +286,13 @@ impl TestServer for RedisServer {
     }
 }
 
-/// Ready when `PING` answers `PONG` and, for a replica, the link to the primary is up.
-fn probe(port: u16, password: Option<&str>, is_replica: bool) -> Result<(), String> {
-    let mut connection = Connection::open(port, PROBE_TIMEOUT)?;
+/// Ready when `PING` answers `PONG` (over TLS, trusting only the test CA, for a TLS-only
+/// server) and, for a replica, the link to the primary is up.
+fn probe(port: u16, password: Option<&str>, is_replica: bool, tls: Option<&TestCa>) -> Result<(), String> {
+    let mut connection = match tls {
+        Some(ca) => Connection::open_tls(port, PROBE_TIMEOUT, ca)?,
+        None => Connection::open(port, PROBE_TIMEOUT)?,
+    };
     if let Some(password) = password {
         connection.call(&["AUTH", password])?.expect_simple(&[]).map_err(|e| format!("AUTH answered {e}"))?;
     }

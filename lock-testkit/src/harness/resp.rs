@@ -3,11 +3,12 @@
 //! backends' tests do), and readiness probes, `CLUSTER …` and `SENTINEL …` requests need no more
 //! than a blocking request and its reply.
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{self, BufRead as _, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
-use super::{HarnessError, ServerKind};
+use super::tls_client::{self, TlsStream};
+use super::{HarnessError, ServerKind, TestCa};
 
 /// Connect, read and write timeout of a probe's connection, so a stuck server cannot stall it.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -68,7 +69,7 @@ impl Reply {
 
 /// A connection to a server on 127.0.0.1.
 pub(crate) struct Connection {
-    reader: BufReader<TcpStream>,
+    reader: BufReader<Stream>,
 }
 
 impl Connection {
@@ -78,7 +79,13 @@ impl Connection {
         let stream = TcpStream::connect_timeout(&address, timeout).map_err(|e| e.to_string())?;
         stream.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
         stream.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-        Ok(Connection { reader: BufReader::new(stream) })
+        Ok(Connection { reader: BufReader::new(Stream::Plain(stream)) })
+    }
+
+    /// Connects to the TLS-only server on `port`, trusting `ca` (see [`tls_client`]).
+    pub fn open_tls(port: u16, timeout: Duration, ca: &TestCa) -> Result<Self, String> {
+        let stream = tls_client::connect(port, timeout, ca)?;
+        Ok(Connection { reader: BufReader::new(Stream::Tls(Box::new(stream))) })
     }
 
     /// Sends `args` as one command and reads its reply. `Err` only for I/O and protocol
@@ -91,7 +98,9 @@ impl Connection {
             request.extend_from_slice(arg);
             request.extend_from_slice(b"\r\n");
         }
-        self.reader.get_mut().write_all(&request).map_err(|e| e.to_string())?;
+        let stream = self.reader.get_mut();
+        // A TLS stream sends what it buffered on flush.
+        stream.write_all(&request).and_then(|()| stream.flush()).map_err(|e| e.to_string())?;
         self.read_reply(0)
     }
 
@@ -136,6 +145,39 @@ impl Connection {
                 }
             },
             _ => Err(format!("not a RESP reply: {line:?}")),
+        }
+    }
+}
+
+/// A plain or TLS connection, read and written alike.
+enum Stream {
+    /// Plaintext TCP.
+    Plain(TcpStream),
+    /// TLS over TCP.
+    Tls(Box<TlsStream>),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(stream) => stream.read(buffer),
+            Stream::Tls(stream) => stream.read(buffer),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buffer: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(stream) => stream.write(buffer),
+            Stream::Tls(stream) => stream.write(buffer),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(stream) => stream.flush(),
+            Stream::Tls(stream) => stream.flush(),
         }
     }
 }

@@ -18,8 +18,9 @@ pub trait TestDeployment: Sized {
     fn start() -> Result<Self, HarnessError>;
 
     /// What a client connects to: a URL (`redis://…`, `redis+cluster://…`,
-    /// `redis+sentinel://…`, `postgres://…`, `mysql://…`) or, for ZooKeeper, a connect string
-    /// (`127.0.0.1:PORT`).
+    /// `redis+sentinel://…`, `postgres://…`, `mysql://…`; `rediss://…?cacert=…` for a TLS-only
+    /// server) or, for ZooKeeper, a connect string (`127.0.0.1:PORT`; a `zk+tls://…?cacert=…`
+    /// URL for a TLS-only server).
     fn address(&self) -> String;
 }
 

@@ -20,10 +20,11 @@
 //! | [`mariadb()`] | `DISTLOCK_MYSQL_URL` | `mysql://…` |
 //! | [`mariadb_tls()`] | `DISTLOCK_MYSQL_TLS_URL` | `mysql://…?ssl-mode=VERIFY_IDENTITY&ssl-ca=…` |
 //! | [`zookeeper()`] | `DISTLOCK_ZOOKEEPER` | `host:port[,host:port…]` |
+//! | [`redis_tls()`] | `DISTLOCK_REDIS_TLS_URL` | `rediss://…/?cacert=<PEM file>` (TLS only) |
+//! | [`zookeeper_tls()`] | `DISTLOCK_ZOOKEEPER_TLS_URL` | `zk+tls://host:port[,…]/?cacert=<PEM file>` (TLS only) |
 //!
-//! An external TLS server stands in for a harness one only as far as its URL goes: tests that
-//! rely on the harness's certificates (its [`TestCa`](super::TestCa): the server certificate
-//! for `127.0.0.1` only, the client certificate's user) need the started server.
+//! The TLS servers present a certificate of the test binary's [`TestCa`](super::TestCa), valid
+//! for `127.0.0.1` only; their addresses carry everything a client needs (the CA to trust).
 
 use std::ffi::OsString;
 use std::sync::{Arc, OnceLock};
@@ -59,6 +60,10 @@ pub const MYSQL_URL_VARIABLE: &str = "DISTLOCK_MYSQL_URL";
 pub const MYSQL_TLS_URL_VARIABLE: &str = "DISTLOCK_MYSQL_TLS_URL";
 /// Names an external ZooKeeper ensemble (connect string) for [`zookeeper()`].
 pub const ZOOKEEPER_VARIABLE: &str = "DISTLOCK_ZOOKEEPER";
+/// Names an external TLS-only Redis server (`rediss://…` URL) for [`redis_tls()`].
+pub const REDIS_TLS_URL_VARIABLE: &str = "DISTLOCK_REDIS_TLS_URL";
+/// Names an external TLS-only ZooKeeper ensemble (`zk+tls://…` URL) for [`zookeeper_tls()`].
+pub const ZOOKEEPER_TLS_URL_VARIABLE: &str = "DISTLOCK_ZOOKEEPER_TLS_URL";
 
 /// A server (or a group of servers, such as a [`RedisCluster`]) that any test may use:
 /// started by the harness, or external.
@@ -214,6 +219,31 @@ pub fn zookeeper() -> Result<&'static SharedServer<ZooKeeperServer>, HarnessErro
     shared(&SLOT, ZOOKEEPER_VARIABLE, ZooKeeperServer::start)
 }
 
+/// The shared TLS-only Redis server ([`RedisServer::start_tls`]), or the one
+/// `DISTLOCK_REDIS_TLS_URL` names. Its address is `rediss://127.0.0.1:PORT/?cacert=<file>`.
+///
+/// # Errors
+///
+/// [`HarnessError::Shared`] with the start failure (the same for every call).
+#[cfg(feature = "redis-server")]
+pub fn redis_tls() -> Result<&'static SharedServer<RedisServer>, HarnessError> {
+    static SLOT: Slot<RedisServer> = OnceLock::new();
+    shared(&SLOT, REDIS_TLS_URL_VARIABLE, RedisServer::start_tls)
+}
+
+#[cfg(feature = "zookeeper-server")]
+/// The shared standalone TLS-only ZooKeeper server ([`ZooKeeperServer::start_tls`]), or the
+/// ensemble `DISTLOCK_ZOOKEEPER_TLS_URL` names. Its address is
+/// `zk+tls://127.0.0.1:PORT/?cacert=<file>`.
+///
+/// # Errors
+///
+/// [`HarnessError::Shared`] with the start failure (the same for every call).
+pub fn zookeeper_tls() -> Result<&'static SharedServer<ZooKeeperServer>, HarnessError> {
+    static SLOT: Slot<ZooKeeperServer> = OnceLock::new();
+    shared(&SLOT, ZOOKEEPER_TLS_URL_VARIABLE, ZooKeeperServer::start_tls)
+}
+
 /// The server in `slot`: the external one `variable` names, or else one `start` starts.
 fn shared<S: TestDeployment>(
     slot: &'static Slot<S>,
@@ -325,12 +355,9 @@ mod tests {
     #[cfg(feature = "postgres-server")]
     #[test]
     fn an_environment_variable_names_an_external_server_without_process_controls() {
-        let shared = obtain::<PostgresServer>(
-            POSTGRES_URL_VARIABLE,
-            Some("postgres://elsewhere/db".into()),
-            PostgresServer::start,
-        )
-        .unwrap();
+        let shared =
+            obtain(POSTGRES_URL_VARIABLE, Some("postgres://elsewhere/db".into()), PostgresServer::start)
+                .unwrap();
         assert!(shared.is_external());
         assert_eq!(shared.address(), "postgres://elsewhere/db");
         let error = shared.process().unwrap_err();

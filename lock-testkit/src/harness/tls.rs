@@ -22,10 +22,11 @@ use tempfile::TempDir;
 use super::command::RunAs;
 use super::{dirs, HarnessError};
 
-/// A CA with a server and a client certificate, as PEM files, and an unrelated second CA: fresh
-/// ECDSA P-256 keys in a private temp dir. The server certificate names only
-/// [`SERVER_HOST`](Self::SERVER_HOST), so [`UNLISTED_HOST`](Self::UNLISTED_HOST) is a wrong host
-/// name for it, and trusting only [`other_ca_cert`](Self::other_ca_cert) is a wrong CA.
+/// A CA with a server and a client certificate, as PEM files, and a second, unrelated CA: fresh
+/// ECDSA P-256 keys in a private temp dir. The server certificate names only `127.0.0.1`
+/// ([`SERVER_HOST`](Self::SERVER_HOST)), so `localhost` ([`UNLISTED_HOST`](Self::UNLISTED_HOST))
+/// is a wrong host name for `verify-full`, and trusting only
+/// [`other_ca_cert`](Self::other_ca_cert) is a wrong CA.
 #[derive(Debug)]
 pub struct TestCa {
     // Holds the files for as long as the CA lives (the shared one: the whole test binary).
@@ -177,6 +178,22 @@ impl TestCa {
             .map_err(|e| unusable(&e))?
             .with_root_certificates(roots)
             .with_no_client_auth())
+    }
+
+    /// `cacert=<the CA certificate's path>`, percent-encoded for a URL's query: how the URLs of
+    /// the harness's TLS servers (`rediss://…`, `zk+tls://…`) name the root to trust.
+    pub fn cacert_query(&self) -> String {
+        let path = self.ca_cert().display().to_string();
+        let escaped: String = path
+            .bytes()
+            .map(|byte| match byte {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                    (byte as char).to_string()
+                }
+                _ => format!("%{byte:02X}"),
+            })
+            .collect();
+        format!("cacert={escaped}")
     }
 
     /// Copies the server's files into `dir` (a server's own dir), owned by `account` when the

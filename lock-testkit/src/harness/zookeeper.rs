@@ -4,14 +4,17 @@ use std::fmt::Write as _;
 use std::fs;
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::binaries::{self, JAVA, SLF4J_SIMPLE_JAR, ZOOKEEPER_JAR};
+use super::binaries::{self, JAVA, NETTY_CODEC_JAR, SLF4J_SIMPLE_JAR, ZOOKEEPER_JAR};
 use super::command::CommandSpec;
 use super::process::Readiness;
-use super::{dirs, ports, HarnessError, ServerKind, ServerProcess, TestDeployment, TestServer};
+use super::{
+    dirs, ports, tls_client, HarnessError, ServerKind, ServerProcess, TestCa, TestDeployment, TestServer,
+};
 
 const KIND: ServerKind = ServerKind::ZooKeeper;
 
@@ -41,6 +44,21 @@ const JVM_OPTIONS: [&str; 7] = [
 
 const MAIN_CLASS: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
 
+/// The connection factory that serves TLS (the default NIO one cannot).
+const NETTY_FACTORY: &str = "org.apache.zookeeper.server.NettyServerCnxnFactory";
+
+/// A TLS-only node's key and certificate chain, in one PEM file (ZooKeeper's PEM key store).
+const KEY_STORE: &str = "server-keystore.pem";
+
+/// Whether a TLS-only node asks clients for a certificate (`ssl.clientAuth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientAuth {
+    /// `want`: a client may present one (checked against the CA if it does).
+    Want,
+    /// `need`: a client without one is refused.
+    Need,
+}
+
 /// What a ZooKeeper node says it is (`srvr`'s `Mode:` line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -60,10 +78,15 @@ pub enum ZooKeeperMode {
 ///
 /// Four-letter words are all enabled (`ruok`, `srvr`, `stat`, …), the admin server is off,
 /// the tick is 200 ms and the maximum session timeout 60 s.
+///
+/// A TLS-only node ([`start_tls`](Self::start_tls)) has a `secureClientPort` and no plaintext
+/// client port; its four-letter words are answered over TLS.
 #[derive(Debug)]
 #[must_use = "the server stops when this is dropped"]
 pub struct ZooKeeperServer {
     process: ServerProcess,
+    /// The CA whose certificate a TLS-only node presents.
+    tls: Option<&'static TestCa>,
 }
 
 impl ZooKeeperServer {
@@ -75,22 +98,71 @@ impl ZooKeeperServer {
     /// [`HarnessError::Exited`] or [`HarnessError::NotReady`] (with the log's tail) if it does
     /// not come up; [`HarnessError::Io`] for temp dir, file and process failures.
     pub fn start() -> Result<Self, HarnessError> {
-        let launcher = Launcher::find()?;
+        Self::start_standalone(None)
+    }
+
+    /// Starts a standalone TLS-only server: a `secureClientPort` (Netty) with the server
+    /// certificate of [`TestCa::shared`] (valid for `127.0.0.1` only), no plaintext client port;
+    /// clients may present a certificate of that CA (`ssl.clientAuth=want`). Ready when `srvr`,
+    /// asked over TLS trusting only the test CA, reports a mode.
+    ///
+    /// # Errors
+    ///
+    /// As for [`ZooKeeperServer::start`], and [`HarnessError::MissingBinary`] without Netty's
+    /// codec jar (`libnetty-java`).
+    pub fn start_tls() -> Result<Self, HarnessError> {
+        Self::start_standalone(Some(ClientAuth::Want))
+    }
+
+    /// As [`start_tls`](Self::start_tls), refusing clients that present no certificate of the
+    /// test CA (`ssl.clientAuth=need`).
+    ///
+    /// # Errors
+    ///
+    /// As for [`ZooKeeperServer::start_tls`].
+    pub fn start_tls_requiring_client_certificates() -> Result<Self, HarnessError> {
+        Self::start_standalone(Some(ClientAuth::Need))
+    }
+
+    fn start_standalone(client_auth: Option<ClientAuth>) -> Result<Self, HarnessError> {
+        let mut launcher = Launcher::find()?;
+        let tls = match client_auth {
+            Some(auth) => {
+                launcher = launcher.with_netty()?;
+                Some((TestCa::shared()?, auth))
+            }
+            None => None,
+        };
+        let ca = tls.map(|(ca, _)| ca);
         ports::retry_on_port_in_use(|| {
             let port = ports::free_port()?;
-            let node = Node { client_port: port, id: None, servers: "" };
+            let node = Node { client_port: port, id: None, servers: "", tls };
             let readiness =
-                Readiness { probe: Box::new(move || probe_serving(port)), timeout: READY_TIMEOUT };
+                Readiness { probe: Box::new(move || probe_serving(port, ca)), timeout: READY_TIMEOUT };
             let dir = dirs::create(KIND)?;
             let command = launcher.command(dir.path(), &node)?;
             ServerProcess::start(KIND, dir, port, command, readiness)
         })
-        .map(|process| ZooKeeperServer { process })
+        .map(|process| ZooKeeperServer { process, tls: ca })
     }
 
     /// `127.0.0.1:PORT`.
     pub fn connect_string(&self) -> String {
         format!("127.0.0.1:{}", self.port())
+    }
+
+    /// The server as a lock-zk URL: `zk://127.0.0.1:PORT`, or for a TLS-only server
+    /// `zk+tls://127.0.0.1:PORT/?cacert=<the test CA's file>`.
+    pub fn url(&self) -> String {
+        match self.tls {
+            Some(ca) => format!("zk+tls://{}/?{}", self.connect_string(), ca.cacert_query()),
+            None => format!("zk://{}", self.connect_string()),
+        }
+    }
+
+    /// The test CA whose certificate a TLS-only server presents; `None` for a plaintext one.
+    pub fn tls_ca(&self) -> Option<&'static TestCa> {
+        self.tls
     }
 
     /// The client port on 127.0.0.1.
@@ -101,7 +173,7 @@ impl ZooKeeperServer {
     /// What the node says it is, or `None` if it does not answer or is not serving (down,
     /// paused, or without a quorum).
     pub fn mode(&self) -> Option<ZooKeeperMode> {
-        let status = four_letter_word(self.port(), "srvr").ok()?;
+        let status = self.four_letter_word("srvr").ok()?;
         match status.lines().find_map(|line| line.strip_prefix("Mode: "))?.trim() {
             "standalone" => Some(ZooKeeperMode::Standalone),
             "leader" => Some(ZooKeeperMode::Leader),
@@ -111,12 +183,13 @@ impl ZooKeeperServer {
         }
     }
 
-    /// Sends a four-letter word (`srvr`, `wchp`, `cons`, …) and returns the whole answer.
+    /// Sends a four-letter word (`srvr`, `wchp`, `cons`, …) and returns the whole answer (over
+    /// TLS to a TLS-only server).
     ///
     /// # Errors
     /// When the node cannot be reached or does not answer within a second.
     pub fn four_letter_word(&self, word: &str) -> Result<String, String> {
-        four_letter_word(self.port(), word)
+        four_letter_word(self.port(), word, self.tls)
     }
 
     /// The node's process, for fault injection. After a [`restart`](ServerProcess::restart)
@@ -134,8 +207,12 @@ impl TestDeployment for ZooKeeperServer {
         ZooKeeperServer::start()
     }
 
+    /// The connect string, or for a TLS-only server its [`url`](ZooKeeperServer::url).
     fn address(&self) -> String {
-        self.connect_string()
+        match self.tls {
+            Some(_) => self.url(),
+            None => self.connect_string(),
+        }
     }
 }
 
@@ -181,13 +258,13 @@ impl ZooKeeperEnsemble {
         // Start every JVM before waiting for any: a node only elects once a quorum runs.
         let mut nodes = Vec::with_capacity(size);
         for (id, &[client_port, ..]) in (1..).zip(&ports) {
-            let node = Node { client_port, id: Some(id), servers: &servers };
+            let node = Node { client_port, id: Some(id), servers: &servers, tls: None };
             let readiness =
                 Readiness { probe: Box::new(move || probe_alive(client_port)), timeout: READY_TIMEOUT };
             let dir = dirs::create(KIND)?;
             let command = launcher.command(dir.path(), &node)?;
             let process = ServerProcess::spawn(KIND, dir, client_port, command, readiness)?;
-            nodes.push(ZooKeeperServer { process });
+            nodes.push(ZooKeeperServer { process, tls: None });
         }
         for node in &nodes {
             node.process.wait_ready()?;
@@ -270,11 +347,13 @@ impl ZooKeeperEnsemble {
     }
 }
 
-/// One node's place: its client port and, in an ensemble, its id and the member list.
+/// One node's place: its client port and, in an ensemble, its id and the member list; for a
+/// TLS-only node, the CA and whether it asks for client certificates.
 struct Node<'a> {
     client_port: u16,
     id: Option<u32>,
     servers: &'a str,
+    tls: Option<(&'static TestCa, ClientAuth)>,
 }
 
 /// The installed `java` and class path that run ZooKeeper.
@@ -295,6 +374,13 @@ impl Launcher {
         Ok(Launcher { java, class_path })
     }
 
+    /// The same launcher with Netty's codecs on the class path (a TLS port's needs).
+    fn with_netty(mut self) -> Result<Self, HarnessError> {
+        let codec = binaries::find(&NETTY_CODEC_JAR)?;
+        self.class_path = format!("{}:{}", self.class_path, codec.display());
+        Ok(self)
+    }
+
     /// Writes `node`'s config (and `myid`) into `dir` and returns the command that runs it.
     fn command(&self, dir: &Path, node: &Node<'_>) -> Result<CommandSpec, HarnessError> {
         let data = dir.join("data");
@@ -306,6 +392,39 @@ impl Launcher {
         if let Some(id) = node.id {
             write(&data.join("myid"), format!("{id}\n"))?;
         }
+        let listen = match node.tls {
+            None => format!("clientPort={port}\nclientPortAddress=127.0.0.1\n", port = node.client_port),
+            Some((ca, client_auth)) => {
+                let files = ca.install_server_files(dir, None)?;
+                // ZooKeeper's PEM key store is one file: the private key, then the chain.
+                let read = |path: &Path| {
+                    fs::read_to_string(path)
+                        .map_err(|source| HarnessError::io(format!("reading {path:?}"), source))
+                };
+                let key_store = dir.join(KEY_STORE);
+                write(&key_store, format!("{}{}", read(&files.key)?, read(&files.cert)?))?;
+                fs::set_permissions(&key_store, fs::Permissions::from_mode(0o600)).map_err(|source| {
+                    HarnessError::io(format!("setting the mode of {key_store:?}"), source)
+                })?;
+                let client_auth = match client_auth {
+                    ClientAuth::Want => "want",
+                    ClientAuth::Need => "need",
+                };
+                format!(
+                    "secureClientPort={port}\n\
+                     secureClientPortAddress=127.0.0.1\n\
+                     serverCnxnFactory={NETTY_FACTORY}\n\
+                     ssl.keyStore.location={key_store}\n\
+                     ssl.keyStore.type=PEM\n\
+                     ssl.trustStore.location={trust_store}\n\
+                     ssl.trustStore.type=PEM\n\
+                     ssl.clientAuth={client_auth}\n",
+                    port = node.client_port,
+                    key_store = key_store.display(),
+                    trust_store = files.ca.display(),
+                )
+            }
+        };
         write(
             &config,
             format!(
@@ -313,8 +432,7 @@ impl Launcher {
                  initLimit=25\n\
                  syncLimit=10\n\
                  dataDir={data}\n\
-                 clientPort={port}\n\
-                 clientPortAddress=127.0.0.1\n\
+                 {listen}\
                  maxClientCnxns=0\n\
                  maxSessionTimeout=60000\n\
                  admin.enableServer=false\n\
@@ -324,7 +442,6 @@ impl Launcher {
                  forceSync=no\n\
                  {servers}",
                 data = data.display(),
-                port = node.client_port,
                 servers = node.servers,
             ),
         )?;
@@ -340,15 +457,16 @@ impl Launcher {
 
 /// Ready when `ruok` answers `imok`: the JVM runs, whether or not it has joined a quorum.
 fn probe_alive(port: u16) -> Result<(), String> {
-    match four_letter_word(port, "ruok")?.as_str() {
+    match four_letter_word(port, "ruok", None)?.as_str() {
         "imok" => Ok(()),
         other => Err(format!("ruok answered {other:?}")),
     }
 }
 
-/// Ready when `srvr` reports a mode, which it does only while serving requests.
-fn probe_serving(port: u16) -> Result<(), String> {
-    let status = four_letter_word(port, "srvr")?;
+/// Ready when `srvr` reports a mode, which it does only while serving requests (asked over TLS,
+/// trusting only `tls`, for a TLS-only node).
+fn probe_serving(port: u16, tls: Option<&TestCa>) -> Result<(), String> {
+    let status = four_letter_word(port, "srvr", tls)?;
     if status.contains("Mode: ") {
         Ok(())
     } else {
@@ -356,8 +474,16 @@ fn probe_serving(port: u16) -> Result<(), String> {
     }
 }
 
-/// Sends a four-letter word (`ruok`, `srvr`, …) and returns the whole answer.
-fn four_letter_word(port: u16, word: &str) -> Result<String, String> {
+/// Sends a four-letter word (`ruok`, `srvr`, …) and returns the whole answer; over TLS trusting
+/// only `tls`'s CA (a TLS-only node answers them on its secure port too).
+fn four_letter_word(port: u16, word: &str, tls: Option<&TestCa>) -> Result<String, String> {
+    if let Some(ca) = tls {
+        let mut stream = tls_client::connect(port, PROBE_TIMEOUT, ca)?;
+        stream.write_all(word.as_bytes()).and_then(|()| stream.flush()).map_err(|e| e.to_string())?;
+        // The server answers and closes.
+        let answer = tls_client::read_to_close(&mut stream).map_err(|e| e.to_string())?;
+        return String::from_utf8(answer).map_err(|_| format!("{word} answered something not UTF-8"));
+    }
     let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let mut stream = TcpStream::connect_timeout(&address, PROBE_TIMEOUT).map_err(|e| e.to_string())?;
     stream.set_read_timeout(Some(PROBE_TIMEOUT)).map_err(|e| e.to_string())?;
