@@ -196,7 +196,8 @@ enum Family {
 ///   a Redis Cluster;
 /// - `postgres://`, `postgresql://`, or a libpq `key=value …` string: PostgreSQL;
 /// - `mysql://`: MySQL or MariaDB;
-/// - `zk://`, `zookeeper://`: a ZooKeeper ensemble.
+/// - `zk://`, `zookeeper://`: a ZooKeeper ensemble; `zk+tls://` over TLS (feature
+///   `zookeeper-tls`).
 fn family_of(url: &str) -> Result<Family> {
     if url == "memory" || url == "memory://" {
         return Ok(Family::Memory);
@@ -229,10 +230,10 @@ fn family_of(url: &str) -> Result<Family> {
         }
         "postgres" | "postgresql" => Ok(Family::Postgres),
         "mysql" => Ok(Family::MySql),
-        "zk" | "zookeeper" => Ok(Family::ZooKeeper),
+        "zk" | "zookeeper" | "zk+tls" => Ok(Family::ZooKeeper),
         "memory" => Ok(Family::Memory),
         other => Err(Error::invalid_config(format!(
-            "no backend for {other}:// URLs (redis, rediss, redis+sentinel, redis+cluster, postgres, postgresql, mysql, zk, zookeeper): {}",
+            "no backend for {other}:// URLs (redis, rediss, redis+sentinel, redis+cluster, postgres, postgresql, mysql, zk, zk+tls, zookeeper): {}",
             shown()
         ))),
     }
@@ -326,7 +327,7 @@ pub fn parse_url(url: &str) -> Result<AnyBackend> {
 /// | `redis+cluster://[[user]:password@]n1[:port],n2[:port]…/` | a Redis Cluster (keys routed by slot) | `redis` (default), `redis-hash` |
 /// | `postgres://` or `postgresql://[user[:password]@]host[:port]/db[?…]`, libpq `host=… dbname=…` | PostgreSQL | `pg-table` (default), `pg-row`, `pg-advisory` |
 /// | `mysql://[user[:password]@]host[:port]/db` | MySQL, MariaDB | `mysql-table` (default), `mysql-row`, `mysql-advisory` |
-/// | `zk://[user:password@]host:port[,host:port…][/namespace]`, `zookeeper://…` | ZooKeeper (digest auth with credentials) | `zookeeper` |
+/// | `zk://[user:password@]host:port[,host:port…][/namespace]`, `zookeeper://…`, `zk+tls://…` (TLS, feature `zookeeper-tls`) | ZooKeeper (digest auth with credentials) | `zookeeper` |
 ///
 /// User names and passwords are percent-decoded (`%40` for `@`, `%3A` for `:`, `%2F` for `/`).
 /// The SQL kinds need their tables: call [`AnyBackend::ensure_schema`] once.

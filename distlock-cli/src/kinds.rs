@@ -27,6 +27,9 @@ pub enum Servers<'a> {
     /// Throwaway servers the harness starts on free loopback ports (or the ones the
     /// `DISTLOCK_*` variables name).
     Harness,
+    /// The harness's throwaway TLS-only servers (certificates from a CA made for the run), for
+    /// a kind's `-tls` twin.
+    HarnessTls,
     /// The user's own servers: a URL, or a comma-separated list for multi-node kinds.
     Url(&'a str),
 }
@@ -164,7 +167,64 @@ pub const KINDS: &[Kind] = &[
     kind!("zookeeper", "zookeeper", ZooKeeper, "ZooKeeper, Curator-compatible ephemeral-sequential lock", zookeeper::curator_mutex, scenarios: zookeeper::scenarios),
 ];
 
+/// The suffix of a kind's TLS twin (`pg-row-tls`): the same kind on TLS-only servers.
+pub const TLS_SUFFIX: &str = "-tls";
+
+/// A kind as selected on the command line: itself, or its TLS twin.
+#[derive(Clone, Copy)]
+pub struct Selected {
+    /// The kind.
+    pub kind: &'static Kind,
+    /// Whether it runs on TLS-only servers.
+    pub tls: bool,
+}
+
+impl Selected {
+    /// The name shown in reports: the kind's, with [`TLS_SUFFIX`] for a TLS twin.
+    pub fn name(&self) -> &'static str {
+        if !self.tls {
+            return self.kind.name;
+        }
+        // A handful per run, for the process's life: reports keep `&'static str` names.
+        Box::leak(format!("{}{TLS_SUFFIX}", self.kind.name).into_boxed_str())
+    }
+
+    /// The servers to run on: the user's `url`, or the harness's (TLS-only ones for a twin).
+    pub fn servers(self, url: Option<&str>) -> Servers<'_> {
+        match url {
+            Some(url) => Servers::Url(url),
+            None if self.tls => Servers::HarnessTls,
+            None => Servers::Harness,
+        }
+    }
+
+    /// Parses a kind name, with [`TLS_SUFFIX`] for a TLS twin.
+    ///
+    /// # Errors
+    /// As [`Kind::find`]; a twin of a kind without one.
+    pub fn find(name: &str) -> std::result::Result<Selected, String> {
+        if let Ok(kind) = Kind::find(name) {
+            return Ok(Selected { kind, tls: false });
+        }
+        let Some(base) = name.strip_suffix(TLS_SUFFIX) else {
+            return Kind::find(name).map(|kind| Selected { kind, tls: false });
+        };
+        let kind = Kind::find(base)?;
+        if !kind.has_tls_twin() {
+            return Err(format!(
+                "backend kind `{base}` has no TLS twin: the harness starts TLS-only servers for single Redis, PostgreSQL, MariaDB and ZooKeeper"
+            ));
+        }
+        Ok(Selected { kind, tls: true })
+    }
+}
+
 impl Kind {
+    /// Whether the harness can run this kind on TLS-only servers (`<name>-tls`).
+    pub fn has_tls_twin(&self) -> bool {
+        matches!(self.family, Family::Redis | Family::Postgres | Family::MySql | Family::ZooKeeper)
+    }
+
     /// The kind called `name`, if this binary was built with it.
     ///
     /// # Errors
@@ -230,8 +290,12 @@ fn check_url(url: &str, kind: distlock::BackendKind) -> std::result::Result<(), 
 }
 
 fn open_memory(servers: Servers<'_>) -> std::result::Result<Opened, String> {
-    if let Servers::Url(url) = servers {
-        return Err(format!("the memory backend lives in this process: it takes no URL (got {url})"));
+    match servers {
+        Servers::Url(url) => {
+            return Err(format!("the memory backend lives in this process: it takes no URL (got {url})"))
+        }
+        Servers::HarnessTls => return Err("the memory backend lives in this process: no TLS".into()),
+        Servers::Harness => {}
     }
     Ok(Opened::new(lock_testkit::suite::MemoryTarget::new()))
 }
@@ -382,8 +446,11 @@ pub fn run_s04_holder() -> Option<std::process::ExitCode> {
 ///
 /// [`S04_HOLD_VARIABLE`]: lock_testkit::suite::S04_HOLD_VARIABLE
 fn hold_for_s04(test_name: &str) {
-    if let Some(kind) = test_name.strip_prefix(S04_TEST_PREFIX).and_then(|name| Kind::find(name).ok()) {
-        if let Ok(opened) = kind.open(Servers::Harness) {
+    if let Some(selected) = test_name.strip_prefix(S04_TEST_PREFIX).and_then(|name| Selected::find(name).ok())
+    {
+        // The parent's target put its servers' URL (a TLS twin's too) in the environment, where
+        // the harness's shared servers look first.
+        if let Ok(opened) = selected.kind.open(Servers::Harness) {
             let _ = opened.target.scenario("S04", test_name);
         }
     }

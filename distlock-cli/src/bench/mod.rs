@@ -1,6 +1,8 @@
 //! `distlock bench <kind>`: runs the workloads W1–W6 against one backend kind and prints each
-//! result beside the physical limit measured in the same run (the server's round trip).
+//! result beside the physical limit measured in the same run (the server's round trip); M1 on
+//! request: W1 without and with a metrics recorder.
 
+mod metrics_overhead;
 mod raw;
 
 use std::path::PathBuf;
@@ -11,12 +13,13 @@ use lock_testkit::workload::{Percentiles, RoundTripProbe, W1Limit, W6_HOLD, W6_P
 
 use lock_testkit::workload::Scale;
 
-use crate::kinds::{Kind, KindTarget, Opened, Servers};
+use crate::kinds::{KindTarget, Opened, Selected};
 
 /// Options of `distlock bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// The backend kind to measure (`memory`, `redis`, `redis-hash`, `redlock`, …).
+    /// The backend kind to measure (`memory`, `redis`, `redis-hash`, `redlock`, …; `<kind>-tls`
+    /// for its TLS twin on TLS-only throwaway servers).
     kind: String,
     /// Use these servers instead of starting throwaway ones: a URL (`redis://…`), or a
     /// comma-separated list for multi-node kinds (Redlock).
@@ -33,7 +36,7 @@ pub struct BenchArgs {
     /// statistics (`CONFIG RESETSTAT`); the request floor on ZooKeeper (nodes under the root).
     #[arg(long)]
     server_time: bool,
-    /// Which workloads to run.
+    /// Which workloads to run (`m1`: W1 without and with a metrics recorder, five times each).
     #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3,w4,w5,w6")]
     workloads: Vec<Workload>,
 }
@@ -47,6 +50,7 @@ pub(crate) enum Workload {
     W4,
     W5,
     W6,
+    M1,
 }
 
 /// The round trip measured before and after one workload. On a shared machine the round trip
@@ -69,9 +73,9 @@ impl RoundTrip {
 /// # Errors
 /// An unknown kind, servers that cannot be started or reached, or a failing workload.
 pub fn run(args: &BenchArgs) -> Result<(), String> {
-    let kind = Kind::find(&args.kind)?;
-    let servers = args.url.as_deref().map_or(Servers::Harness, Servers::Url);
-    let opened = kind.open(servers)?;
+    let selected = Selected::find(&args.kind)?;
+    let kind = selected.kind;
+    let opened = kind.open(selected.servers(args.url.as_deref()))?;
     let probe = opened.target.round_trip().map_err(|e| format!("round trip: {e}"))?;
     println!("backend: {}", opened.target.label());
     println!(
@@ -112,7 +116,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                 let limit = probe.as_ref().map(RoundTripProbe::description);
                 raw::write(
                     dir,
-                    kind.name,
+                    selected.name(),
                     &opened,
                     single_node_w1_p50,
                     limit,
@@ -235,6 +239,23 @@ fn measure(
             Ok((report.to_json(), None))
         }
         Workload::W5 | Workload::W6 => shared_mode(workload, target),
+        Workload::M1 => {
+            let overhead = metrics_overhead::measure(target)?;
+            let ratio = overhead.ratio();
+            println!(
+                "M1 metrics      {:>10.0} pairs/s with a Prometheus recorder = {ratio:.3} × {:.0} without one (W1 medians of 5 alternating runs; target ≥ 0.97: {})",
+                overhead.with,
+                overhead.without,
+                if ratio >= 0.97 { "met" } else { "NOT met" }
+            );
+            let record = serde_json::json!({
+                "workload": "m1",
+                "w1_pairs_per_second_without_recorder": overhead.without,
+                "w1_pairs_per_second_with_recorder": overhead.with,
+                "ratio": ratio,
+            });
+            Ok((record, None))
+        }
     }
 }
 

@@ -226,6 +226,7 @@ pub fn workloads(
                     probe_not_a_lower_bound,
                     p50_ns: p50,
                     p99_ns: p99,
+                    ratio_to_plaintext: None,
                 });
             }
             Err(error) => failed(&mut performance, progress, &name, error.to_string()),

@@ -14,7 +14,7 @@ use clap::Args;
 use lock_testkit::suite::SCENARIOS;
 use lock_testkit::workload::Scale;
 
-use crate::kinds::{Family, Kind, Servers};
+use crate::kinds::{Family, Kind, Selected};
 use execute::Contender;
 use progress::Progress;
 use report::{KindReport, Report, ScenarioInfo};
@@ -34,9 +34,14 @@ pub struct CompareArgs {
     #[arg(long, value_delimiter = ',', value_name = "IDS")]
     only: Vec<String>,
     /// Only these backend kinds, comma-separated (`redis,pg-row`). Default: every kind this
-    /// binary was built with (`distlock kinds`).
+    /// binary was built with (`distlock kinds`). A kind's TLS twin is `<kind>-tls` (`pg-row-tls`):
+    /// the same kind on TLS-only throwaway servers, its W1 shown beside the plaintext kind's.
     #[arg(long, value_delimiter = ',', value_name = "KINDS")]
     backends: Vec<String>,
+    /// Also run the TLS twin of every selected kind that has one (single Redis, PostgreSQL,
+    /// MySQL and ZooKeeper kinds), right after it.
+    #[arg(long)]
+    tls: bool,
     /// Run the Redis kinds on this server instead of a throwaway one. On your own servers, lock
     /// names start with `distlock-compare:`, and the runs' keys and rows are deleted afterwards;
     /// S13, S15 and the broken recipes still start throwaway servers of their own, so the server
@@ -93,15 +98,22 @@ impl CompareArgs {
         }
     }
 
-    fn kinds(&self) -> Result<Vec<&'static Kind>, String> {
-        if self.backends.is_empty() {
-            return Ok(Kind::built().collect());
-        }
-        let mut kinds: Vec<&'static Kind> = Vec::new();
-        for name in &self.backends {
-            let kind = Kind::find(name.trim())?;
-            if !kinds.iter().any(|known| known.name == kind.name) {
-                kinds.push(kind);
+    fn kinds(&self) -> Result<Vec<Selected>, String> {
+        let named: Vec<Selected> = if self.backends.is_empty() {
+            Kind::built().map(|kind| Selected { kind, tls: false }).collect()
+        } else {
+            self.backends.iter().map(|name| Selected::find(name.trim())).collect::<Result<_, _>>()?
+        };
+        let mut kinds: Vec<Selected> = Vec::new();
+        let mut add = |selected: Selected| {
+            if !kinds.iter().any(|known| known.kind.name == selected.kind.name && known.tls == selected.tls) {
+                kinds.push(selected);
+            }
+        };
+        for selected in named {
+            add(selected);
+            if self.tls && !selected.tls && selected.kind.has_tls_twin() {
+                add(Selected { tls: true, ..selected });
             }
         }
         Ok(kinds)
@@ -146,7 +158,7 @@ pub fn run(args: &CompareArgs) -> Result<bool, String> {
     let kinds = args.kinds()?;
     let (scenarios, workloads, recipes) = args.selection()?;
     let scale = if args.full { Scale::FULL } else { Scale::QUICK };
-    let on_user_servers = kinds.iter().any(|kind| args.user_servers(kind.family).is_some());
+    let on_user_servers = kinds.iter().any(|selected| args.user_servers(selected.kind.family).is_some());
     if on_user_servers {
         lock_testkit::suite::set_name_namespace(NAMESPACE);
     }
@@ -159,17 +171,17 @@ pub fn run(args: &CompareArgs) -> Result<bool, String> {
     let setup = Progress::new(0);
     let mut contenders = Vec::new();
     let mut reports = Vec::new();
-    for kind in &kinds {
+    for selected in &kinds {
+        let (kind, name) = (selected.kind, selected.name());
         let user = args.user_servers(kind.family);
         setup.note(&format!(
-            "{}: {}",
-            kind.name,
+            "{name}: {}",
             if user.is_some() { "reaching your servers" } else { "starting servers" }
         ));
-        let servers = user.map_or(Servers::Harness, Servers::Url);
+        let servers = selected.servers(user);
         let mut report = KindReport {
-            name: kind.name,
-            label: kind.name.to_owned(),
+            name,
+            label: name.to_owned(),
             servers: if user.is_some() { "user" } else { "harness" },
             properties: None,
             cells: Vec::new(),
@@ -185,16 +197,20 @@ pub fn run(args: &CompareArgs) -> Result<bool, String> {
                     Ok(properties) => report.properties = Some(properties),
                     Err(error) => report.error = Some(format!("no client: {error}")),
                 }
-                let recipes_of_kind = if recipes {
+                // A TLS twin is the same kind over another transport: its recipes and own
+                // scenarios (which start servers of their own) run under the plaintext kind.
+                let recipes_of_kind = if recipes && !selected.tls {
                     kind.broken_recipes().into_iter().filter(|recipe| recipe_filter(recipe.id)).collect()
                 } else {
                     Vec::new()
                 };
-                let own =
-                    kind.own_scenarios().into_iter().filter(|scenario| own_filter(scenario.id)).collect();
+                let own = if selected.tls {
+                    Vec::new()
+                } else {
+                    kind.own_scenarios().into_iter().filter(|scenario| own_filter(scenario.id)).collect()
+                };
                 if report.error.is_none() {
-                    let contender =
-                        Contender { name: kind.name, target: opened.target, recipes: recipes_of_kind, own };
+                    let contender = Contender { name, target: opened.target, recipes: recipes_of_kind, own };
                     contenders.push((reports.len(), contender));
                 }
             }
@@ -220,6 +236,7 @@ pub fn run(args: &CompareArgs) -> Result<bool, String> {
         }
     }
     progress.done();
+    report::compare_tls_twins(&mut reports);
 
     // On a user's own servers, leave nothing behind: the runs' names all start with NAMESPACE.
     for (index, contender) in indices.iter().zip(&contenders) {

@@ -137,6 +137,24 @@ pub struct W1 {
     pub p50_ns: u64,
     /// Pair latency p99, ns.
     pub p99_ns: u64,
+    /// For a TLS twin (`pg-row-tls`): pairs per second ÷ the plaintext kind's in the same run.
+    pub ratio_to_plaintext: Option<f64>,
+}
+
+/// Sets each TLS twin's W1 [`ratio_to_plaintext`](W1::ratio_to_plaintext), where its plaintext
+/// kind ran too.
+pub fn compare_tls_twins(kinds: &mut [KindReport]) {
+    let plaintext: Vec<(&'static str, f64)> = kinds
+        .iter()
+        .filter_map(|kind| Some((kind.name, kind.performance.as_ref()?.w1.as_ref()?.pairs_per_s)))
+        .collect();
+    for kind in kinds.iter_mut() {
+        let Some(base) = kind.name.strip_suffix(crate::kinds::TLS_SUFFIX) else { continue };
+        let Some(&(_, plain)) = plaintext.iter().find(|(name, _)| *name == base) else { continue };
+        if let Some(w1) = kind.performance.as_mut().and_then(|performance| performance.w1.as_mut()) {
+            w1.ratio_to_plaintext = Some(w1.pairs_per_s / plain);
+        }
+    }
 }
 
 /// W2's numbers.

@@ -36,6 +36,10 @@ fn open_target(kind: MySqlLockKind, servers: Servers<'_>, fair: bool) -> Result<
             let server = shared::mariadb().map_err(|e| format!("starting MariaDB: {e}"))?;
             MySqlTarget::at(kind, server.address())
         }
+        Servers::HarnessTls => {
+            let server = shared::mariadb_tls().map_err(|e| format!("starting TLS-only MariaDB: {e}"))?;
+            MySqlTarget::at(kind, server.address())
+        }
         Servers::Url(url) => {
             let any_kind = match kind {
                 MySqlLockKind::Row => distlock::BackendKind::MySqlRow,

@@ -36,6 +36,10 @@ fn open_target(kind: PostgresLockKind, servers: Servers<'_>, fair: bool) -> Resu
             let server = shared::postgres().map_err(|e| format!("starting PostgreSQL: {e}"))?;
             PostgresTarget::at(kind, server.address())
         }
+        Servers::HarnessTls => {
+            let server = shared::postgres_tls().map_err(|e| format!("starting TLS-only PostgreSQL: {e}"))?;
+            PostgresTarget::at(kind, server.address())
+        }
         Servers::Url(url) => {
             let any_kind = match kind {
                 PostgresLockKind::Row => distlock::BackendKind::PgRow,

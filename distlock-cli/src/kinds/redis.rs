@@ -32,6 +32,12 @@ fn single_node(kind: RedisLockKind, fair: bool, servers: Servers<'_>) -> Result<
         Servers::Harness => {
             shared::redis().map_err(|e| format!("starting redis-server: {e}"))?.address().to_owned()
         }
+        Servers::HarnessTls => {
+            let server = shared::redis_tls().map_err(|e| format!("starting TLS-only redis-server: {e}"))?;
+            let target = RedisTarget::at(kind, server.address());
+            // The time breakdown's probes speak plaintext.
+            return Ok(Opened::new(if fair { target } else { target.non_fair() }));
+        }
         Servers::Url(url) => {
             let any_kind = match kind {
                 RedisLockKind::ReentrantHash => distlock::BackendKind::RedisHash,
@@ -70,6 +76,7 @@ pub(super) fn redlock(servers: Servers<'_>) -> Result<Opened, String> {
             .iter()
             .map(|node| node.address().to_owned())
             .collect(),
+        Servers::HarnessTls => return Err(NO_TLS_TWIN.into()),
         Servers::Url(urls) => {
             super::check_url(urls, distlock::BackendKind::Redlock)?;
             distlock::split_url_list(urls).into_iter().map(str::to_owned).collect()
@@ -202,6 +209,9 @@ pub(super) fn sentinel(servers: Servers<'_>) -> Result<Opened, String> {
     Ok(opened)
 }
 
+/// Why the multi-server kinds have no `-tls` twin.
+const NO_TLS_TWIN: &str = "the harness starts no TLS-only Redis Cluster, Sentinel group or Redlock nodes";
+
 /// The goal of `redis-cluster` and `redis-sentinel` against their single-node yardstick: W1 at
 /// least 0.9 × the single node's, so a pair p50 at most 1/0.9 × its.
 const W1_WITHIN: f64 = 1.0 / 0.9;
@@ -213,6 +223,7 @@ fn deployment_url(
 ) -> Result<(String, bool), String> {
     match servers {
         Servers::Harness => Ok((harness()?.to_owned(), true)),
+        Servers::HarnessTls => Err(NO_TLS_TWIN.into()),
         Servers::Url(url) => {
             super::check_url(url, distlock::BackendKind::Redis)?;
             Ok((url.to_owned(), false))

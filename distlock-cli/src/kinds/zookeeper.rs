@@ -12,9 +12,15 @@ const FLOOR_PAIRS: usize = 1_000;
 
 pub(super) fn curator_mutex(servers: Servers<'_>) -> Result<Opened, String> {
     let target = match servers {
+        // A connect string, or (in an S04 child of a TLS twin) the `zk+tls://` URL.
         Servers::Harness => {
             let server = shared::zookeeper().map_err(|e| format!("starting ZooKeeper: {e}"))?;
-            ZooKeeperTarget::at(server.address())
+            ZooKeeperTarget::from_url(server.address()).map_err(|e| e.to_string())?
+        }
+        // A `zk+tls://…?cacert=…` URL.
+        Servers::HarnessTls => {
+            let server = shared::zookeeper_tls().map_err(|e| format!("starting TLS-only ZooKeeper: {e}"))?;
+            ZooKeeperTarget::from_url(server.address()).map_err(|e| e.to_string())?
         }
         // `zk://[user:password@]hosts[/namespace]`, parsed as the facade's `parse_url` parses it.
         Servers::Url(url) => {

@@ -78,6 +78,8 @@ pub struct ZooKeeperTarget {
     /// The digest identity: the suite's own, or the one a user's URL names.
     user: String,
     password: String,
+    /// A `zk+tls://` URL's TLS settings, and the URL (which a child process is given).
+    tls: Option<(lock_core::TlsOptions, String)>,
 }
 
 impl ZooKeeperTarget {
@@ -97,6 +99,7 @@ impl ZooKeeperTarget {
             root: "/distlock-suite".into(),
             user: USER.into(),
             password: PASSWORD.into(),
+            tls: None,
         }
     }
 
@@ -113,6 +116,7 @@ impl ZooKeeperTarget {
         }
         let parsed = ZooKeeperLockBuilder::from_url(url)?;
         let mut target = Self::at(parsed.settings.connect_string);
+        target.tls = parsed.settings.tls.map(|tls| (tls, url.to_owned()));
         if parsed.root != ZooKeeperLockBuilder::new("").root {
             target.root = parsed.root;
         }
@@ -130,7 +134,17 @@ impl ZooKeeperTarget {
 
     /// A builder with the target's settings: its root, digest identity and short timeouts.
     pub fn builder(&self) -> ZooKeeperLockBuilder {
-        builder(&self.connect_string, TIMEOUT).namespace(&self.root).digest(&self.user, &self.password)
+        self.secured(builder(&self.connect_string, TIMEOUT))
+            .namespace(&self.root)
+            .digest(&self.user, &self.password)
+    }
+
+    /// `builder` with the target's TLS settings, if it has any.
+    fn secured(&self, builder: ZooKeeperLockBuilder) -> ZooKeeperLockBuilder {
+        match &self.tls {
+            Some((tls, _)) => builder.tls(tls.clone()),
+            None => builder,
+        }
     }
 }
 
@@ -185,7 +199,9 @@ impl SuiteTarget for ZooKeeperTarget {
     }
 
     fn child_env(&self) -> Result<Vec<(String, String)>, NotApplicable> {
-        Ok(vec![(ZOOKEEPER_VARIABLE.to_owned(), self.connect_string.clone())])
+        // A TLS target's child needs the whole URL (its CA), which the variable also takes.
+        let address = self.tls.as_ref().map_or(&self.connect_string, |(_, url)| url);
+        Ok(vec![(ZOOKEEPER_VARIABLE.to_owned(), address.clone())])
     }
 
     fn free_after_crash_within(&self, _lease: Duration) -> Duration {
@@ -198,7 +214,7 @@ impl SuiteTarget for ZooKeeperTarget {
         addresses: &[SocketAddr],
     ) -> Result<lock_core::Result<ZooKeeperBackend>, NotApplicable> {
         let connect_string = addresses.iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(",");
-        Ok(builder(&connect_string, TIMEOUT).build())
+        Ok(self.secured(builder(&connect_string, TIMEOUT)).build())
     }
 
     fn wrong_password_backend(&self) -> Result<lock_core::Result<ZooKeeperBackend>, NotApplicable> {
@@ -206,7 +222,8 @@ impl SuiteTarget for ZooKeeperTarget {
         if let Err(error) = self.backend() {
             return Ok(Err(error));
         }
-        Ok(builder(&self.connect_string, TIMEOUT)
+        Ok(self
+            .secured(builder(&self.connect_string, TIMEOUT))
             .namespace(&self.root)
             .digest(&self.user, "wrong-password")
             .build())
@@ -238,7 +255,8 @@ impl SuiteTarget for ZooKeeperTarget {
             Ok(connect_string) => connect_string,
             Err(error) => return Ok(Err(error)),
         };
-        Ok(builder(&connect_string, timeout)
+        Ok(self
+            .secured(builder(&connect_string, timeout))
             .session_timeout(ROUTED_SESSION_TIMEOUT)
             .namespace(&self.root)
             .digest(&self.user, &self.password)

@@ -108,7 +108,7 @@ pub fn performance(report: &Report) -> Option<Footnoted> {
     let header = [
         "kind",
         "round trip",
-        "W1 pairs/s (× 1/(2×RTT))",
+        "W1 pairs/s (× 1/(2×RTT), TLS: × plaintext)",
         "W2 acq/s",
         "W2 lost / overlaps",
         "W2 hand-off p50 (× RTT)",
@@ -136,7 +136,8 @@ pub fn performance(report: &Report) -> Option<Footnoted> {
                 }
                 (None, None) => String::new(),
             };
-            format!("{:.0}{limit}", w1.pairs_per_s)
+            let tls = w1.ratio_to_plaintext.map_or(String::new(), |ratio| format!(", {ratio:.2} × plaintext"));
+            format!("{:.0}{limit}{tls}", w1.pairs_per_s)
         });
         let (rate, clean, handoff, fairness) = performance.w2.as_ref().map_or_else(
             || ("—".to_owned(), "—".to_owned(), "—".to_owned(), "—".to_owned()),
@@ -216,6 +217,7 @@ mod tests {
                     probe_not_a_lower_bound,
                     p50_ns: 1,
                     p99_ns: 2,
+                    ratio_to_plaintext: None,
                 }),
                 ..Performance::default()
             }),
