@@ -230,7 +230,7 @@ fn family_of(url: &str) -> Result<Family> {
         }
         "postgres" | "postgresql" => Ok(Family::Postgres),
         "mysql" => Ok(Family::MySql),
-        "zk" | "zookeeper" | "zk+tls" => Ok(Family::ZooKeeper),
+        "zk" | "zookeeper" | "zk+tls" | "zookeeper+tls" => Ok(Family::ZooKeeper),
         "memory" => Ok(Family::Memory),
         other => Err(Error::invalid_config(format!(
             "no backend for {other}:// URLs (redis, rediss, redis+sentinel, redis+cluster, postgres, postgresql, mysql, zk, zk+tls, zookeeper): {}",

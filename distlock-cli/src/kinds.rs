@@ -190,11 +190,20 @@ impl Selected {
     }
 
     /// The servers to run on: the user's `url`, or the harness's (TLS-only ones for a twin).
-    pub fn servers(self, url: Option<&str>) -> Servers<'_> {
+    ///
+    /// # Errors
+    /// A twin with a user's URL: it would run on the plaintext kind's server, as the same
+    /// transport under another name.
+    pub fn servers(self, url: Option<&str>) -> std::result::Result<Servers<'_>, String> {
         match url {
-            Some(url) => Servers::Url(url),
-            None if self.tls => Servers::HarnessTls,
-            None => Servers::Harness,
+            Some(_) if self.tls => Err(format!(
+                "{}: a TLS twin runs on the harness's TLS-only servers only; to measure your own TLS server, give its TLS URL to the plain kind `{}`",
+                self.name(),
+                self.kind.name
+            )),
+            Some(url) => Ok(Servers::Url(url)),
+            None if self.tls => Ok(Servers::HarnessTls),
+            None => Ok(Servers::Harness),
         }
     }
 

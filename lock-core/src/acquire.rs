@@ -63,7 +63,7 @@ pub(crate) fn record<B: DistributedLock>(
             return Ok(None);
         }
         Err(error) => {
-            attempt.finish(Err(&error));
+            attempt.finish(Err(shared.observer.describe(&error)));
             return Err(error);
         }
     };
@@ -78,7 +78,7 @@ pub(crate) fn record<B: DistributedLock>(
     // releases it) or has already refused it.
     if !shared.holds.insert_unless_closed(Arc::clone(&held)) {
         if let Err(error) = held.release(&shared.backend) {
-            let lock = shared.observer.shown(name);
+            let (lock, error) = (shared.observer.shown(name), shared.observer.describe(&error));
             tracing::debug!(%lock, %error, "releasing an acquisition that finished after close");
         }
         return Err(Error::Closed);

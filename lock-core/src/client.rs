@@ -75,6 +75,7 @@ impl<B: DistributedLock> Shared<B> {
     pub(crate) fn drop_handle(&self) {
         if self.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
             if let Err(error) = self.close() {
+                let error = self.observer.describe(&error);
                 tracing::warn!(%error, "releasing the locks of a dropped lock client failed");
             }
         }

@@ -150,6 +150,17 @@ impl Error {
         matches!(self, Error::Connection { .. } | Error::Timeout { .. } | Error::PoolExhausted { .. })
     }
 
+    /// The lock an error is about, where it names one.
+    pub(crate) fn lock_name(&self) -> Option<&LockName> {
+        match self {
+            Error::NotHeld { name }
+            | Error::NotReplicated { name, .. }
+            | Error::WouldDeadlock { name }
+            | Error::PermitsMismatch { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+
     /// An [`Error::InvalidConfig`] with this reason.
     pub fn invalid_config(reason: impl Into<String>) -> Self {
         Error::InvalidConfig { reason: reason.into() }

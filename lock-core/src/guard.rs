@@ -147,6 +147,7 @@ impl<B: DistributedLock> Drop for LockGuard<B> {
         match catch_unwind(AssertUnwindSafe(|| self.release())) {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
+                let error = self.held.describe(&error);
                 tracing::warn!(lock = %self.held.shown_name(), %error, "releasing a dropped lock guard failed")
             }
             Err(_) => {

@@ -105,6 +105,11 @@ impl<B: DistributedLock> HeldLease<B> {
         self.observer.shown(&self.name)
     }
 
+    /// `error`'s text as this client's spans and events show it.
+    pub(crate) fn describe(&self, error: &Error) -> String {
+        self.observer.describe(error)
+    }
+
     /// Whether the holder may still believe it holds the lock.
     pub(crate) fn is_held(&self) -> bool {
         self.state() == HoldState::Held
@@ -200,6 +205,7 @@ impl<B: DistributedLock> HeldLease<B> {
         let lease = self.lease.lock().take();
         self.released.store(true, Ordering::Release);
         self.lost.settle();
+        self.metrics.abandoned();
         drop(lease);
     }
 
@@ -218,7 +224,7 @@ impl<B: DistributedLock> HeldLease<B> {
             self.metrics.lost();
         }
         let outcome = self.release_lease(backend);
-        self.metrics.released(&outcome, lost_before, &span);
+        self.metrics.released(&outcome, lost_before, &span, |error| self.describe(error));
         outcome
     }
 

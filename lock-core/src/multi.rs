@@ -49,6 +49,14 @@ impl<B: DistributedLock> Member<B> {
         }
     }
 
+    /// Its client's spans and events.
+    fn observer(&self) -> &crate::observe::Observer {
+        match self {
+            Member::Mutex(lock) => &lock.client().shared.observer,
+            Member::Write(lock) => &lock.client.shared.observer,
+        }
+    }
+
     fn acquire(&self, deadline: Deadline) -> Result<Option<LockGuard<B>>> {
         match (self, deadline) {
             (Member::Mutex(lock), Deadline::Now) => lock.try_lock(),
@@ -162,6 +170,7 @@ impl<B: DistributedLock> MultiLock<B> {
                     // The caller hears of the refusal or the first error; a failed give-back
                     // leaves that lock to its lease (or session), as a guard's drop would.
                     if let Err(error) = release_all(guards) {
+                        let error = lock.observer().describe(&error);
                         tracing::debug!(%error, "giving back a multi-lock's locks failed");
                     }
                     return outcome.map(|_| None);

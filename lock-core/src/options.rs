@@ -226,9 +226,11 @@ impl LockOptionsBuilder {
         self
     }
 
-    /// Whether spans and distlock's own log events show lock names as a short stable hash
-    /// (`#1f0c…`) instead of the name, for names that carry personal or secret data. The same
-    /// name always gives the same hash, so one lock's events still line up.
+    /// Whether spans, lock-core's log events and metric labels show lock names as a short stable
+    /// hash (`#1f0c…`) instead of the name, for names that carry personal data. The same name
+    /// always gives the same hash, so one lock's events still line up. This is pseudonymisation,
+    /// not encryption: the hash is unkeyed, so whoever can guess a name can check it. The
+    /// backends' own DEBUG-level events may still name keys or channels.
     pub fn redact_names(mut self, enabled: bool) -> Self {
         self.redact_names = enabled;
         self

@@ -44,7 +44,7 @@ use crate::reentrancy::HoldMode;
 /// # Ok::<(), lock_core::Error>(())
 /// ```
 pub struct ReadWriteLock<B: DistributedLock> {
-    client: LockClient<B>,
+    pub(crate) client: LockClient<B>,
     name: LockName,
 }
 

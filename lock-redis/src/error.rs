@@ -44,7 +44,11 @@ impl From<RedisFailure> for Error {
     fn from(failure: RedisFailure) -> Self {
         match &failure {
             #[cfg(feature = "tls")]
-            RedisFailure::Command { operation, source } if crate::tls::rustls_cause(source).is_some() => {
+            // A failed handshake. A TLS error on a connection already open is a broken
+            // connection like any other (retryable), not a configuration to change.
+            RedisFailure::Command { operation, source }
+                if *operation == "connect" && crate::tls::rustls_cause(source).is_some() =>
+            {
                 let source = crate::tls::rustls_cause(source).expect("just found");
                 let failure = RedisFailure::Tls { operation, source };
                 Error::Tls { backend: BACKEND, source: failure.into() }

@@ -227,6 +227,21 @@ impl fmt::Debug for TlsConfig {
     }
 }
 
+/// A redis-rs client for a single-server `url`, with the URL's TLS parameters applied (for
+/// connections that go around the backend: the test support's probes).
+///
+/// # Errors
+/// As [`split_url`] and [`TlsConfig::load`], or a URL redis-rs refuses.
+pub(crate) fn open_client(url: &str) -> Result<redis::Client, String> {
+    let (plain, tls) = split_url(url)?;
+    let client =
+        redis::Client::open(plain.as_str()).map_err(|error| format!("invalid Redis URL: {error}"))?;
+    let Some(options) = tls else { return Ok(client) };
+    install_provider();
+    let info = TlsConfig::load(&options)?.apply(client.get_connection_info())?;
+    redis::Client::open(info).map_err(|error| error.to_string())
+}
+
 /// rustls needs a process-wide crypto provider before the first TLS handshake, or it panics
 /// (redis-rs builds its configs with `ClientConfig::builder()`, which picks the process
 /// default). Installs ring's, once; if the application installed one already, that one stays.

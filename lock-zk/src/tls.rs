@@ -264,7 +264,7 @@ mod with_rustls {
                 return None;
             }
             let endpoint = format!("{host}:{port}");
-            let failure = match handshake(&config, &host, port, left) {
+            let failure = match handshake(&config, &host, port, (left, deadline)) {
                 Ok(()) | Err(Outcome::Unreachable) => return None,
                 Err(Outcome::Refused(source)) => TlsFailure::Handshake { endpoint, source },
                 Err(Outcome::Closed(source)) => TlsFailure::Closed { endpoint, source },
@@ -279,13 +279,26 @@ mod with_rustls {
         Closed(std::io::Error),
     }
 
+    /// One handshake, every step of it bounded by what is left until `deadline` (`timeout`
+    /// at the start).
     fn handshake(
         config: &Arc<ClientConfig>,
         host: &str,
         port: u16,
-        timeout: Duration,
+        (timeout, deadline): (Duration, Instant),
     ) -> Result<(), Outcome> {
         let mut socket = tcp(host, port, timeout).map_err(|_| Outcome::Unreachable)?;
+        // Each read and write may take what is left, no more.
+        let bound = |socket: &std::net::TcpStream, cap: Duration| {
+            let left = deadline.saturating_duration_since(Instant::now()).min(cap);
+            if left.is_zero() {
+                return Err(Outcome::Unreachable);
+            }
+            socket
+                .set_read_timeout(Some(left))
+                .and_then(|()| socket.set_write_timeout(Some(left)))
+                .map_err(|_| Outcome::Unreachable)
+        };
         let name = ServerName::try_from(host.to_owned()).map_err(|_| Outcome::Unreachable)?;
         let mut connection = ClientConnection::new(Arc::clone(config), name).map_err(Outcome::Refused)?;
         let failed =
@@ -303,10 +316,11 @@ mod with_rustls {
                 None => Outcome::Unreachable,
             };
         while connection.is_handshaking() {
+            bound(&socket, timeout)?;
             connection.complete_io(&mut socket).map_err(failed)?;
         }
         // A refusal of the client's certificate comes after the client's side is done.
-        socket.set_read_timeout(Some(timeout.min(REFUSAL_WAIT))).ok();
+        bound(&socket, REFUSAL_WAIT)?;
         let mut stream = rustls::Stream::new(&mut connection, &mut socket);
         match stream.read(&mut [0; 1]) {
             Err(error) if error.get_ref().is_some_and(|e| e.is::<rustls::Error>()) => Err(failed(error)),

@@ -75,7 +75,7 @@ impl RoundTrip {
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     let selected = Selected::find(&args.kind)?;
     let kind = selected.kind;
-    let opened = kind.open(selected.servers(args.url.as_deref()))?;
+    let opened = kind.open(selected.servers(args.url.as_deref())?)?;
     let probe = opened.target.round_trip().map_err(|e| format!("round trip: {e}"))?;
     println!("backend: {}", opened.target.label());
     println!(

@@ -39,7 +39,7 @@ pub struct CompareArgs {
     #[arg(long, value_delimiter = ',', value_name = "KINDS")]
     backends: Vec<String>,
     /// Also run the TLS twin of every selected kind that has one (single Redis, PostgreSQL,
-    /// MySQL and ZooKeeper kinds), right after it.
+    /// MySQL and ZooKeeper kinds), right after it; not for kinds run on your own servers.
     #[arg(long)]
     tls: bool,
     /// Run the Redis kinds on this server instead of a throwaway one. On your own servers, lock
@@ -112,7 +112,9 @@ impl CompareArgs {
         };
         for selected in named {
             add(selected);
-            if self.tls && !selected.tls && selected.kind.has_tls_twin() {
+            // On a user's servers, the twin would be the same server again.
+            let on_user_servers = self.user_servers(selected.kind.family).is_some();
+            if self.tls && !selected.tls && selected.kind.has_tls_twin() && !on_user_servers {
                 add(Selected { tls: true, ..selected });
             }
         }
@@ -178,7 +180,6 @@ pub fn run(args: &CompareArgs) -> Result<bool, String> {
             "{name}: {}",
             if user.is_some() { "reaching your servers" } else { "starting servers" }
         ));
-        let servers = selected.servers(user);
         let mut report = KindReport {
             name,
             label: name.to_owned(),
@@ -190,7 +191,7 @@ pub fn run(args: &CompareArgs) -> Result<bool, String> {
             performance: None,
             error: None,
         };
-        match kind.open(servers) {
+        match selected.servers(user).and_then(|servers| kind.open(servers)) {
             Ok(opened) => {
                 report.label = opened.target.label();
                 match opened.target.properties() {

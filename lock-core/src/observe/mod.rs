@@ -17,7 +17,7 @@ use std::sync::{Arc, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tracing::field::{display, Empty};
+use tracing::field::Empty;
 use tracing::span::EnteredSpan;
 use tracing::Span;
 
@@ -54,7 +54,8 @@ impl Observer {
             backend: backend_name,
             kind,
             hold_kind: backend.hold_kind(),
-            name_label: options.name_label,
+            // Without the feature nothing is recorded: no per-name handles to keep.
+            name_label: options.name_label && cfg!(feature = "metrics"),
             redact: options.redact_names,
             by_mode: Default::default(),
             by_name: Mutex::new(HashMap::new()),
@@ -67,10 +68,22 @@ impl Observer {
         ShownName { name, redact: self.redact }
     }
 
+    /// `error`'s text as spans and events of this client show it: with the lock name it
+    /// carries redacted, when names are.
+    pub(crate) fn describe(&self, error: &Error) -> String {
+        let text = error.to_string();
+        match error.lock_name() {
+            Some(name) if self.redact => text.replace(name.as_str(), &self.shown(name).to_string()),
+            _ => text,
+        }
+    }
+
     fn instruments(&self, name: &LockName, mode: HoldMode) -> Arc<HoldInstruments> {
         let index = mode_index(mode);
-        let register = |name| {
+        let register = |name: Option<&LockName>| {
             let base = vec![("backend", self.backend.to_owned()), ("kind", self.kind.to_owned())];
+            // A redacted name is a label only as its hash.
+            let name = name.map(|name| self.shown(name).to_string());
             Arc::new(HoldInstruments::new(&base, MODES[index], name))
         };
         if !self.name_label {
@@ -177,11 +190,11 @@ pub(crate) struct HoldInstruments {
 }
 
 impl HoldInstruments {
-    fn new(base: &Labels, mode: &'static str, name: Option<&LockName>) -> Self {
+    fn new(base: &Labels, mode: &'static str, name: Option<String>) -> Self {
         let mut labels = base.clone();
         labels.push(("mode", mode.to_owned()));
         if let Some(name) = name {
-            labels.push(("name", name.as_str().to_owned()));
+            labels.push(("name", name));
         }
         let with_reason = |reason: &str| {
             let mut labels = labels.clone();
@@ -213,7 +226,7 @@ pub(crate) struct Attempt {
 impl Attempt {
     /// Records how the server acquisition ended: granted (`Some`, with whether it waited and
     /// its fencing token), given up (`None`) or failed.
-    pub(crate) fn finish(&self, outcome: Result<Option<(bool, Option<FencingToken>)>, &Error>) {
+    pub(crate) fn finish(&self, outcome: Result<Option<(bool, Option<FencingToken>)>, String>) {
         let waited = self.started.elapsed();
         let span = &self.span;
         span.record("wait_ms", waited.as_secs_f64() * 1e3);
@@ -235,7 +248,7 @@ impl Attempt {
             }
             Err(error) => {
                 self.instruments.errors.increment(1);
-                span.record("outcome", display(error));
+                span.record("outcome", error);
             }
         }
     }
@@ -271,6 +284,12 @@ impl HoldMetrics {
         }
     }
 
+    /// Records the end of a hold dropped without asking the server (a close that stopped
+    /// waiting for an unanswering one).
+    pub(crate) fn abandoned(&self) {
+        self.end();
+    }
+
     pub(crate) fn lost(&self) {
         if !self.lost.swap(true, Ordering::AcqRel) {
             self.instruments.losses.increment(1);
@@ -285,8 +304,15 @@ impl HoldMetrics {
         }
     }
 
-    /// Records a release and how it went; a hold already reported lost counts no failure.
-    pub(crate) fn released(&self, outcome: &Result<()>, lost_before: bool, span: &Span) {
+    /// Records a release and how it went (`describe` gives an error's text for the span); a
+    /// hold already reported lost counts no failure.
+    pub(crate) fn released(
+        &self,
+        outcome: &Result<()>,
+        lost_before: bool,
+        span: &Span,
+        describe: impl Fn(&Error) -> String,
+    ) {
         match outcome {
             Ok(()) => {
                 span.record("outcome", "released");
@@ -298,7 +324,7 @@ impl HoldMetrics {
                 }
             }
             Err(error) => {
-                span.record("outcome", display(error));
+                span.record("outcome", describe(error));
                 if !lost_before {
                     self.instruments.failed_releases.increment(1);
                 }

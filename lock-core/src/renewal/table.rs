@@ -183,6 +183,7 @@ impl<B: DistributedLock> LeaseTable<B> {
                     if now >= valid_until {
                         held.mark_lost(lost_reason(&held));
                     } else {
+                        let error = held.describe(&error);
                         tracing::warn!(lock = %held.shown_name(), %error, "lease renewal failed; retrying");
                         let at = (now + (interval / 2).max(MIN_RETRY)).min(valid_until);
                         rescheduled.push(Due { at, held, interval });

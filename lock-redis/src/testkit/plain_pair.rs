@@ -55,7 +55,7 @@ impl fmt::Display for PairLatencies {
 /// # Errors
 /// A failed operation, or a server that cannot be reached.
 pub fn measure<B: DistributedLock>(backend: &B, url: &str, pairs: usize) -> Result<PairLatencies, String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let client = crate::tls::open_client(url)?;
     let mut plain = client.get_connection_with_timeout(Duration::from_secs(5)).map_err(|e| e.to_string())?;
     let delete = redis::Script::new(
         "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end",

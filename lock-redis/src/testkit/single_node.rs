@@ -306,7 +306,10 @@ pub(crate) fn time_ping(pool: &ConnectionPool) -> Result<Duration, String> {
 /// # Errors
 /// When connecting fails.
 pub fn probe(url: &str) -> redis::RedisResult<redis::Connection> {
-    let connection = redis::Client::open(url)?.get_connection_with_timeout(CONNECT_TIMEOUT)?;
+    let client = crate::tls::open_client(url).map_err(|reason| {
+        redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "probe", reason))
+    })?;
+    let connection = client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
     connection.set_read_timeout(Some(CONNECT_TIMEOUT))?;
     connection.set_write_timeout(Some(CONNECT_TIMEOUT))?;
     Ok(connection)
