@@ -9,25 +9,24 @@ use lock_core::{Acquired, Deadline, Result};
 
 /// Waits in the server's lock queue until `deadline`: one `attempt` for [`Deadline::Now`], else
 /// attempts of one [`Wait::next`] slice each (the whole wait when it has a deadline) until one
-/// wins or the deadline passes. `attempt` returns the lease and when its hold counts from.
+/// wins or the deadline passes. `attempt` returns the lease and its [`Grant`].
 ///
 /// # Errors
 /// The first error an attempt returns.
 pub(crate) fn in_queue_until<L>(
     deadline: Deadline,
     io_timeout: Duration,
-    mut attempt: impl FnMut(Wait) -> Result<Option<(L, Instant)>>,
+    mut attempt: impl FnMut(Wait) -> Result<Option<(L, Grant)>>,
 ) -> Result<Option<Acquired<L>>> {
     let deadline = match deadline {
-        Deadline::Now => return Ok(attempt(Wait::No)?.map(|(lease, at)| Acquired::new(lease, at))),
+        Deadline::Now => return Ok(attempt(Wait::No)?.map(|(lease, grant)| Acquired::new(lease, grant.at))),
         Deadline::At(at) => Some(at),
         Deadline::Never => None,
     };
     let mut retried = false;
     loop {
-        let started = Instant::now();
-        if let Some((lease, at)) = attempt(Wait::next(deadline, io_timeout))? {
-            return Ok(Some(queued_grant(lease, (started, at), retried)));
+        if let Some((lease, grant)) = attempt(Wait::next(deadline, io_timeout))? {
+            return Ok(Some(queued_grant(lease, grant, retried)));
         }
         retried = true;
         if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
@@ -105,15 +104,32 @@ pub(crate) fn granted_after(sent: Instant, waited: Duration) -> Instant {
     sent + waited.min(sent.elapsed())
 }
 
+/// A won attempt on the server's lock queue: when its hold counts from ([`granted_after`]), and
+/// how long the server measured the statement waiting in its queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) at: Instant,
+    pub(crate) waited: Duration,
+}
+
+impl Grant {
+    /// The grant of a statement sent by `sent` that waited `waited` by the server's clock.
+    pub(crate) fn new(sent: Instant, waited: Duration) -> Self {
+        Self { at: granted_after(sent, waited), waited }
+    }
+}
+
 /// A server wait longer than this counts an acquisition as contended: an uncontended grant
 /// waits microseconds.
 const QUEUED: Duration = Duration::from_millis(1);
 
-/// An acquisition won by an attempt started at `started` whose hold counts from `at`
-/// ([`granted_after`]): contended when an earlier attempt lost (`retried`), or the server
-/// measured a wait in its lock queue.
-pub(crate) fn queued_grant<L>(lease: L, (started, at): (Instant, Instant), retried: bool) -> Acquired<L> {
-    Acquired::new(lease, at).contended_if(retried || at.saturating_duration_since(started) > QUEUED)
+/// An acquisition won by an attempt granted as `grant` says: contended when an earlier attempt
+/// lost (`retried`), or the server measured more than [`QUEUED`] in its lock queue. Only the
+/// server's measure counts: the client's time around the statement also holds the wait for a
+/// pooled connection, opening one (TCP, TLS, authentication), and the row kinds' first use of a
+/// name (inserting the row), none of which is contention.
+pub(crate) fn queued_grant<L>(lease: L, grant: Grant, retried: bool) -> Acquired<L> {
+    Acquired::new(lease, grant.at).contended_if(retried || grant.waited > QUEUED)
 }
 
 /// µs as the databases return them (negative: a clock stepped back) as a [`Duration`].
@@ -132,5 +148,18 @@ mod tests {
         assert_eq!(granted, sent + Duration::from_secs(1));
         assert!(granted_after(sent, Duration::from_secs(60)) <= Instant::now());
         assert_eq!(micros(-5), Duration::ZERO);
+    }
+
+    #[test]
+    fn only_the_server_s_queue_wait_makes_a_grant_contended() {
+        // A statement sent long after the attempt started (a slow connect or checkout) that the
+        // server granted at once is not contended.
+        let sent = Instant::now() - Duration::from_millis(200);
+        let quick = queued_grant((), Grant::new(sent, Duration::from_micros(40)), false);
+        assert!(!quick.contended);
+        let queued = queued_grant((), Grant::new(sent, Duration::from_millis(150)), false);
+        assert!(queued.contended);
+        assert_eq!(queued.sent_at, sent + Duration::from_millis(150));
+        assert!(queued_grant((), Grant::new(sent, Duration::ZERO), true).contended);
     }
 }

@@ -5,9 +5,13 @@
 //! - a lock over TLS works (acquire, hold, renew, release) on every kind, with the password and
 //!   with the client certificate alone (and without the certificate that user is refused);
 //! - a wrong CA is `Error::Tls`, within the connect timeout;
-//! - plaintext to the TLS-only server is `Error::Tls` saying the server wants encryption;
+//! - plaintext to the TLS-only server is `Error::Tls` saying the server wants encryption on
+//!   PostgreSQL, and on MariaDB (which answers it as a wrong password) `Error::Authentication`
+//!   with a hint saying so;
 //! - `verify-full` with the host name `localhost` (not in the certificate) is `Error::Tls`, while
-//!   `verify-ca` with it works;
+//!   `verify-ca` with it works on PostgreSQL; MySQL/MariaDB refuse chain-only verification
+//!   (`VERIFY_CA`, `REQUIRED` with `ssl-ca`) with `Error::InvalidConfig`, since the driver also
+//!   trusts the public roots;
 //! - `require` without a root certificate works (nothing checked);
 //! - `prefer` uses TLS with the TLS server and plaintext with the plaintext one;
 //! - the builder's `tls` takes precedence over the URL's mode;
@@ -39,6 +43,12 @@ struct Database {
     modes: [&'static str; 5],
     /// The root certificate parameter's name.
     root: &'static str,
+    /// Whether chain-only verification is offered (MySQL's driver trusts the public roots too,
+    /// so `VERIFY_CA` is refused there).
+    chain_only: bool,
+    /// Whether the TLS-only server's refusal of a plaintext login is told apart from a wrong
+    /// password (`Error::Tls`); MariaDB answers both with access denied.
+    plaintext_is_tls: bool,
 }
 
 fn postgres() -> Database {
@@ -50,6 +60,8 @@ fn postgres() -> Database {
         mode: "sslmode",
         modes: ["disable", "prefer", "require", "verify-ca", "verify-full"],
         root: "sslrootcert",
+        chain_only: true,
+        plaintext_is_tls: true,
     }
 }
 
@@ -62,6 +74,8 @@ fn mariadb() -> Database {
         mode: "ssl-mode",
         modes: ["DISABLED", "PREFERRED", "REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY"],
         root: "ssl-ca",
+        chain_only: false,
+        plaintext_is_tls: false,
     }
 }
 
@@ -138,6 +152,14 @@ fn tls_error<K: SqlKind>(kind: K, url: &str) -> String {
     error.to_string()
 }
 
+/// Building a client of `url` fails with [`Error::InvalidConfig`] at once; returns its text.
+fn invalid_config<K: SqlKind>(kind: K, url: &str) -> String {
+    let error = kind.build(url, TIMEOUT, 2, true).err().unwrap_or_else(|| panic!("{url}: connected"));
+    assert!(matches!(error, Error::InvalidConfig { .. }), "{url}: not InvalidConfig: {error:?}");
+    println!("[{}] {url}\n    -> {error}", kind.label());
+    error.to_string()
+}
+
 fn pg_version(backend: &PostgresBackend) -> lock_core::Result<Option<String>> {
     backend.tls_version()
 }
@@ -190,18 +212,40 @@ fn handshake_failures<K: SqlKind>(
 ) {
     let ca = ca();
     for mode in [TlsMode::VerifyCa, TlsMode::VerifyFull, TlsMode::Require] {
-        let text = tls_error(kind, &db.url(mode, Some(&ca.other_ca_cert())));
-        assert!(text.contains("UnknownIssuer"), "{text}");
+        let url = db.url(mode, Some(&ca.other_ca_cert()));
+        if mode == TlsMode::VerifyFull || db.chain_only {
+            let text = tls_error(kind, &url);
+            assert!(text.contains("UnknownIssuer"), "{text}");
+        } else {
+            let text = invalid_config(kind, &url);
+            assert!(text.contains("VERIFY_IDENTITY"), "{text}");
+        }
     }
-    let text = tls_error(kind, &db.url(TlsMode::Disable, None));
-    assert!(text.contains("accepts only encrypted (TLS) connections"), "{text}");
-    assert!(text.contains(db.modes[index(TlsMode::Require)]), "{text}");
+    let plaintext = db.url(TlsMode::Disable, None);
+    if db.plaintext_is_tls {
+        let text = tls_error(kind, &plaintext);
+        assert!(text.contains("accepts only encrypted (TLS) connections"), "{text}");
+        assert!(text.contains(db.modes[index(TlsMode::Require)]), "{text}");
+    } else {
+        let started = Instant::now();
+        let error = kind.build(&plaintext, TIMEOUT, 2, true).err().expect("plaintext refused");
+        println!("[{}] {plaintext}\n    -> {error} (after {:?})", kind.label(), started.elapsed());
+        assert!(matches!(error, Error::Authentication { .. }), "{error:?}");
+        let text = error.to_string();
+        assert!(text.contains("requires secure transport"), "{text}");
+        assert!(text.contains(db.modes[index(TlsMode::Require)]), "{text}");
+    }
 
     let unlisted = Database::unlisted_host(&db.url(TlsMode::VerifyFull, Some(&ca.ca_cert())));
     let text = tls_error(kind, &unlisted);
     assert!(text.contains("not valid for name \"localhost\""), "{text}");
     let chain_only = Database::unlisted_host(&db.url(TlsMode::VerifyCa, Some(&ca.ca_cert())));
-    works_at(kind, &chain_only, true, tls_version);
+    if db.chain_only {
+        works_at(kind, &chain_only, true, tls_version);
+    } else {
+        invalid_config(kind, &chain_only);
+        invalid_config(kind, &Database::unlisted_host(&db.url(TlsMode::Require, Some(&ca.ca_cert()))));
+    }
 }
 
 #[test]
@@ -210,7 +254,7 @@ fn postgres_wrong_ca_plaintext_and_wrong_host_are_tls_errors_in_time() {
 }
 
 #[test]
-fn mariadb_wrong_ca_plaintext_and_wrong_host_are_tls_errors_in_time() {
+fn mariadb_wrong_ca_and_wrong_host_are_tls_errors_in_time_plaintext_a_hinted_denial() {
     handshake_failures(&mariadb(), MySqlLockKind::Advisory, my_version);
 }
 
@@ -268,12 +312,18 @@ fn the_builder_s_tls_options_override_the_url_s_mode() {
     let server = shared::mariadb_tls().unwrap().server().expect("the harness's own TLS server");
     let cert_user = base(&server.cert_url().unwrap());
     let with_root = format!("{cert_user}?ssl-ca={}", ca.ca_cert().display());
-    let backend = MySqlBackend::builder(with_root)
-        .tls(TlsOptions::new(TlsMode::VerifyCa).client_cert(ca.client_cert(), ca.client_key()))
+    let backend = MySqlBackend::builder(with_root.clone())
+        .tls(TlsOptions::new(TlsMode::VerifyFull).client_cert(ca.client_cert(), ca.client_key()))
         .connect_timeout(TIMEOUT)
         .build()
         .expect("the URL's root and the builder's client certificate");
     lock_works(&backend, "mysql builder client certificate");
+    // The builder's chain-only mode is refused on MySQL as the URL's is.
+    let chain_only = MySqlBackend::builder(with_root)
+        .tls(TlsOptions::new(TlsMode::VerifyCa).client_cert(ca.client_cert(), ca.client_key()))
+        .connect_timeout(TIMEOUT)
+        .build();
+    assert!(matches!(chain_only, Err(Error::InvalidConfig { .. })), "{chain_only:?}");
 }
 
 /// Whatever the URL form, a password shows neither in errors nor in `Debug`, TLS parameters or

@@ -22,10 +22,17 @@ impl MySqlLockBuilder {
     /// [`Error::InvalidConfig`] for a malformed URL, a table name that is not a plain identifier
     /// (or longer than 58 characters: `<table>_fence` must fit MySQL's 64-character
     /// identifiers), zero timeouts or pool size, TLS parameters that are unknown or inconsistent
-    /// or name unreadable files; [`Error::Connection`], [`Error::Timeout`] or
-    /// [`Error::Authentication`] when the server cannot be reached or refuses the credentials;
-    /// [`Error::Tls`] when the TLS handshake fails (an untrusted certificate, a wrong host name,
-    /// a server without TLS) or a TLS-only server refuses a plaintext connection.
+    /// or name unreadable files, chain-only verification (`VERIFY_CA`, `REQUIRED` with
+    /// `ssl-ca`: the driver also trusts the public roots, so use `VERIFY_IDENTITY`), TLS asked
+    /// for on a Unix socket (`socket=`); [`Error::Connection`], [`Error::Timeout`] or
+    /// [`Error::Authentication`] when the server cannot be reached or refuses the credentials
+    /// (on a plaintext connection, with a hint that MariaDB refuses a plaintext login to a
+    /// TLS-only server that way too); [`Error::Tls`] when the TLS handshake fails (an untrusted
+    /// certificate, a wrong host name, a server without TLS) or a TLS-only MySQL server refuses
+    /// a plaintext connection (error 3159).
+    ///
+    /// Side effect: installs rustls's ring provider as the process's default crypto provider,
+    /// unless one is installed already.
     pub fn build(self) -> Result<MySqlBackend> {
         let table = self.settings.validate(&["mysql"], false, self.kind == MySqlLockKind::Table)?;
         let settings = &self.settings;

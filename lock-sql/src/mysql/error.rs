@@ -26,7 +26,7 @@ const ACCESS_DENIED: [u16; 2] = [1045, 1044];
 const SESSION_KILLED: [u16; 3] = [1927, 1053, 1317];
 /// `ER_SECURE_TRANSPORT_REQUIRED`: MySQL's refusal of a plaintext connection when
 /// `require_secure_transport=ON`. MariaDB (10.11 measured) answers `ER_ACCESS_DENIED_ERROR`
-/// instead, as for a wrong password: see [`Connector::error`](super::tls::Connector::error).
+/// instead, as for a wrong password: see [`map_plaintext_connect`].
 const PLAINTEXT_REFUSED: u16 = 3159;
 
 /// The operation name of opening a connection: TLS failures are recognised there only (a TLS
@@ -162,18 +162,34 @@ pub(crate) fn session_ended(error: &MySqlError) -> bool {
     }
 }
 
-/// Whether the server denied access (a wrong password, an unknown user, or on MariaDB also a
-/// plaintext connection to a TLS-only server).
-pub(crate) fn is_access_denied(error: &MySqlError) -> bool {
-    matches!(error, MySqlError::MySqlError(server) if ACCESS_DENIED.contains(&server.code))
+/// `ER_ACCESS_DENIED_ERROR`: a wrong password or unknown user, and on MariaDB (10.11 measured)
+/// also a plaintext login to a server with `require_secure_transport=ON`.
+const ACCESS_DENIED_ERROR: u16 = ACCESS_DENIED[0];
+
+/// The hint added to a plaintext login's `ER_ACCESS_DENIED_ERROR`.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "access denied (MariaDB also reports a server that requires secure transport this way: if it \
+     does, connect with ssl-mode=REQUIRED or stronger)"
+)]
+struct DeniedInPlaintext {
+    #[source]
+    source: MyFailure,
 }
 
-/// A TLS-only server's refusal of the plaintext connection that failed with `source`.
-pub(crate) fn plaintext_refused(source: MySqlError) -> Error {
-    let failure = MyFailure::Statement { operation: CONNECT, source };
-    Error::Tls {
-        backend: BACKEND,
-        source: Box::new(PlaintextRefused { hint: MYSQL.require_hint, source: failure.into() }),
+/// Maps a failure to open a plaintext connection: as [`map`], except that
+/// `ER_ACCESS_DENIED_ERROR` is [`Error::Authentication`] with a hint that MariaDB answers a
+/// plaintext login to a TLS-only server the same way.
+pub(crate) fn map_plaintext_connect(source: MySqlError) -> Error {
+    match &source {
+        MySqlError::MySqlError(server) if server.code == ACCESS_DENIED_ERROR => {
+            let failure = MyFailure::Statement { operation: CONNECT, source };
+            Error::Authentication {
+                backend: BACKEND,
+                source: Box::new(DeniedInPlaintext { source: failure }),
+            }
+        }
+        _ => map(CONNECT, source),
     }
 }
 

@@ -22,29 +22,42 @@
 //!
 //! | parameter | meaning |
 //! | --- | --- |
-//! | `ssl-mode` | any case: `DISABLED`, `PREFERRED` (TLS if the server offers it, else plaintext; nothing checked), `REQUIRED` (TLS; nothing checked, or the chain when `ssl-ca` is given), `VERIFY_CA` (the chain), `VERIFY_IDENTITY` (the chain and the host name or IP address of the URL). With other TLS parameters but no `ssl-mode`: `PREFERRED` |
+//! | `ssl-mode` | any case: `DISABLED`, `PREFERRED` (TLS if the server offers it, else plaintext; nothing checked), `REQUIRED` (TLS; nothing checked; with `ssl-ca`, refused: see below), `VERIFY_CA` (refused: see below), `VERIFY_IDENTITY` (the chain and the host name or IP address of the URL). With other TLS parameters but no `ssl-mode`: `PREFERRED` |
 //! | `ssl-ca` | PEM file of the CAs to trust |
 //! | `ssl-cert`, `ssl-key` | the client's certificate chain and private key (PEM), both or neither |
 //!
 //! The builder's [`TlsOptions`](lock_core::TlsOptions) decide the mode over the URL's; their
 //! files replace the URL's where they name any. With neither, the driver's own URL parameters
-//! (`require_ssl`, `verify_ca`, …) still work as before. TLS is the driver's rustls backend with
-//! the ring provider (no OpenSSL); a connection asked to use TLS stays on TCP (the driver would
-//! otherwise move a connection to `127.0.0.1` onto the server's Unix socket). Limits of the
-//! driver, which has no hook for its rustls configuration: it trusts the Mozilla roots compiled
-//! into it (`webpki-roots`) **in addition to** `ssl-ca` — so a publicly trusted certificate
-//! passes `VERIFY_CA` too — and, without `ssl-ca`, those roots rather than the system store.
-//! `PREFERRED` is done here: the driver treats TLS as required, so a connection the server
-//! refuses for want of TLS support is opened again in plaintext.
+//! (`root_cert_path`, `danger_skip_domain_validation`, …) still work as before. TLS is the
+//! driver's rustls backend with the ring provider (no OpenSSL); a connection asked to use TLS
+//! stays on TCP (the driver would otherwise move a connection to `127.0.0.1` onto the server's
+//! Unix socket). Limits of the driver, which has no hook for its rustls configuration: it
+//! trusts the Mozilla roots compiled into it (`webpki-roots`) **in addition to** `ssl-ca`, and,
+//! without `ssl-ca`, those roots rather than the system store. So `VERIFY_IDENTITY` also accepts
+//! a certificate a public CA issued for the host name, and chain-only verification
+//! (`VERIFY_CA`, `REQUIRED` with `ssl-ca`) would accept any publicly trusted certificate for
+//! any host, which authenticates nothing: `build` refuses it with
+//! [`Error::InvalidConfig`](lock_core::Error::InvalidConfig) (use `VERIFY_IDENTITY`). The driver
+//! does not use TLS on a Unix socket: the driver's `socket=` parameter with `REQUIRED` or
+//! stronger (or with the driver's own TLS parameters) is refused the same way. `PREFERRED` is
+//! done here: the driver treats TLS as required, so a connection the server refuses for want of
+//! TLS support is opened again in plaintext.
+//!
+//! Side effect: building a backend installs rustls's ring provider as the process's default
+//! crypto provider, unless one is installed already (the driver builds its rustls
+//! configuration on the process default, and rustls panics without one when more than one
+//! provider is compiled in).
 //!
 //! `build` reads the files (a missing or malformed one is
 //! [`Error::InvalidConfig`](lock_core::Error::InvalidConfig)). A failed handshake (an untrusted
 //! certificate, a wrong name, a server without TLS under `REQUIRED` or stronger, a refused
 //! client certificate) is [`Error::Tls`](lock_core::Error::Tls) within the connect timeout, and
-//! so is a TLS-only server's (`require_secure_transport=ON`) refusal of a plaintext connection:
-//! MySQL says so with error 3159, MariaDB with 1045, "access denied", as for a wrong password —
-//! so a denied plaintext login is tried once more over TLS (checking nothing, only to tell the
-//! two apart, and closed at once): if that one gets in, the error says the server wants TLS.
+//! so is MySQL's refusal of a plaintext connection to a TLS-only server
+//! (`require_secure_transport=ON`, error 3159). MariaDB refuses it with 1045, "access denied",
+//! as for a wrong password, and nothing tells the two apart without logging in again: a
+//! plaintext login denied with 1045 is
+//! [`Error::Authentication`](lock_core::Error::Authentication) whose message adds that the
+//! server may require secure transport (then connect with `ssl-mode=REQUIRED` or stronger).
 //! [`MySqlBackend::tls_version`] tells what a connection got.
 //!
 //! ```no_run

@@ -26,7 +26,7 @@ use super::lease::{Hold, MySqlLease};
 use super::schema::hex;
 use super::session::{idle_limit_secs, RESET_IDLE_LIMIT};
 use super::MySqlBackend;
-use crate::queue_wait::{granted_after, in_queue_until, micros, Wait};
+use crate::queue_wait::{in_queue_until, micros, Grant, Wait};
 use crate::session_connection::SessionConnection;
 use crate::shared_session::SharedSession;
 
@@ -55,7 +55,7 @@ impl MySqlBackend {
         ttl: Duration,
         access: Access,
         wait: Wait,
-    ) -> Result<Option<(MySqlLease, Instant)>> {
+    ) -> Result<Option<(MySqlLease, Grant)>> {
         let mut connection = self.inner.pool.get_for(wait.checkout())?;
         let literal = hex(name.as_str().as_bytes());
         let mut attempt = self.rw_lock(&mut connection, &literal, ttl, access, wait)?;
@@ -83,7 +83,7 @@ impl MySqlBackend {
             self.inner.writers.insert(name.as_str(), &owner.to_hex(), &session);
         }
         let hold = Hold::ReadWrite { access, owner: owner.to_hex(), session };
-        Ok(Some((MySqlLease::new(name, fence, ttl, hold), granted_after(sent, micros(waited)))))
+        Ok(Some((MySqlLease::new(name, fence, ttl, hold), Grant::new(sent, micros(waited)))))
     }
 
     /// One locking read; on anything but a grant, the transaction is rolled back.

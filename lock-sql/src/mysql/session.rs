@@ -32,15 +32,15 @@ use super::error::{self, MyFailure, BACKEND};
 use super::lease::{Hold, MySqlLease};
 use super::schema::hex;
 use super::MySqlBackend;
-use crate::queue_wait::{granted_after, micros, Wait};
+use crate::queue_wait::{micros, Grant as QueueGrant, Wait};
 use crate::session_connection::SessionConnection;
 
 /// Resets the session's idle limit (after a release or a refused attempt).
 pub(crate) const RESET_IDLE_LIMIT: &str = "SET SESSION wait_timeout = @@GLOBAL.wait_timeout";
 
-/// A granted attempt: the lease, and the earliest the server can have granted it
-/// ([`granted_after`]).
-pub(crate) type Granted = (MySqlLease, Instant);
+/// A granted attempt: the lease, the earliest the server can have granted it, and the server's
+/// wait in its queue.
+pub(crate) type Granted = (MySqlLease, QueueGrant);
 
 /// What one attempt on the server's lock queue gave.
 enum Grant {
@@ -70,7 +70,7 @@ impl MySqlBackend {
         match attempt {
             (Grant::Fence(fence, waited), sent) => {
                 let hold = Hold::Row { connection: SessionConnection::new(connection) };
-                Ok(Some((MySqlLease::new(name, fence, ttl, hold), granted_after(sent, micros(waited)))))
+                Ok(Some((MySqlLease::new(name, fence, ttl, hold), QueueGrant::new(sent, micros(waited)))))
             }
             (Grant::Busy, _) => Ok(None),
             (Grant::NoRow, _) => {
@@ -130,7 +130,7 @@ impl MySqlBackend {
         match granted {
             Ok(Some(Grant::Fence(fence, waited))) => {
                 let hold = Hold::Advisory { key, connection: SessionConnection::new(connection) };
-                Ok(Some((MySqlLease::new(name, fence, ttl, hold), granted_after(sent, micros(waited)))))
+                Ok(Some((MySqlLease::new(name, fence, ttl, hold), QueueGrant::new(sent, micros(waited)))))
             }
             Ok(_) => Ok(None),
             Err(error) => {

@@ -1,18 +1,24 @@
 //! TLS for MySQL/MariaDB connections: [`TlsOptions`] as the `mysql` driver's [`SslOpts`]
 //! (its rustls backend, ring provider), and [`Connector`], which opens connections and, for
 //! `ssl-mode=PREFERRED`, falls back to plaintext when the server offers no TLS (the driver
-//! itself treats TLS options as required), and tells a TLS-only server's refusal of a
-//! plaintext login from a wrong password ([`Connector::error`]).
+//! itself treats TLS options as required), and maps a failed login ([`Connector::error`]).
 //!
-//! What the driver checks, per mode ([`TlsOptions::verification`]): nothing
-//! (`PREFERRED`, `REQUIRED` without `ssl-ca`; the driver's "accept invalid certificates"), the
-//! chain only (`VERIFY_CA`, and `REQUIRED` with `ssl-ca`: its "skip domain validation"), the
-//! chain and the host name or IP address (`VERIFY_IDENTITY`). The driver trusts the Mozilla
-//! roots compiled into it (`webpki-roots`) **in addition to** `ssl-ca`, and offers no way to
-//! trust `ssl-ca` alone: a certificate from a public CA passes `VERIFY_CA` too, and one that a
-//! public CA issued for the host name passes `VERIFY_IDENTITY`.
+//! What the driver checks, per mode ([`TlsOptions::verification`]): nothing (`PREFERRED`,
+//! `REQUIRED` without `ssl-ca`; the driver's "accept invalid certificates"), or the chain and
+//! the host name or IP address (`VERIFY_IDENTITY`). The driver trusts the Mozilla roots
+//! compiled into it (`webpki-roots`) **in addition to** `ssl-ca`, and offers no way to trust
+//! `ssl-ca` alone: a certificate that a public CA issued for the host name passes
+//! `VERIFY_IDENTITY` too. For the same reason chain-only verification (`VERIFY_CA`, and
+//! `REQUIRED` with `ssl-ca`) is refused at build: with the public roots trusted and no host name
+//! checked, any publicly trusted certificate for any host would pass, which authenticates
+//! nothing.
+//!
+//! The driver skips TLS on a Unix socket (silently), so a `socket=` URL parameter with a mode
+//! that requires TLS (or the driver's own TLS parameters) is refused at build too.
 
-use lock_core::{Result, TlsMode, TlsOptions, Verification};
+use std::sync::Once;
+
+use lock_core::{Error, Result, TlsMode, TlsOptions, Verification};
 use mysql::{ClientIdentity, Conn, DriverError, Error as MySqlError, Opts, OptsBuilder, SslOpts};
 
 use super::error;
@@ -27,20 +33,37 @@ pub(crate) struct Connector {
 
 impl Connector {
     /// Connections with `opts` and, when the URL or the builder set any, TLS as `tls` says
-    /// (else the URL's own driver parameters, such as `require_ssl`, stand).
+    /// (else the URL's own driver parameters, such as `root_cert_path`, stand).
+    ///
+    /// Side effect, process-wide: installs rustls's ring provider as the process's default
+    /// crypto provider, unless one is installed already (see [`install_crypto_provider`]).
     ///
     /// # Errors
-    /// [`lock_core::Error::InvalidConfig`] when a file `tls` names cannot be read or parsed.
+    /// [`lock_core::Error::InvalidConfig`] when a file `tls` names cannot be read or parsed,
+    /// for chain-only verification (`VERIFY_CA`, `REQUIRED` with `ssl-ca`), and for TLS on a
+    /// Unix socket (`socket=` with a mode other than `DISABLED`/`PREFERRED`, or with the
+    /// driver's own TLS parameters).
     pub(crate) fn new(opts: OptsBuilder, tls: Option<&TlsOptions>) -> Result<Self> {
-        let Some(tls) = tls else { return Ok(Self { opts: opts.into(), plaintext: None }) };
+        install_crypto_provider();
+        let socket = Opts::from(opts.clone()).get_socket().is_some();
+        let Some(tls) = tls else {
+            let opts: Opts = opts.into();
+            if socket && opts.get_ssl_opts().is_some() {
+                return Err(tls_on_socket("the driver's TLS parameters"));
+            }
+            return Ok(Self { opts, plaintext: None });
+        };
         if tls.mode() == TlsMode::Disable {
             return Ok(Self { opts: opts.ssl_opts(None).into(), plaintext: None });
         }
+        if tls.verification() == Verification::Chain {
+            return Err(Error::invalid_config(CHAIN_ONLY_REFUSED));
+        }
+        if socket && tls.mode() != TlsMode::Prefer {
+            return Err(tls_on_socket("a TLS mode that requires TLS"));
+        }
         // Read now, so that a missing or malformed file is `build`'s error, naming it.
         crate::tls::load(tls)?;
-        // The driver builds its rustls config on the process-wide crypto provider, and rustls
-        // panics without one when a process has more than one compiled in.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let plaintext = (tls.mode() == TlsMode::Prefer).then(|| opts.clone().ssl_opts(None).into());
         // The driver would move a TLS connection to 127.0.0.1 onto the server's Unix socket
         // (in plaintext): a connection asked to use TLS stays on TCP.
@@ -81,22 +104,45 @@ impl Connector {
     ///
     /// MariaDB refuses a plaintext login to a server with `require_secure_transport=ON` with
     /// `ER_ACCESS_DENIED_ERROR` (1045), the answer to a wrong password too (MySQL has a code of
-    /// its own, 3159, mapped by the error module). To tell the two apart, a plaintext login
-    /// that was denied is tried once more over TLS (checking no certificate: this connection
-    /// only diagnoses, and is closed at once; it sends nothing the plaintext attempt did not):
-    /// if that one gets in, the server refused the plaintext, and the error says so
-    /// ([`lock_core::Error::Tls`]).
+    /// its own, 3159, mapped by the error module to [`lock_core::Error::Tls`]). The two cannot
+    /// be told apart without logging in again over TLS (twice the connect time, a second
+    /// strike against `max_password_errors`, and the credentials sent over a channel nobody
+    /// verified), so a plaintext login denied with 1045 is
+    /// [`lock_core::Error::Authentication`] with a hint naming both causes.
     pub(crate) fn error(&self, failure: MySqlError) -> lock_core::Error {
-        if self.opts.get_ssl_opts().is_none() && error::is_access_denied(&failure) {
-            let diagnosis = OptsBuilder::from_opts(self.opts.clone())
-                .ssl_opts(Some(ssl_opts(&TlsOptions::new(TlsMode::Require))))
-                .prefer_socket(false);
-            if Conn::new(diagnosis).is_ok() {
-                return error::plaintext_refused(failure);
-            }
+        if self.opts.get_ssl_opts().is_none() {
+            return error::map_plaintext_connect(failure);
         }
         error::map(error::CONNECT, failure)
     }
+}
+
+/// Why chain-only verification is refused (see the module docs).
+const CHAIN_ONLY_REFUSED: &str = "ssl-mode=VERIFY_CA (or REQUIRED with ssl-ca) is not supported on \
+     MySQL/MariaDB: the mysql driver trusts the public Mozilla roots besides ssl-ca, so without a \
+     host name check any publicly trusted certificate for any host would pass; use \
+     ssl-mode=VERIFY_IDENTITY, which checks the host name (and also trusts the public roots)";
+
+/// The error for TLS asked for on a Unix socket, which the driver would use in plaintext.
+fn tls_on_socket(what: &str) -> Error {
+    Error::invalid_config(format!(
+        "the socket URL parameter with {what}: the mysql driver does not use TLS on a Unix socket \
+         (the connection would be plaintext); connect over TCP, or use ssl-mode=DISABLED or \
+         PREFERRED on the socket"
+    ))
+}
+
+/// Installs rustls's ring provider as the process's default, once (a provider installed
+/// before, by this crate or anyone, stays). The driver builds every rustls config on the
+/// process default (`ClientConfig::builder()`), whichever way TLS was asked for (these options,
+/// or its own URL parameters), and rustls panics there when the process has more than one
+/// provider compiled in (ring and aws-lc-rs, as with every feature of the workspace) and none
+/// installed.
+fn install_crypto_provider() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let _already_installed = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 /// The driver's TLS options for `tls`.
@@ -111,8 +157,8 @@ fn ssl_opts(tls: &TlsOptions) -> SslOpts {
         Verification::None => {
             ssl = ssl.with_danger_accept_invalid_certs(true).with_danger_skip_domain_validation(true);
         }
-        Verification::Chain => ssl = ssl.with_danger_skip_domain_validation(true),
-        Verification::ChainAndHost => {}
+        // Refused by `Connector::new`; checking the host name as well is the safe reading.
+        Verification::Chain | Verification::ChainAndHost => {}
     }
     ssl
 }
@@ -128,8 +174,6 @@ mod tests {
             (ssl.accept_invalid_certs(), ssl.skip_domain_validation())
         };
         assert_eq!(check(TlsOptions::new(TlsMode::Require)), (true, true));
-        assert_eq!(check(TlsOptions::new(TlsMode::Require).root_cert("/ca.pem")), (false, true));
-        assert_eq!(check(TlsOptions::new(TlsMode::VerifyCa).root_cert("/ca.pem")), (false, true));
         assert_eq!(check(TlsOptions::new(TlsMode::VerifyFull)), (false, false));
         let ssl = ssl_opts(&TlsOptions::new(TlsMode::VerifyFull).client_cert("/c.pem", "/k.pem"));
         assert_eq!(ssl.client_identity().map(ClientIdentity::cert_chain_path), Some("/c.pem".as_ref()));
@@ -145,5 +189,75 @@ mod tests {
         assert!(required.plaintext.is_none() && required.opts.get_ssl_opts().is_some());
         let disabled = Connector::new(base(), Some(&TlsOptions::new(TlsMode::Disable))).unwrap();
         assert!(disabled.opts.get_ssl_opts().is_none());
+    }
+
+    /// The driver builds its rustls configuration on the process default provider whichever way
+    /// TLS is asked for (its own URL parameters too): every connector installs one.
+    #[test]
+    fn a_connector_without_tls_options_installs_the_crypto_provider() {
+        let plain = OptsBuilder::new().ip_or_hostname(Some("127.0.0.1"));
+        Connector::new(plain, None).unwrap();
+        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
+    }
+
+    /// The driver trusts the public roots besides `ssl-ca`: checking the chain alone would let
+    /// any publicly trusted certificate pass.
+    #[test]
+    fn chain_only_verification_is_refused() {
+        let base = || OptsBuilder::new().ip_or_hostname(Some("127.0.0.1"));
+        for tls in [
+            TlsOptions::new(TlsMode::VerifyCa).root_cert("/ca.pem"),
+            TlsOptions::new(TlsMode::VerifyCa),
+            TlsOptions::new(TlsMode::Require).root_cert("/ca.pem"),
+        ] {
+            let refused = Connector::new(base(), Some(&tls)).err();
+            assert!(
+                matches!(&refused, Some(Error::InvalidConfig { reason }) if reason.contains("VERIFY_IDENTITY")),
+                "{tls:?}: {refused:?}"
+            );
+        }
+    }
+
+    /// The driver skips TLS on a Unix socket: TLS asked for there would be plaintext.
+    #[test]
+    fn tls_on_a_unix_socket_is_refused() {
+        let on_socket = || OptsBuilder::new().socket(Some("/run/mysqld/mysqld.sock"));
+        for mode in [TlsMode::Require, TlsMode::VerifyFull] {
+            let refused = Connector::new(on_socket(), Some(&TlsOptions::new(mode))).err();
+            assert!(
+                matches!(&refused, Some(Error::InvalidConfig { reason }) if reason.contains("socket")),
+                "{mode:?}: {refused:?}"
+            );
+        }
+        let driver_tls = on_socket().ssl_opts(Some(SslOpts::default()));
+        assert!(matches!(Connector::new(driver_tls, None), Err(Error::InvalidConfig { .. })));
+        for mode in [TlsMode::Disable, TlsMode::Prefer] {
+            assert!(Connector::new(on_socket(), Some(&TlsOptions::new(mode))).is_ok(), "{mode:?}");
+        }
+        assert!(Connector::new(on_socket(), None).is_ok());
+    }
+
+    #[test]
+    fn a_plaintext_access_denied_is_authentication_with_the_secure_transport_hint() {
+        let plain = Connector::new(OptsBuilder::new().ip_or_hostname(Some("127.0.0.1")), None).unwrap();
+        let denied = || {
+            MySqlError::MySqlError(mysql::MySqlError {
+                state: "28000".into(),
+                message: "Access denied for user 'u'@'h' (using password: YES)".into(),
+                code: 1045,
+            })
+        };
+        let error = plain.error(denied());
+        assert!(matches!(error, Error::Authentication { .. }), "{error:?}");
+        assert!(error.to_string().contains("ssl-mode=REQUIRED or stronger"), "{error}");
+        // Over TLS, a denial is a denial.
+        let tls = Connector::new(
+            OptsBuilder::new().ip_or_hostname(Some("127.0.0.1")),
+            Some(&TlsOptions::new(TlsMode::Require)),
+        )
+        .unwrap();
+        let error = tls.error(denied());
+        assert!(matches!(error, Error::Authentication { .. }), "{error:?}");
+        assert!(!error.to_string().contains("secure transport"), "{error}");
     }
 }

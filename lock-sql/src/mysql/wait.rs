@@ -42,14 +42,13 @@ impl NativeWait for MySqlBackend {
         }
         let mut retried = false;
         loop {
-            let started = Instant::now();
             let wait = Wait::next(deadline, self.inner.pool.io_timeout());
             let granted = match self.inner.kind {
                 MySqlLockKind::Row => self.row_acquire(name, ttl, wait)?,
                 _ => self.advisory_acquire(name, ttl, wait)?,
             };
-            if let Some((lease, granted_after)) = granted {
-                return Ok(Some(queued_grant(lease, (started, granted_after), retried)));
+            if let Some((lease, grant)) = granted {
+                return Ok(Some(queued_grant(lease, grant, retried)));
             }
             retried = true;
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {

@@ -33,7 +33,7 @@ use super::pool::PooledPg;
 use super::session::{call_error, idle_limit, is_busy, unsigned};
 use super::table::millis;
 use super::PostgresBackend;
-use crate::queue_wait::{granted_after, in_queue_until, micros, Wait};
+use crate::queue_wait::{granted_after, in_queue_until, micros, Grant, Wait};
 use crate::session_connection::SessionConnection;
 use crate::shared_session::SharedSession;
 
@@ -79,7 +79,7 @@ impl PostgresBackend {
         ttl: Duration,
         access: Access,
         wait: Wait,
-    ) -> Result<Option<(PostgresLease, Instant)>> {
+    ) -> Result<Option<(PostgresLease, Grant)>> {
         let connection = self.inner.pool.get_for(wait.checkout())?;
         let granted = match self.rw_lock_on(&connection, name, ttl, access, wait.length()) {
             Ok(granted) => granted,
@@ -95,7 +95,7 @@ impl PostgresBackend {
             self.inner.writers.insert(name.as_str(), &owner.to_hex(), &session);
         }
         let hold = Hold::ReadWrite { access, owner: owner.to_hex(), session };
-        Ok(Some((PostgresLease::new(name, unsigned(fence), ttl, hold), granted_after(sent, micros(waited)))))
+        Ok(Some((PostgresLease::new(name, unsigned(fence), ttl, hold), Grant::new(sent, micros(waited)))))
     }
 
     /// The locking statement on `connection`: `Some((fence, µs waited, sent))` when granted.

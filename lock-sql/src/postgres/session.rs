@@ -42,7 +42,7 @@ use super::lease::{Hold, PostgresLease};
 use super::pool::PooledPg;
 use super::table::millis;
 use super::PostgresBackend;
-use crate::queue_wait::{granted_after, micros, Wait};
+use crate::queue_wait::{micros, Grant as QueueGrant, Wait};
 use crate::session_connection::SessionConnection;
 
 /// The server-side `lock_timeout` in ms (as text, for `set_config`) and the client-side limit of
@@ -54,9 +54,9 @@ fn limits(wait: Wait, io_timeout: Duration) -> (Option<String>, Duration) {
     }
 }
 
-/// A granted attempt: the lease, and the earliest the server can have granted it
-/// ([`granted_after`]).
-pub(crate) type Granted = (PostgresLease, Instant);
+/// A granted attempt: the lease, the earliest the server can have granted it, and the server's
+/// wait in its queue.
+pub(crate) type Granted = (PostgresLease, QueueGrant);
 
 /// What one attempt on the server's lock queue gave.
 enum Grant {
@@ -81,7 +81,7 @@ impl PostgresBackend {
                 let hold = Hold::Row { connection: SessionConnection::new(connection) };
                 Ok(Some((
                     PostgresLease::new(name, unsigned(fence), ttl, hold),
-                    granted_after(sent, micros(waited)),
+                    QueueGrant::new(sent, micros(waited)),
                 )))
             }
             (Grant::Busy, _) => Ok(None),
@@ -191,7 +191,7 @@ impl PostgresBackend {
                 let hold = Hold::Advisory { key, connection: SessionConnection::new(connection) };
                 Some((
                     PostgresLease::new(name, unsigned(fence), ttl, hold),
-                    granted_after(sent, micros(waited)),
+                    QueueGrant::new(sent, micros(waited)),
                 ))
             }
             _ => None,
