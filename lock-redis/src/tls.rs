@@ -232,6 +232,7 @@ impl fmt::Debug for TlsConfig {
 ///
 /// # Errors
 /// As [`split_url`] and [`TlsConfig::load`], or a URL redis-rs refuses.
+#[cfg(feature = "testkit")]
 pub(crate) fn open_client(url: &str) -> Result<redis::Client, String> {
     let (plain, tls) = split_url(url)?;
     let client =
