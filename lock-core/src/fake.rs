@@ -41,6 +41,8 @@ pub(crate) struct Switches {
     pub(crate) fail_release: AtomicBool,
     pub(crate) acquires: AtomicUsize,
     pub(crate) extends: AtomicUsize,
+    /// Calls of `extend_many`: renewal round trips.
+    pub(crate) batches: AtomicUsize,
     pub(crate) releases: AtomicUsize,
 }
 
@@ -81,6 +83,7 @@ impl DistributedLock for FakeBackend {
 
     fn extend_many(&self, batch: &mut [Extension<'_, MemoryLease>]) -> Vec<Result<bool>> {
         assert!(!self.switches.panic_on_extend.load(Ordering::SeqCst), "extend_many switched to panic");
+        self.switches.batches.fetch_add(1, Ordering::SeqCst);
         let stall = self.switches.stall_extend_ms.load(Ordering::SeqCst);
         if stall > 0 {
             self.switches.extends.fetch_add(batch.len(), Ordering::SeqCst);

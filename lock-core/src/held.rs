@@ -185,13 +185,24 @@ impl<B: DistributedLock> HeldLease<B> {
     }
 
     /// Reports the hold lost, once: from then on it is not held, the signal fires, and the
-    /// callback is handed to a callback thread (user code never runs on a renewal thread).
+    /// callback is handed to a callback thread (user code never runs on a renewal thread). A
+    /// released hold is left alone: its release reported any loss itself.
     pub(crate) fn mark_lost(&self, why: &str) {
-        if self.is_released() || self.lost_flag.swap(true, Ordering::AcqRel) {
+        if !self.is_released() {
+            self.report_lost(why);
+        }
+    }
+
+    /// [`mark_lost`](Self::mark_lost) without the released check: the one path every loss takes,
+    /// whoever sees it first (the timer, a renewal, or the holder's own release of a hold the
+    /// clock already counted lost), so `on_lost` runs exactly once per loss.
+    fn report_lost(&self, why: &str) {
+        if self.lost_flag.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.lost.fire();
+        // Counted before the signal fires: a holder woken by it sees the loss in the metrics.
         self.metrics.lost();
+        self.lost.fire();
         tracing::warn!(lock = %self.shown_name(), why, "distributed lock lost");
         if let Some(callback) = &self.on_lost {
             let (callback, name) = (Arc::clone(callback), self.name.clone());
@@ -199,12 +210,20 @@ impl<B: DistributedLock> HeldLease<B> {
         }
     }
 
+    /// Settles the signal of a hold that ends now; a loss the clock already counted is reported
+    /// (once) before the hold counts as released, so the timer cannot skip it.
+    fn settle(&self) {
+        if self.lost.settle() {
+            self.report_lost(lost_reason(self.hold_kind));
+        }
+        self.released.store(true, Ordering::Release);
+    }
+
     /// Marks the hold released and drops its lease without asking the server (a lease runs out
     /// on its own; dropping a session hold's lease ends its connection).
     pub(crate) fn abandon(&self) {
         let lease = self.lease.lock().take();
-        self.released.store(true, Ordering::Release);
-        self.lost.settle();
+        self.settle();
         self.metrics.abandoned();
         drop(lease);
     }
@@ -217,14 +236,10 @@ impl<B: DistributedLock> HeldLease<B> {
     pub(crate) fn release(&self, backend: &B) -> Result<()> {
         let span = self.observer.release_span(&self.name, self.mode, self.fencing);
         let _entered = span.enter();
-        // Lost by the clock, the timer not having said so yet: the loss is counted here, as the
-        // timer leaves released holds alone.
-        let lost_before = self.is_lost() || self.lost.is_lost();
-        if lost_before {
-            self.metrics.lost();
-        }
         let outcome = self.release_lease(backend);
-        self.metrics.released(&outcome, lost_before, &span, |error| self.describe(error));
+        // A hold that ended lost (reported by now, by whichever path saw it first) fails its
+        // release by no fault of the release.
+        self.metrics.released(&outcome, self.is_lost(), &span, |error| self.describe(error));
         outcome
     }
 
@@ -235,8 +250,9 @@ impl<B: DistributedLock> HeldLease<B> {
             Some(mut slot) => (slot.take(), false),
             None => (self.lease.lock().take(), true),
         };
-        self.released.store(true, Ordering::Release);
-        self.lost.settle();
+        // Lost by the clock, the timer not having said so yet: reported here, as the timer leaves
+        // released holds alone.
+        self.settle();
         let Some(lease) = lease else { return Ok(()) };
         if waited && self.unanswered.load(Ordering::Acquire) {
             // The server did not answer the renewal just made: asking again would double the
@@ -264,5 +280,13 @@ impl<B: DistributedLock> HeldLease<B> {
             Ok(false) => Err(Error::NotHeld { name: self.name.clone() }),
             Err(error) => Err(error),
         }
+    }
+}
+
+/// Why a hold whose confirmed expiry passed is lost.
+pub(crate) fn lost_reason(hold_kind: HoldKind) -> &'static str {
+    match hold_kind {
+        HoldKind::Session => "no liveness check succeeded within the session timeout",
+        _ => "the lease ran out before a renewal was confirmed",
     }
 }

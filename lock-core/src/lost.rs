@@ -93,12 +93,13 @@ impl LostSignal {
     }
 
     /// The hold ended (released): a loss the clock already counted stays reported; no later one
-    /// comes.
-    pub(crate) fn settle(&self) {
+    /// comes. Returns whether the hold ended lost.
+    pub(crate) fn settle(&self) -> bool {
         let mut state = self.inner.state.lock();
         state.fired = state.is_lost(Instant::now());
         state.expires = None;
         state.settled = true;
+        state.fired
     }
 }
 

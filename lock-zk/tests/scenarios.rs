@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lock_core::{DistributedLock, Error, LockClient, LockName, LockOptions, OwnerToken};
-use lock_testkit::harness::free_port;
+use lock_testkit::harness::{free_port, ZooKeeperServer};
 use lock_testkit::run_backend_scenario;
 use lock_testkit::suite::{unique_name, SuiteTarget};
 use lock_zk::testkit::{scenarios, ZooKeeperTarget};
@@ -177,4 +177,34 @@ fn the_request_floor_times_both_kinds_of_pair() {
     let floor = backend.request_floor(20).unwrap();
     assert!(floor.write_pair > Duration::ZERO && floor.lock_requests_pair > Duration::ZERO, "{floor:?}");
     assert!(floor.ceiling() > 0.0, "{floor}");
+}
+
+/// Liveness costs per client, not per lock: 2,000 holds of one client at a 10 s session send
+/// about two liveness batches (a `sync` each) per renew interval, not one request per hold.
+#[test]
+fn two_thousand_holds_cost_a_few_packets_a_second() {
+    const HOLDS: usize = 2_000;
+    let server = ZooKeeperServer::start().unwrap();
+    let session = Duration::from_secs(10);
+    let backend =
+        ZooKeeperBackend::builder(server.connect_string()).session_timeout(session).build().unwrap();
+    let client = LockClient::with_options(backend, LockOptions::builder().lease(session).build().unwrap());
+    let interval = client.options().renew_interval();
+    let prefix = unique_name("liveness-cost");
+    let locks: Vec<_> = (0..HOLDS).map(|i| client.lock_named(&format!("{prefix}-{i}")).unwrap()).collect();
+    let guards: Vec<_> = locks.iter().map(|lock| lock.try_lock().unwrap().expect("free")).collect();
+    // One interval for the holds' schedules to fall into step, then two to count over.
+    thread::sleep(interval);
+    let received = || -> u64 {
+        let stats = server.four_letter_word("mntr").unwrap();
+        let line = stats.lines().find_map(|line| line.strip_prefix("zk_packets_received")).unwrap();
+        line.trim().parse().unwrap()
+    };
+    let (before, started) = (received(), Instant::now());
+    thread::sleep(interval * 2);
+    let rate = (received() - before) as f64 / started.elapsed().as_secs_f64();
+    println!("{HOLDS} holds, session {session:?}: {rate:.1} packets/s at the server");
+    assert!(rate <= 20.0, "{rate:.1} packets/s for {HOLDS} holds of one client");
+    assert!(guards.iter().all(|guard| guard.is_held()));
+    drop(guards);
 }

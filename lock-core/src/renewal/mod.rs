@@ -12,6 +12,10 @@
 //!   [`extend_many`](crate::DistributedLock::extend_many) call — and dispatches no second batch of
 //!   that client while one is in flight. So a server that stopped answering holds up renewals of
 //!   its own client's leases only; other clients' batches run on other workers.
+//! - **Batches per client, not per lease.** When a lease falls due, every lease of the client due
+//!   within half its own interval goes in the same batch (renewed a little early, never late), so
+//!   the leases fall into step: a client sends about two batches per renew interval whether it
+//!   holds one lease or 10,000.
 //! - A release waits for an in-flight batch of its own client that holds its lease (the backend
 //!   bounds that call by its timeouts), never for another client's I/O.
 //!

@@ -13,9 +13,9 @@ use parking_lot::Mutex;
 
 use super::timer::{timer, Scheduled};
 use super::workers;
-use crate::backend::{DistributedLock, Extension, HoldKind};
+use crate::backend::{DistributedLock, Extension};
 use crate::error::{Error, Result};
-use crate::held::HeldLease;
+use crate::held::{lost_reason, HeldLease};
 use crate::observe::Observer;
 
 /// Released entries tolerated in the queues before they are pruned.
@@ -159,20 +159,19 @@ impl<B: DistributedLock> LeaseTable<B> {
         observed.answered();
         let now = Instant::now();
         let mut rescheduled = Vec::new();
+        let mut lost = Vec::new();
         for ((held, interval), outcome) in batch.into_iter().zip(outcomes) {
-            // Looked at once the outcome is applied.
-            let looked_at = outcome.is_some().then(|| Arc::clone(&held));
             match outcome {
                 // Released while the batch was being assembled: nothing more to do.
-                None => {}
+                None => continue,
                 Some(Ok(true)) => {
                     observed.confirmed();
                     held.confirm(sent_at);
-                    rescheduled.push(Due { at: sent_at + interval, held, interval });
+                    rescheduled.push(Due { at: sent_at + interval, held: Arc::clone(&held), interval });
                 }
                 Some(Ok(false)) => {
                     observed.lost();
-                    held.mark_lost("the server says the lock is no longer held");
+                    lost.push((Arc::clone(&held), "the server says the lock is no longer held"));
                 }
                 Some(Err(error)) => {
                     observed.failed();
@@ -181,18 +180,22 @@ impl<B: DistributedLock> LeaseTable<B> {
                     // timer reports the loss when it ends.
                     let valid_until = held.valid_until();
                     if now >= valid_until {
-                        held.mark_lost(lost_reason(&held));
+                        lost.push((Arc::clone(&held), lost_reason(held.hold_kind)));
                     } else {
                         let error = held.describe(&error);
                         tracing::warn!(lock = %held.shown_name(), %error, "lease renewal failed; retrying");
                         let at = (now + (interval / 2).max(MIN_RETRY)).min(valid_until);
-                        rescheduled.push(Due { at, held, interval });
+                        rescheduled.push(Due { at, held: Arc::clone(&held), interval });
                     }
                 }
             }
-            if let Some(held) = looked_at {
-                held.observe_doubt(&self.backend);
-            }
+            held.observe_doubt(&self.backend);
+        }
+        // The batch's outcomes are counted before any loss is signalled: a holder woken by its
+        // loss sees how the renewal went in the metrics.
+        drop(observed);
+        for (held, why) in lost {
+            held.mark_lost(why);
         }
         self.queues.lock().renewals.extend(rescheduled.into_iter().map(Reverse));
     }
@@ -300,14 +303,6 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Why a hold whose confirmed expiry passed is lost.
-fn lost_reason<B: DistributedLock>(held: &HeldLease<B>) -> &'static str {
-    match held.hold_kind {
-        HoldKind::Session => "no liveness check succeeded within the session timeout",
-        _ => "the lease ran out before a renewal was confirmed",
-    }
-}
-
 impl<B: DistributedLock> Scheduled for LeaseTable<B> {
     fn poll(self: Arc<Self>, now: Instant) -> Option<Instant> {
         let mut lost = Vec::new();
@@ -327,8 +322,12 @@ impl<B: DistributedLock> Scheduled for LeaseTable<B> {
                 }
             }
             let in_flight = self.in_flight.load(AtomicOrdering::Acquire);
-            if !in_flight {
-                while queues.renewals.peek().is_some_and(|Reverse(due)| due.at <= now) {
+            // Whatever is due now goes, and with it every lease due within half its interval:
+            // renewed a little early, the leases fall into step, so a client renews in about two
+            // batches (round trips) per interval however many leases it holds, where each lease
+            // on its own schedule would cost one round trip a lease.
+            if !in_flight && queues.renewals.peek().is_some_and(|Reverse(due)| due.at <= now) {
+                while queues.renewals.peek().is_some_and(|Reverse(due)| due.at <= now + due.interval / 2) {
                     let Some(Reverse(due)) = queues.renewals.pop() else { break };
                     // Released and lost leases are never touched again.
                     if !due.held.is_released() && !due.held.is_lost() {
@@ -343,7 +342,7 @@ impl<B: DistributedLock> Scheduled for LeaseTable<B> {
             next_expiry.into_iter().chain(next_renewal.flatten()).min()
         };
         for held in lost {
-            held.mark_lost(lost_reason(&held));
+            held.mark_lost(lost_reason(held.hold_kind));
         }
         if !batch.is_empty() {
             self.in_flight.store(true, AtomicOrdering::Release);

@@ -1,7 +1,10 @@
 //! Unit tests of the generic lock over the fake and memory backends: reentrancy, renewal, loss,
-//! release errors, waiting; loss on time and shutdown in their own files.
+//! release errors, waiting; loss on time, `on_lost` callbacks, renewal batching and shutdown in
+//! their own files.
 
 mod loss_on_time;
+mod lost_callbacks;
+mod renewal_batches;
 mod shutdown;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
