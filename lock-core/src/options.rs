@@ -27,7 +27,19 @@ pub struct LockOptions {
     pub(crate) clock_drift: f64,
     pub(crate) on_lost: Option<OnLost>,
     pub(crate) name_label: bool,
-    pub(crate) redact_names: bool,
+    /// `None`: names shown as they are; else the SipHash key of their redacted form.
+    pub(crate) redaction: Option<RedactionKey>,
+}
+
+/// The 128-bit key of the hash that redacted lock names show
+/// ([`LockOptionsBuilder::redaction_key`]); never shown in `Debug` output.
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct RedactionKey(pub(crate) [u8; 16]);
+
+impl fmt::Debug for RedactionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0 == [0; 16] { "unkeyed" } else { "keyed" })
+    }
 }
 
 /// The fixed part of the clock-drift margin: scheduling and timer granularity (Redlock's 2 ms).
@@ -84,7 +96,7 @@ impl LockOptions {
     /// Whether spans and log events show lock names redacted: see
     /// [`LockOptionsBuilder::redact_names`].
     pub fn redact_names(&self) -> bool {
-        self.redact_names
+        self.redaction.is_some()
     }
 }
 
@@ -106,7 +118,7 @@ impl fmt::Debug for LockOptions {
             .field("clock_drift", &self.clock_drift)
             .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn(&LockName)"))
             .field("name_label", &self.name_label)
-            .field("redact_names", &self.redact_names)
+            .field("redaction", &self.redaction)
             .finish()
     }
 }
@@ -124,7 +136,7 @@ pub struct LockOptionsBuilder {
     clock_drift: f64,
     on_lost: Option<OnLost>,
     name_label: bool,
-    redact_names: bool,
+    redaction: Option<RedactionKey>,
 }
 
 impl Default for LockOptionsBuilder {
@@ -139,7 +151,7 @@ impl Default for LockOptionsBuilder {
             clock_drift: 0.01,
             on_lost: None,
             name_label: false,
-            redact_names: false,
+            redaction: None,
         }
     }
 }
@@ -226,13 +238,30 @@ impl LockOptionsBuilder {
         self
     }
 
-    /// Whether spans, lock-core's log events and metric labels show lock names as a short stable
-    /// hash (`#1f0c…`) instead of the name, for names that carry personal data. The same name
-    /// always gives the same hash, so one lock's events still line up. This is pseudonymisation,
-    /// not encryption: the hash is unkeyed, so whoever can guess a name can check it. The
-    /// backends' own DEBUG-level events may still name keys or channels.
+    /// Whether spans, lock-core's log events, error texts in them and metric labels show lock
+    /// names as a short stable hash (`#1f0c…`) instead of the name, for names that carry
+    /// personal data. The hash is SipHash-2-4 of the name's UTF-8 bytes, with the all-zero key
+    /// (or the [`redaction_key`](Self::redaction_key)), as 16 lower-case hex digits after `#`:
+    /// the same name gives the same hash in every process, release and language that computes
+    /// it, so one lock's events still line up. Unkeyed, this is pseudonymisation, not
+    /// encryption: whoever can guess a name (an e-mail address, a user id) can check it — set a
+    /// secret key against that. The backends' own DEBUG-level events may still name keys or
+    /// channels.
+    ///
+    /// Defaults to off.
     pub fn redact_names(mut self, enabled: bool) -> Self {
-        self.redact_names = enabled;
+        self.redaction = enabled.then(|| self.redaction.unwrap_or_default());
+        self
+    }
+
+    /// Redacts names (as [`redact_names`](Self::redact_names)) with a keyed hash: SipHash-2-4
+    /// under this secret 128-bit key, so only those who hold the key can tell which name a hash
+    /// stands for, even for names a dictionary would guess. Keep the key as you keep a password
+    /// (it never appears in `Debug` output); the same key gives the same hashes in every process.
+    ///
+    /// Defaults to no key (the all-zero key).
+    pub fn redaction_key(mut self, key: [u8; 16]) -> Self {
+        self.redaction = Some(RedactionKey(key));
         self
     }
 
@@ -275,7 +304,7 @@ impl LockOptionsBuilder {
             clock_drift: self.clock_drift,
             on_lost: self.on_lost,
             name_label: self.name_label,
-            redact_names: self.redact_names,
+            redaction: self.redaction,
         })
     }
 }

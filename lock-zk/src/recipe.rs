@@ -315,10 +315,10 @@ impl ZooKeeperBackend {
         loop {
             listing.children.sort_unstable_by(|a, b| (queue.order)(a, b));
             let Some(position) = listing.children.iter().position(|child| child == ours) else {
-                return Err(Failure::Zk(zk::Error::UnexpectedError(format!(
-                    "the lock node {}/{ours} vanished while waiting",
-                    queue.path
-                ))));
+                // No path in the text: it carries the lock name, which spans may have to redact.
+                return Err(Failure::Zk(zk::Error::UnexpectedError(
+                    "the waiter's lock node vanished while waiting (deleted, or its session ended)".into(),
+                )));
             };
             let Some(watched) = (queue.turn)(&listing.children, position) else {
                 return Ok(Some(listing));

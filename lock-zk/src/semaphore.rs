@@ -203,9 +203,10 @@ impl ZooKeeperBackend {
         let mut watcher = None;
         loop {
             if !listing.children.iter().any(|child| child == ours) {
-                return Err(Failure::Zk(zk::Error::UnexpectedError(format!(
-                    "the lease node {leases}/{ours} vanished while waiting"
-                ))));
+                // No path in the text: it carries the lock name, which spans may have to redact.
+                return Err(Failure::Zk(zk::Error::UnexpectedError(
+                    "the waiter's lease node vanished while waiting (deleted, or its session ended)".into(),
+                )));
             }
             if listing.children.len() <= usize::try_from(permits).unwrap_or(usize::MAX) {
                 return Ok(Some((listing.at, listing.after_wait)));

@@ -17,14 +17,14 @@
 //! | --- | --- | --- | --- | --- |
 //! | [`distlock_acquisitions_total`](ACQUISITIONS) | counter | | `mode`, `name`? | locks acquired from the server (re-entries are not: they ask no server) |
 //! | [`distlock_acquisitions_contended_total`](CONTENDED_ACQUISITIONS) | counter | | `mode`, `name`? | of those, the ones that found the lock held and waited |
-//! | [`distlock_acquire_timeouts_total`](ACQUIRE_TIMEOUTS) | counter | | `mode`, `name`? | `try_` calls that gave up with the lock still held |
+//! | [`distlock_acquire_timeouts_total`](ACQUIRE_TIMEOUTS) | counter | | `mode`, `name`? | `try_lock` calls refused at once and `try_…_for`/`_until` calls that gave up, with the lock still held (contention, not an error) |
 //! | [`distlock_acquire_errors_total`](ACQUIRE_ERRORS) | counter | | `mode`, `name`? | acquisitions that failed with an error |
 //! | [`distlock_acquire_wait_seconds`](ACQUIRE_WAIT) | histogram | seconds | `mode`, `name`? | from the call to the grant, for acquisitions |
 //! | [`distlock_hold_seconds`](HOLD_TIME) | histogram | seconds | `mode`, `name`? | from the grant to the release, or to the loss |
-//! | [`distlock_renewals_total`](RENEWALS) | counter | | `outcome` = `confirmed`, `lost`, `failed` | lease renewals and session liveness checks, one per hold |
+//! | [`distlock_renewals_total`](RENEWALS) | counter | | `outcome` = `confirmed`, `lost`, `failed` | lease renewals and session liveness checks, one per hold. A loss found by a renewal is `lost` (the server said the lock is gone, or a session kind found its session ended); one that lets the lease run out while renewals fail is `failed`, then lost by the clock; a loss by the clock with renewal off, or seen by the holder's release first, has no renewal outcome (`losses_total` counts every loss once) |
 //! | [`distlock_renewal_batch_seconds`](RENEWAL_BATCH) | histogram | seconds | | one batch of renewals (one server call, or one per hold for session kinds) |
 //! | [`distlock_losses_total`](LOSSES) | counter | | `mode`, `name`? | holds reported lost |
-//! | [`distlock_in_doubt_total`](IN_DOUBT) | counter | | `mode`, `name`? | episodes of a session hold in doubt (a liveness check failed) |
+//! | [`distlock_in_doubt_total`](IN_DOUBT) | counter | | `mode`, `name`? | episodes of a hold in doubt: a session hold's liveness check failed or its session is suspended, or a lease's server may have lost it (the backend's doubt signal: a Redis primary unreachable, a failover under way) |
 //! | [`distlock_release_failures_total`](RELEASE_FAILURES) | counter | | `mode`, `name`?, `reason` = `not_held`, `error` | releases the server refused or could not be asked for (not those of holds already reported lost) |
 //! | [`distlock_pool_wait_seconds`](POOL_WAIT) | histogram | seconds | only `backend` | connection checkouts: the wait for an idle connection, or for a new one to open (Redis, PostgreSQL, MySQL; pools are per server, not per lock kind) |
 

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Once, OnceLock};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use tracing::field::Empty;
 use tracing::span::EnteredSpan;
 use tracing::Span;
@@ -26,7 +26,7 @@ pub(crate) use self::shown_name::ShownName;
 use crate::backend::{DistributedLock, FencingToken, HoldKind};
 use crate::error::{Error, Result};
 use crate::name::LockName;
-use crate::options::LockOptions;
+use crate::options::{LockOptions, RedactionKey};
 use crate::reentrancy::HoldMode;
 
 /// One client's instruments and span settings.
@@ -35,13 +35,36 @@ pub(crate) struct Observer {
     kind: &'static str,
     hold_kind: HoldKind,
     name_label: bool,
-    redact: bool,
+    redact: Option<RedactionKey>,
     /// Per mode, without a name label: registered on the mode's first use (a client that never
     /// takes a read lock exports no read series).
     by_mode: [OnceLock<Arc<HoldInstruments>>; 4],
     /// Per (name, mode), with [`LockOptions::name_label`]: registered on a name's first use.
-    by_name: Mutex<HashMap<(LockName, &'static str), Arc<HoldInstruments>>>,
+    by_name: RwLock<ByName>,
     renewals: RenewalInstruments,
+}
+
+/// The per-name handles of a client with name labels, kept while a hold uses them: a client that
+/// locks ever new names does not grow the map without bound (the series stay with the recorder).
+#[derive(Default)]
+struct ByName {
+    map: HashMap<(LockName, &'static str), Arc<HoldInstruments>>,
+    /// The map's size after the last prune: the next prune comes when it has doubled.
+    pruned_at: usize,
+}
+
+impl ByName {
+    /// The smallest map worth pruning.
+    const PRUNE_FROM: usize = 1024;
+
+    /// Drops the handles no hold uses (the map's is their only reference) once the map has
+    /// doubled since the last prune: amortised O(1) per new name.
+    fn prune(&mut self) {
+        if self.map.len() >= Self::PRUNE_FROM.max(self.pruned_at * 2) {
+            self.map.retain(|_, instruments| Arc::strong_count(instruments) > 1);
+            self.pruned_at = self.map.len();
+        }
+    }
 }
 
 impl Observer {
@@ -56,9 +79,9 @@ impl Observer {
             hold_kind: backend.hold_kind(),
             // Without the feature nothing is recorded: no per-name handles to keep.
             name_label: options.name_label && cfg!(feature = "metrics"),
-            redact: options.redact_names,
+            redact: options.redaction,
             by_mode: Default::default(),
-            by_name: Mutex::new(HashMap::new()),
+            by_name: RwLock::new(ByName::default()),
             renewals: RenewalInstruments::new(&base),
         }
     }
@@ -73,7 +96,7 @@ impl Observer {
     pub(crate) fn describe(&self, error: &Error) -> String {
         let text = error.to_string();
         match error.lock_name() {
-            Some(name) if self.redact => text.replace(name.as_str(), &self.shown(name).to_string()),
+            Some(name) if self.redact.is_some() => text.replace(name.as_str(), &self.shown(name).to_string()),
             _ => text,
         }
     }
@@ -89,8 +112,15 @@ impl Observer {
         if !self.name_label {
             return Arc::clone(self.by_mode[index].get_or_init(|| register(None)));
         }
-        let mut by_name = self.by_name.lock();
-        Arc::clone(by_name.entry((name.clone(), MODES[index])).or_insert_with(|| register(Some(name))))
+        let key = (name.clone(), MODES[index]);
+        // Acquisitions of names already seen share a read lock: no client-wide exclusion.
+        if let Some(instruments) = self.by_name.read().map.get(&key) {
+            return Arc::clone(instruments);
+        }
+        let mut by_name = self.by_name.write();
+        let instruments = Arc::clone(by_name.map.entry(key).or_insert_with(|| register(Some(name))));
+        by_name.prune();
+        instruments
     }
 
     /// Starts timing an acquisition of `name`'s `mode` lock from the server, inside an
@@ -398,5 +428,29 @@ impl Drop for RenewalBatch<'_> {
         span.record("confirmed", *confirmed);
         span.record("lost", *lost);
         span.record("failed", *failed);
+    }
+}
+
+#[cfg(all(test, feature = "metrics"))]
+mod tests {
+    use super::*;
+    use crate::MemoryBackend;
+
+    /// A client with name labels that locks ever new names keeps handles only for names in use.
+    #[test]
+    fn per_name_handles_do_not_outlive_their_holds() {
+        let options = LockOptions::builder().name_label(true).build().unwrap();
+        let observer = Observer::new(&MemoryBackend::new(), &options);
+        let name = |i: usize| LockName::new(format!("order-{i}")).unwrap();
+        let in_use: Vec<_> = (0..10).map(|i| observer.instruments(&name(i), HoldMode::Mutex)).collect();
+        for i in 10..10_000 {
+            drop(observer.instruments(&name(i), HoldMode::Mutex));
+        }
+        let kept = observer.by_name.read().map.len();
+        assert!(kept <= 2 * ByName::PRUNE_FROM, "{kept} handles kept for 10 names in use");
+        // The handles in use survive every prune: the same ones are handed out again.
+        for (i, instruments) in in_use.iter().enumerate() {
+            assert!(Arc::ptr_eq(instruments, &observer.instruments(&name(i), HoldMode::Mutex)));
+        }
     }
 }
