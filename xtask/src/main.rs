@@ -15,6 +15,7 @@ mod cmd;
 mod compare;
 mod install;
 mod test;
+mod test_runner;
 
 use std::process::ExitCode;
 

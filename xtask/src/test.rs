@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use crate::cmd::{self, Failure};
 use crate::install;
+use crate::test_runner;
 use crate::TestArgs;
 
 /// The feature sets clippy checks one by one (besides `--all-features`): each backend of the
@@ -42,6 +43,9 @@ struct Step {
 enum Action {
     /// Make sure the server programs are installed ([`install::ensure_servers`]).
     InstallServers,
+    /// Build every test target, then run the test binaries several at a time
+    /// ([`test_runner::run`]).
+    RunTests,
     /// Run a command, which must succeed.
     Run(Command),
 }
@@ -61,6 +65,7 @@ pub fn run(args: &TestArgs) -> Result<(), Failure> {
         let step_started = Instant::now();
         let result = match step.action {
             Action::InstallServers => install::ensure_servers(),
+            Action::RunTests => test_runner::run(),
             Action::Run(mut command) => cmd::run(&mut command),
         };
         let elapsed = cmd::format_duration(step_started.elapsed());
@@ -127,9 +132,14 @@ fn plan(args: &TestArgs) -> Vec<Step> {
     }
     // Not `--all-targets`: that would leave out the doctests. A test that cannot get its server
     // fails (the harness never skips), so a missing install shows here.
-    let mut test = cmd::cargo();
-    test.args(["test", "--workspace", "--all-features"]).args(&args.test_args);
-    steps.push(Step { name: "test", action: Action::Run(test) });
+    if args.test_args.is_empty() {
+        steps.push(Step { name: "test", action: Action::RunTests });
+    } else {
+        // A filtered run (`-- redis`, `-- -p lock-sql`) is plain `cargo test`, as a developer types it.
+        let mut test = cmd::cargo();
+        test.args(["test", "--workspace", "--all-features"]).args(&args.test_args);
+        steps.push(Step { name: "test", action: Action::Run(test) });
+    }
     // The examples are the README's main job: run them (in-memory), not just compile them.
     for example in ["seckill", "reentrant", "metrics"] {
         let mut run = cmd::cargo();
@@ -149,6 +159,7 @@ mod tests {
             .into_iter()
             .map(|step| match step.action {
                 Action::InstallServers => (step.name, String::new()),
+                Action::RunTests => (step.name, "(test binaries, concurrently)".to_owned()),
                 Action::Run(command) => {
                     let args = command.get_args().map(|arg| arg.to_string_lossy().into_owned());
                     let envs = command.get_envs().filter_map(|(name, value)| {
@@ -202,7 +213,7 @@ mod tests {
                      --root target/install-check"
                         .to_owned()
                 ),
-                ("test", "cargo test --workspace --all-features".to_owned()),
+                ("test", "(test binaries, concurrently)".to_owned()),
                 ("seckill", "cargo run --quiet --all-features --example seckill".to_owned()),
                 ("reentrant", "cargo run --quiet --all-features --example reentrant".to_owned()),
                 ("metrics", "cargo run --quiet --all-features --example metrics".to_owned()),
