@@ -8,6 +8,11 @@
 //! targets and broken recipes, for this crate's own tests and `distlock compare` — and is **not
 //! semver-stable**.
 //!
+//! The guides — each backend's topologies and kinds, TLS, behaviour under faults, observability,
+//! benchmarks, the `distlock` command and the scenario catalogue — are the modules of
+//! [`guide`], starting with [`guide::urls`] (every URL form) and [`guide::primitives`]
+//! (read-write locks, semaphores, multi-locks).
+//!
 //! ```
 //! use distlock::{LockClient, MemoryBackend};
 //!
