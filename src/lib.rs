@@ -8,6 +8,11 @@
 //! targets and broken recipes, for this crate's own tests and `distlock compare` — and is **not
 //! semver-stable**.
 //!
+//! The guides — each backend's topologies and kinds, TLS, behaviour under faults, observability,
+//! benchmarks, the `distlock` command and the scenario catalogue — are the modules of
+//! [`guide`], starting with [`guide::urls`] (every URL form) and [`guide::primitives`]
+//! (read-write locks, semaphores, multi-locks).
+//!
 //! ```
 //! use distlock::{LockClient, MemoryBackend};
 //!
@@ -123,3 +128,42 @@ pub use lock_sql::mysql;
 /// ```
 #[cfg(feature = "zookeeper")]
 pub use lock_zk as zookeeper;
+
+/// The guides in the repository's `docs/`, one concern each, rendered here so that docs.rs shows
+/// them beside the API of the release they describe (the files ship in this crate's package).
+/// The README's *Read on* links each one both as a file and as its page here.
+pub mod guide {
+    // Each guide is its Markdown file, preceded by link definitions that send the guides' links
+    // to one another to these modules: a guide links `[the TLS guide][tls.md]` and ends with
+    // `[tls.md]: tls.md`, which works as a file in the repository; here the definition below
+    // comes first, and CommonMark's first definition of a label wins.
+    macro_rules! guide {
+        ($name:ident, $file:literal) => {
+            #[doc = "[urls.md]: crate::guide::urls"]
+            #[doc = "[redis.md]: crate::guide::redis"]
+            #[doc = "[sql.md]: crate::guide::sql"]
+            #[doc = "[zookeeper.md]: crate::guide::zookeeper"]
+            #[doc = "[primitives.md]: crate::guide::primitives"]
+            #[doc = "[faults.md]: crate::guide::faults"]
+            #[doc = "[tls.md]: crate::guide::tls"]
+            #[doc = "[observability.md]: crate::guide::observability"]
+            #[doc = "[benchmarks.md]: crate::guide::benchmarks"]
+            #[doc = "[cli.md]: crate::guide::cli"]
+            #[doc = "[scenarios.md]: crate::guide::scenarios"]
+            #[doc = ""]
+            #[doc = include_str!(concat!("../docs/", $file))]
+            pub mod $name {}
+        };
+    }
+    guide!(urls, "urls.md");
+    guide!(redis, "redis.md");
+    guide!(sql, "sql.md");
+    guide!(zookeeper, "zookeeper.md");
+    guide!(primitives, "primitives.md");
+    guide!(faults, "faults.md");
+    guide!(tls, "tls.md");
+    guide!(observability, "observability.md");
+    guide!(benchmarks, "benchmarks.md");
+    guide!(cli, "cli.md");
+    guide!(scenarios, "scenarios.md");
+}

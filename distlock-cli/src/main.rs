@@ -11,7 +11,11 @@
 //! - `distlock kinds`: the backend kinds, and which of them this binary was built with.
 //!
 //! `compare`, `bench` and `kinds` come with the default feature `compare`; without it the binary
-//! has `exec` and `inspect` only, and none of the test support or report dependencies.
+//! has `exec` and `inspect` only, and none of the test support or report dependencies. The
+//! user's guide to every subcommand: [the `distlock` command][cli-guide] (rendered in the
+//! `distlock` crate's docs).
+//!
+//! [cli-guide]: https://docs.rs/distlock/latest/distlock/guide/cli/index.html
 //!
 //! Backend kinds come from one table ([`kinds::KINDS`]): adding a backend adds a row there.
 

@@ -14,6 +14,15 @@
 //!   work on backends with the [`ReadWrite`] and [`Permits`] abilities, with the same guards.
 //! - [`MemoryBackend`] is the in-process reference backend.
 //!
+//! Guides, rendered in the `distlock` facade's docs: [read-write locks, semaphores and
+//! multi-locks][primitives-guide] on each kind, [behaviour under faults][faults-guide] (loss, in
+//! doubt, what frees a cut holder's lock) and [observability][observability-guide] (spans,
+//! metrics, name redaction).
+//!
+//! [primitives-guide]: https://docs.rs/distlock/latest/distlock/guide/primitives/index.html
+//! [faults-guide]: https://docs.rs/distlock/latest/distlock/guide/faults/index.html
+//! [observability-guide]: https://docs.rs/distlock/latest/distlock/guide/observability/index.html
+//!
 //! ```
 //! use std::time::Duration;
 //! use lock_core::{LockClient, LockOptions, MemoryBackend};

@@ -6,7 +6,20 @@
 //! fencing tokens.
 //!
 //! "Source 00N" below names the articles on distributed locks that the project's scenario
-//! catalogue is drawn from; `docs/scenarios.md` in the repository describes each one.
+//! catalogue is drawn from; `docs/scenarios.md` in the repository describes each one
+//! ([rendered][scenarios-guide] in the `distlock` facade's docs).
+//!
+//! Guides, rendered there too: [Redis][redis-guide] (single node, reentrant hash, fair and
+//! non-fair, Redlock, `WAIT`, Cluster, Sentinel), [TLS][tls-guide], [read-write locks and
+//! semaphores][primitives-guide], [behaviour under faults][faults-guide] and
+//! [benchmarks][benchmarks-guide].
+//!
+//! [scenarios-guide]: https://docs.rs/distlock/latest/distlock/guide/scenarios/index.html
+//! [redis-guide]: https://docs.rs/distlock/latest/distlock/guide/redis/index.html
+//! [tls-guide]: https://docs.rs/distlock/latest/distlock/guide/tls/index.html
+//! [primitives-guide]: https://docs.rs/distlock/latest/distlock/guide/primitives/index.html
+//! [faults-guide]: https://docs.rs/distlock/latest/distlock/guide/faults/index.html
+//! [benchmarks-guide]: https://docs.rs/distlock/latest/distlock/guide/benchmarks/index.html
 //!
 //! ```no_run
 //! use std::time::Duration;

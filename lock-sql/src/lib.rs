@@ -1,7 +1,7 @@
 //! SQL backends for [distlock](https://docs.rs/distlock): locks on PostgreSQL and on MySQL or
 //! MariaDB, in three kinds each that answer source 003's critique of database locks (no expiry, no
 //! wake-up, pool exhaustion, row locks that become table locks; the sources are described in the
-//! repository's `docs/scenarios.md`):
+//! repository's `docs/scenarios.md`, [rendered][scenarios-guide] in the `distlock` facade's docs):
 //!
 //! | kind | hold | acquire | fencing | wake-up |
 //! | --- | --- | --- | --- | --- |
@@ -78,6 +78,18 @@
 //!
 //! Feature `postgres` enables [`postgres`], feature `mysql` enables [`mysql`] (MySQL and MariaDB);
 //! feature `testkit` the suite targets of the enabled databases.
+//!
+//! Guides, rendered in the `distlock` facade's docs: [SQL][sql-guide] (the lock tables and their
+//! waiter queues, row and advisory locks, MySQL 8), [TLS][tls-guide], [read-write locks and
+//! semaphores][primitives-guide] (the permits table), [behaviour under faults][faults-guide] and
+//! [benchmarks][benchmarks-guide].
+//!
+//! [scenarios-guide]: https://docs.rs/distlock/latest/distlock/guide/scenarios/index.html
+//! [sql-guide]: https://docs.rs/distlock/latest/distlock/guide/sql/index.html
+//! [tls-guide]: https://docs.rs/distlock/latest/distlock/guide/tls/index.html
+//! [primitives-guide]: https://docs.rs/distlock/latest/distlock/guide/primitives/index.html
+//! [faults-guide]: https://docs.rs/distlock/latest/distlock/guide/faults/index.html
+//! [benchmarks-guide]: https://docs.rs/distlock/latest/distlock/guide/benchmarks/index.html
 
 #[cfg(feature = "postgres")]
 pub mod postgres;

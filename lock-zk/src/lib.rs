@@ -6,10 +6,21 @@
 //! | --- | --- |
 //! | layout | `<root>/<name>/_c_<uuid>-lock-<sequence>`, ephemeral-sequential; parents are container nodes |
 //! | acquire | create the node and list the siblings in one round trip; the lowest sequence holds |
-//! | wait | watch only the predecessor: one release wakes one waiter (no herd, source 003 of the repository's `docs/scenarios.md`), FIFO |
+//! | wait | watch only the predecessor: one release wakes one waiter (no herd, source 003 of the repository's `docs/scenarios.md`, [rendered][scenarios-guide] in the facade's docs), FIFO |
 //! | hold | [`HoldKind::Session`](lock_core::HoldKind::Session): as long as the session lives |
 //! | fencing | the node's creation zxid (`czxid`) |
 //! | lost | the node deleted, or the session expired; in doubt while the session is disconnected |
+//!
+//! Guides, rendered in the `distlock` facade's docs: [ZooKeeper][zookeeper-guide],
+//! [TLS][tls-guide] (`zk+tls://`), [read-write locks and semaphores][primitives-guide],
+//! [behaviour under faults][faults-guide] and [benchmarks][benchmarks-guide].
+//!
+//! [scenarios-guide]: https://docs.rs/distlock/latest/distlock/guide/scenarios/index.html
+//! [zookeeper-guide]: https://docs.rs/distlock/latest/distlock/guide/zookeeper/index.html
+//! [tls-guide]: https://docs.rs/distlock/latest/distlock/guide/tls/index.html
+//! [primitives-guide]: https://docs.rs/distlock/latest/distlock/guide/primitives/index.html
+//! [faults-guide]: https://docs.rs/distlock/latest/distlock/guide/faults/index.html
+//! [benchmarks-guide]: https://docs.rs/distlock/latest/distlock/guide/benchmarks/index.html
 //!
 //! # Read-write locks and semaphores
 //! [`ReadWriteLock`](lock_core::ReadWriteLock)s and [`Semaphore`](lock_core::Semaphore)s follow
