@@ -101,7 +101,13 @@ pub fn run() -> Result<(), Failure> {
 /// first, and one for the doctests.
 fn build() -> Result<Vec<Job>, Failure> {
     let mut build = cmd::cargo();
-    build.args(["test", "--workspace", "--all-features", "--no-run", "--message-format=json-render-diagnostics"]);
+    build.args([
+        "test",
+        "--workspace",
+        "--all-features",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ]);
     let line = cmd::display(&build);
     println!("$ {line}");
     // Diagnostics go to stderr as usual; stdout carries one JSON message per line.
@@ -223,7 +229,11 @@ fn report(ended: &[Ended], took: Duration) {
     for job in &by_time {
         let Counts { passed, failed, .. } = job.counts;
         let outcome = if job.passed { "ok" } else { "FAILED" };
-        println!("{:>9}  {outcome:<6} {passed:>4} passed {failed:>3} failed  {}", cmd::format_duration(job.took), job.label);
+        println!(
+            "{:>9}  {outcome:<6} {passed:>4} passed {failed:>3} failed  {}",
+            cmd::format_duration(job.took),
+            job.label
+        );
     }
     let mut tests: Vec<_> = ended
         .iter()
