@@ -59,6 +59,8 @@ pub fn run(args: &TestArgs) -> Result<(), Failure> {
     let steps = plan(args);
     let count = steps.len();
     let started = Instant::now();
+    let mut timings = Vec::with_capacity(count);
+    let mut outcome = Ok(());
     for (index, step) in steps.into_iter().enumerate() {
         let label = format!("step {}/{count} ({})", index + 1, step.name);
         println!("\n==> {label}");
@@ -68,15 +70,27 @@ pub fn run(args: &TestArgs) -> Result<(), Failure> {
             Action::RunTests => test_runner::run(),
             Action::Run(mut command) => cmd::run(&mut command),
         };
-        let elapsed = cmd::format_duration(step_started.elapsed());
+        let elapsed = step_started.elapsed();
+        timings.push((label.clone(), elapsed, result.is_ok()));
         if let Err(failure) = result {
-            println!("==> {label} failed after {elapsed}");
-            return Err(failure.context(format!("{label} failed")));
+            println!("==> {label} failed after {}", cmd::format_duration(elapsed));
+            outcome = Err(failure.context(format!("{label} failed")));
+            break;
         }
-        println!("==> {label} passed in {elapsed}");
+        println!("==> {label} passed in {}", cmd::format_duration(elapsed));
     }
-    println!("\n==> all {count} steps passed in {}", cmd::format_duration(started.elapsed()));
-    Ok(())
+    // Where the time went, also when a step failed.
+    println!("\n==> steps:");
+    for (label, elapsed, passed) in &timings {
+        let verdict = if *passed { "passed" } else { "FAILED" };
+        println!("{:>9}  {verdict:<6}  {label}", cmd::format_duration(*elapsed));
+    }
+    let total = cmd::format_duration(started.elapsed());
+    match &outcome {
+        Ok(()) => println!("==> all {count} steps passed in {total}"),
+        Err(_) => println!("==> {} of {count} steps run in {total}", timings.len()),
+    }
+    outcome
 }
 
 /// The steps `args` asks for, in order; says which steps are skipped.

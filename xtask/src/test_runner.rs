@@ -224,7 +224,7 @@ fn test_times(text: &str) -> Vec<(f64, String)> {
 /// The table of binaries by time, the slowest tests, and the closing counts.
 fn report(ended: &[Ended], took: Duration) {
     let mut by_time: Vec<_> = ended.iter().collect();
-    by_time.sort_by(|a, b| b.took.cmp(&a.took));
+    by_time.sort_by_key(|job| std::cmp::Reverse(job.took));
     println!("\n==> test binaries ({CONCURRENT_BINARIES} at a time), slowest first:");
     for job in &by_time {
         let Counts { passed, failed, .. } = job.counts;
