@@ -31,6 +31,7 @@ struct SharedScripts {
     rw_acquire: LuaScript,
     rw_extend: LuaScript,
     rw_release: LuaScript,
+    rw_withdraw: LuaScript,
     sem_acquire: LuaScript,
     sem_extend: LuaScript,
     sem_release: LuaScript,
@@ -49,6 +50,7 @@ fn scripts(sharded: bool) -> &'static SharedScripts {
                 rw_acquire: script(include_str!("../scripts/rw_acquire.lua")),
                 rw_extend: script(include_str!("../scripts/rw_extend.lua")),
                 rw_release: script(include_str!("../scripts/rw_release.lua")),
+                rw_withdraw: script(include_str!("../scripts/rw_withdraw.lua")),
                 sem_acquire: script(include_str!("../scripts/sem_acquire.lua")),
                 sem_extend: script(include_str!("../scripts/sem_extend.lua")),
                 sem_release: script(include_str!("../scripts/sem_release.lua")),
@@ -202,16 +204,41 @@ impl RedisBackend {
     }
 }
 
+impl RedisBackend {
+    /// Takes a writer that gave up out of the line (`rw_withdraw.lua`, owner-checked in one
+    /// step): its mark would otherwise refuse new readers until it lapses (up to twice the
+    /// backoff's cap plus half a second). Best effort: a mark left behind only delays readers
+    /// until then, so a failure is logged, not retried.
+    fn withdraw_writer(&self, request: &Request<'_>) {
+        let keys = self.keys(request.name);
+        let [_, _, waiting, _] = keys.read_write();
+        let script = &scripts(self.inner.nodes.cluster().is_some()).rw_withdraw;
+        let command =
+            script.invoke(&[&waiting]).arg(request.owner.to_hex()).arg(keys.read_write_channel()).to_owned();
+        let result = self.routed(&keys, |hop: &Hop| {
+            script
+                .exchange::<i64>(&mut *hop.connection()?, &command)
+                .map_err(|e| error::map("leave the writers' line", e))
+        });
+        if let Err(error) = result {
+            tracing::debug!(%error, lock = %request.name, "a writer that gave up could not take back its place in line; it lapses on its own");
+        }
+    }
+}
+
 impl ReadWrite for RedisBackend {
     /// Tries `rw_acquire.lua` on every release message and at the client's backoff's pace; a
-    /// waiting writer's attempts keep its place in line, which holds new readers back.
+    /// waiting writer's attempts keep its place in line, which holds new readers back, and a
+    /// writer that gives up (its deadline passed, or an error the server answered) takes it back.
     fn acquire_rw(&self, request: &Request<'_>, access: Access) -> Result<Option<Acquired<RedisLease>>> {
         check_lease(request.ttl)?;
         let shape = if access == Access::Write { Shape::Write } else { Shape::Read };
         let keys: [String; 4] = self.keys(request.name).read_write();
         let script = &scripts(false).rw_acquire;
         let channel = self.keys(request.name).read_write_channel();
-        self.wait_on_releases(request, &channel, |mark| {
+        // Whether an answered attempt left a mark in the writers' line.
+        let mut marked = false;
+        let outcome = self.wait_on_releases(request, &channel, |mark| {
             let mark = if access == Access::Write { mark.map_or(0, millis) } else { 0 };
             let command = script
                 .invoke(&keys.each_ref().map(String::as_str))
@@ -220,10 +247,21 @@ impl ReadWrite for RedisBackend {
                 .arg(millis(request.ttl))
                 .arg(mark)
                 .to_owned();
-            self.shared_attempt(request, (script, command), shape, |fence: i64| {
+            let attempt = self.shared_attempt(request, (script, command), shape, |fence: i64| {
                 Ok((fence >= 0).then_some(fence))
-            })
-        })
+            });
+            marked |= mark > 0 && matches!(attempt, Ok(None));
+            attempt
+        });
+        match &outcome {
+            // A grant takes the mark out itself; a server that just failed to answer would only
+            // cost the caller another timeout (the mark lapses on its own).
+            Ok(Some(_)) => {}
+            Err(error) if error.is_retryable() => {}
+            _ if marked => self.withdraw_writer(request),
+            _ => {}
+        }
+        outcome
     }
 }
 
