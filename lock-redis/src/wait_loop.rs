@@ -1,10 +1,12 @@
-//! The wait loop both Redis lock kinds share: try; on the first refusal subscribe to release
+//! The wait loop of every Redis waiter (the mutex's on one node or Redlock's nodes, the
+//! read-write lock's and the semaphore's): try; on the first refusal subscribe to release
 //! messages and try again (a release between the refusal and the subscription would otherwise be
 //! missed); then sleep until a wake-up, the re-check time or the deadline, and try again.
 //!
-//! What differs between the kinds — how an attempt is made, how wake-ups are registered (one
-//! server's queue, or every Redlock node), whether a refusal calls for a random back-off — is
-//! the [`Waiter`] implementation.
+//! What differs between them — how an attempt is made, how wake-ups are registered (the hub of
+//! the node serving the lock, following its slot in a cluster, or every Redlock node), how soon
+//! a refusal is re-checked, whether it calls for a random back-off — is the [`Waiter`]
+//! implementation.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -69,14 +71,17 @@ pub(crate) fn wait_until<W: Waiter>(
             return Ok(None);
         }
         let bound = |wait: Duration| deadline.map_or(now + wait, |deadline| deadline.min(now + wait));
+        // The re-check is due by the refusal's hint (the soonest the holder's lease can end, or
+        // a read-write waiter's backoff, which keeps a writer's place in line fresh), and by
+        // the fallback at the latest — the wait for the subscription included.
+        let recheck = refusal.retry_in.map_or(FALLBACK_RECHECK, |hint| hint.min(FALLBACK_RECHECK));
         if !subscribed {
-            waiter.subscribe(bound(FALLBACK_RECHECK))?;
+            waiter.subscribe(bound(recheck))?;
             subscribed = true;
         } else if let Some(pause) = refusal.back_off {
             thread::sleep(bound(pause).saturating_duration_since(now));
         } else {
-            let wait = refusal.retry_in.map_or(FALLBACK_RECHECK, |hint| hint.min(FALLBACK_RECHECK));
-            waiter.wait(bound(wait));
+            waiter.wait(bound(recheck));
         }
     }
 }

@@ -10,8 +10,10 @@
 //! - **Semaphore** (`scripts/sem_*.lua`): a sorted set of holders (owner token → lease end) and
 //!   the count they use; a request with another count while permits are held is refused.
 //! - Waiters are woken by the release's pub/sub message (every waiter of the name: readers may
-//!   all go at once) and re-check at the client's backoff's pace besides; both primitives take
-//!   their fencing tokens from counters of their own.
+//!   all go at once) and re-check at the client's backoff's pace besides (at least once a
+//!   second), in the crate's one wait loop (`wait_loop.rs`), which follows the lock's slot to
+//!   its new primary in a cluster; both primitives take their fencing tokens from counters of
+//!   their own.
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -20,11 +22,13 @@ use lock_core::{
     check_lease, poll_until, Access, Acquired, Deadline, Error, Permits, ReadWrite, Request, Result,
 };
 
+use super::wait::Wakeups;
 use super::{Attempt, RedisBackend, RedisLease, Shape};
 use crate::error;
 use crate::lua::{self, LuaScript};
 use crate::millis;
 use crate::topology::Hop;
+use crate::wait_loop::{self, Refusal, Waiter};
 
 /// The scripts of the read-write lock and the semaphore.
 struct SharedScripts {
@@ -159,16 +163,58 @@ impl RedisBackend {
     }
 }
 
+/// One waiting read-write or permit acquisition: `attempt` is one try of the primitive's
+/// script; the loop is [`wait_loop`]'s, as for every waiter of the crate, woken by the
+/// release messages on the primitive's channel (following the lock's slot in a cluster).
+struct SharedWaiter<'a, F> {
+    wakeups: Wakeups<'a>,
+    attempt: F,
+    /// The place in line a waiting writer's attempt marks ([`Request::queue_mark`]).
+    mark: Option<Duration>,
+    /// The next re-check's delay, doubling from the request's backoff's lower bound to its cap
+    /// (and to the loop's fallback re-check): a lost message, a holder whose lease ran out or
+    /// a subscription the server refused costs at most one delay, and a waiting writer renews
+    /// its mark before it lapses.
+    delay: Duration,
+    max_delay: Duration,
+}
+
+impl<F: FnMut(Option<Duration>) -> Result<Option<RedisLease>>> Waiter for SharedWaiter<'_, F> {
+    type Lease = RedisLease;
+
+    fn attempt(&mut self) -> Result<std::result::Result<RedisLease, Refusal>> {
+        Ok(match (self.attempt)(self.mark)? {
+            Some(lease) => Ok(lease),
+            None => {
+                self.wakeups.follow_slot();
+                let retry_in = self.delay;
+                self.delay = (self.delay * 2).min(self.max_delay);
+                Err(Refusal { retry_in: Some(retry_in), back_off: None })
+            }
+        })
+    }
+
+    fn subscribe(&mut self, until: Instant) -> Result<()> {
+        self.wakeups.subscribe(until)
+    }
+
+    fn clear(&self) {
+        self.wakeups.clear();
+    }
+
+    fn wait(&self, until: Instant) {
+        self.wakeups.wait(until);
+    }
+}
+
 impl RedisBackend {
-    /// Calls `attempt` until it grants or the request's deadline passes. Between attempts the
-    /// waiter sleeps on `channel` — woken by the next release's message — for at most the next
-    /// backoff delay (doubling from the request's lower bound to its cap): a lost message, a
-    /// holder whose lease ran out or a subscription the server refused costs at most one delay.
+    /// Calls `attempt` until it grants or the request's deadline passes, in the crate's one
+    /// wait loop ([`wait_loop::wait_until`]); a single attempt for [`Deadline::Now`].
     fn wait_on_releases(
         &self,
         request: &Request<'_>,
         channel: &str,
-        mut attempt: impl FnMut(Option<Duration>) -> Result<Option<RedisLease>>,
+        attempt: impl FnMut(Option<Duration>) -> Result<Option<RedisLease>>,
     ) -> Result<Option<Acquired<RedisLease>>> {
         let deadline = match request.deadline {
             Deadline::Now => return poll_until(request, attempt),
@@ -176,31 +222,15 @@ impl RedisBackend {
             Deadline::Never => None,
         };
         let keys = self.keys(request.name);
-        let hop = self.inner.nodes.hop(&keys)?;
-        let hub = self.inner.nodes.hub(&hop, &self.inner.prefix);
-        let (registration, poke) = hub.register(channel, &request.owner.to_hex());
-        if poke {
-            self.poke_subscriber(&hop, hub)?;
-        }
         let (min, max) = request.backoff;
-        let mut delay = min;
-        let mut waited = false;
-        loop {
-            // A message that came before this attempt is answered by what the attempt sees.
-            registration.clear();
-            let sent_at = Instant::now();
-            if let Some(lease) = attempt(request.queue_mark())? {
-                return Ok(Some(Acquired::new(lease, sent_at).contended_if(waited)));
-            }
-            waited = true;
-            let now = Instant::now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return Ok(None);
-            }
-            let wake = deadline.map_or(now + delay, |deadline| deadline.min(now + delay));
-            registration.wait(wake);
-            delay = (delay * 2).min(max);
-        }
+        let mut waiter = SharedWaiter {
+            wakeups: Wakeups::new(self, &keys, channel, request.owner),
+            attempt,
+            mark: request.queue_mark(),
+            delay: min,
+            max_delay: max,
+        };
+        wait_loop::wait_until(&mut waiter, deadline)
     }
 }
 

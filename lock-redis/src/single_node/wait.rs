@@ -72,12 +72,38 @@ impl RedisBackend {
     }
 }
 
-impl QueueWaiter<'_> {
+/// One waiter's wake-ups: its registration for a lock channel with the hub of the node that
+/// serves the lock, which follows the lock's slot to its new primary in a cluster. Every
+/// single-node waiter (mutex, read-write lock, semaphore) waits through one, in
+/// [`wait_loop`].
+pub(super) struct Wakeups<'a> {
+    backend: &'a RedisBackend,
+    keys: &'a RedisKeys,
+    channel: &'a str,
+    /// The waiter's owner token, as a release message may name it.
+    token: String,
+    registration: Option<Registration>,
+    /// The node whose hub the registration is with (a cluster's primary for the lock's slot).
+    registered_on: Option<Arc<Node>>,
+}
+
+impl<'a> Wakeups<'a> {
+    /// Wake-ups on `channel` for the waiter `owner` of the lock whose keys are `keys`; nothing is
+    /// registered before [`subscribe`](Self::subscribe).
+    pub(super) fn new(
+        backend: &'a RedisBackend,
+        keys: &'a RedisKeys,
+        channel: &'a str,
+        owner: &OwnerToken,
+    ) -> Self {
+        Self { backend, keys, channel, token: owner.to_hex(), registration: None, registered_on: None }
+    }
+
     /// Registers with the hub of `hop`'s node (in place of any earlier registration); returns
     /// whether its subscriber thread needs a poke.
     fn register(&mut self, hop: &Hop) -> bool {
         let hub = self.backend.inner.nodes.hub(hop, &self.backend.inner.prefix);
-        let (joined, poke) = hub.register(self.keys.channel(), &self.owner.to_hex());
+        let (joined, poke) = hub.register(self.channel, &self.token);
         self.registration = Some(joined);
         self.registered_on = Some(Arc::clone(&hop.node));
         poke
@@ -85,8 +111,9 @@ impl QueueWaiter<'_> {
 
     /// In a cluster, after the lock's slot moved to another primary (its old primary gave up
     /// the shard channel and woke this waiter), waits on the new primary's hub instead. Best
-    /// effort: a failed poke leaves the subscription to the subscriber's next tick.
-    fn follow_slot(&mut self) {
+    /// effort: a failed poke leaves the subscription to the subscriber's next tick. Called
+    /// after every refusal: a slot that moved is then followed within one re-check.
+    pub(super) fn follow_slot(&mut self) {
         let Some(registered) = &self.registered_on else { return };
         let Ok(hop) = self.backend.inner.nodes.hop(self.keys) else { return };
         if Arc::ptr_eq(&hop.node, registered) {
@@ -99,6 +126,38 @@ impl QueueWaiter<'_> {
             }
         }
     }
+
+    /// [`Waiter::subscribe`]: registers on the lock's node and waits for the subscription
+    /// until `until`.
+    ///
+    /// # Errors
+    /// The node cannot be found, or did not answer the poke (see
+    /// [`poke_subscriber`](RedisBackend::poke_subscriber)).
+    pub(super) fn subscribe(&mut self, until: Instant) -> Result<()> {
+        let hop = self.backend.inner.nodes.hop(self.keys)?;
+        if self.register(&hop) {
+            let hub = self.backend.inner.nodes.hub(&hop, &self.backend.inner.prefix);
+            self.backend.poke_subscriber(&hop, hub)?;
+        }
+        if let Some(joined) = &self.registration {
+            joined.wait_subscribed(until);
+        }
+        Ok(())
+    }
+
+    /// [`Waiter::clear`].
+    pub(super) fn clear(&self) {
+        if let Some(registration) = &self.registration {
+            registration.clear();
+        }
+    }
+
+    /// [`Waiter::wait`].
+    pub(super) fn wait(&self, until: Instant) {
+        if let Some(registration) = &self.registration {
+            registration.wait(until);
+        }
+    }
 }
 
 /// One waiting acquisition in a single server's queue.
@@ -108,9 +167,7 @@ struct QueueWaiter<'a> {
     keys: &'a RedisKeys,
     owner: &'a OwnerToken,
     ttl: Duration,
-    registration: Option<Registration>,
-    /// The node whose hub the registration is with (a cluster's primary for the lock's slot).
-    registered_on: Option<Arc<Node>>,
+    wakeups: Wakeups<'a>,
     /// Attempts made so far.
     attempts: u32,
     /// Whether an answered attempt refused the lock: the waiter may have a place in the queue.
@@ -132,34 +189,22 @@ impl Waiter for QueueWaiter<'_> {
             Attempt::Acquired(lease) => Ok(lease),
             Attempt::Held { retry_in } => {
                 self.refused = waiting;
-                self.follow_slot();
+                self.wakeups.follow_slot();
                 Err(Refusal { retry_in, back_off: None })
             }
         })
     }
 
     fn subscribe(&mut self, until: Instant) -> Result<()> {
-        let hop = self.backend.inner.nodes.hop(self.keys)?;
-        if self.register(&hop) {
-            let hub = self.backend.inner.nodes.hub(&hop, &self.backend.inner.prefix);
-            self.backend.poke_subscriber(&hop, hub)?;
-        }
-        if let Some(joined) = &self.registration {
-            joined.wait_subscribed(until);
-        }
-        Ok(())
+        self.wakeups.subscribe(until)
     }
 
     fn clear(&self) {
-        if let Some(registration) = &self.registration {
-            registration.clear();
-        }
+        self.wakeups.clear();
     }
 
     fn wait(&self, until: Instant) {
-        if let Some(registration) = &self.registration {
-            registration.wait(until);
-        }
+        self.wakeups.wait(until);
     }
 }
 
@@ -181,8 +226,7 @@ impl NativeWait for RedisBackend {
             keys: &keys,
             owner,
             ttl,
-            registration: None,
-            registered_on: None,
+            wakeups: Wakeups::new(self, &keys, keys.channel(), owner),
             attempts: 0,
             refused: false,
         };
