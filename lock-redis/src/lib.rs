@@ -92,10 +92,14 @@
 //!   client waits on gets one subscriber connection (RESP3) that `SSUBSCRIBE`s there. When a
 //!   slot moves, its old primary drops the shard channels (`sunsubscribe`): the waiters are
 //!   woken, re-check, and wait on the new primary. Redis 7 or newer. While a slot migrates,
-//!   Redis refuses requests whose keys the migration split (`TRYAGAIN`) — a lock's acquire and
-//!   release touch several keys, so those wait (up to the I/O timeout) until the slot's keys
-//!   have moved: move slots holding busy locks quickly (`redis-cli --cluster reshard` moves a
-//!   slot's few keys in milliseconds).
+//!   Redis refuses a request whose keys are partly absent on the node asked (`TRYAGAIN`), and
+//!   a lock's wait-queue keys usually are: so acquisitions are refused for most of a migration
+//!   — a waiting one keeps trying (every 100 ms) until its own deadline, never past it — while
+//!   what a holder needs does not wait for the migration: renewals and a read-write lock's or
+//!   semaphore's release name only the lease's own key (`ASK` is followed, in a renewal batch
+//!   too), and a mutex release the migration refuses is sent again by the lock key alone
+//!   (waking every waiter). Measured with a 10 s migration under 8 contending threads
+//!   (`tests/slot_migration.rs`): 0 overlaps, no lease lost, no call past its timeout.
 //! - **Sentinel**: each new connection asks the sentinels (in turn, each within the connect and
 //!   read timeouts) for the primary and checks it with `ROLE`: a node that is not the primary
 //!   is never written to. A `READONLY` reply (a primary demoted under an open connection) or a

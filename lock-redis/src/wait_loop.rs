@@ -13,12 +13,18 @@ use std::time::{Duration, Instant};
 
 use lock_core::{Acquired, Result};
 
+use crate::error;
+
 /// The longest a waiter waits for a release message before it re-checks on its own.
 ///
 /// Release messages are fire-and-forget, so this bounds the delay a lost one can cause. It is
 /// deliberately not shorter: a hand-off must come from the message, and polling faster would only
 /// load the server (conformance scenario S11 checks hand-offs are faster than this).
 pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
+
+/// How soon an attempt refused because a slot migration split its keys (`TRYAGAIN`) is tried
+/// again: a migration of a slot's few keys takes milliseconds, a slow one seconds.
+const MIGRATION_RECHECK: Duration = Duration::from_millis(100);
 
 /// Why an attempt did not get the lock, and what the loop should do about it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -51,7 +57,8 @@ pub(crate) trait Waiter {
 }
 
 /// Runs `waiter` until it acquires (`Some`) or `deadline` passes (`None`). Errors of an attempt
-/// end the loop at once: what they leave behind is the caller's to clean up.
+/// end the loop at once (what they leave behind is the caller's to clean up), except a cluster's
+/// `TRYAGAIN`, which says the attempt was not run: the loop waits for the migration instead.
 pub(crate) fn wait_until<W: Waiter>(
     waiter: &mut W,
     deadline: Option<Instant>,
@@ -61,9 +68,15 @@ pub(crate) fn wait_until<W: Waiter>(
     loop {
         waiter.clear();
         let sent_at = Instant::now();
-        let refusal = match waiter.attempt()? {
-            Ok(lease) => return Ok(Some(Acquired::new(lease, sent_at).contended_if(waited))),
-            Err(refusal) => refusal,
+        let refusal = match waiter.attempt() {
+            Ok(Ok(lease)) => return Ok(Some(Acquired::new(lease, sent_at).contended_if(waited))),
+            Ok(Err(refusal)) => refusal,
+            // The attempt was not run: its keys are split by a slot migration, which may last
+            // longer than the attempt's own retries. A refusal for now, tried again soon.
+            Err(error) if error::is_split_by_migration(&error) => {
+                Refusal { retry_in: Some(MIGRATION_RECHECK), back_off: None }
+            }
+            Err(error) => return Err(error),
         };
         waited = true;
         let now = Instant::now();

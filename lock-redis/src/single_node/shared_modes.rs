@@ -73,6 +73,18 @@ fn mode(shape: Shape) -> &'static str {
     }
 }
 
+/// The one key a read-write `lease` lives in (readers, or the writer): its extend and release
+/// name no other, since Redis refuses a script whose keys are partly absent while their slot
+/// migrates (`TRYAGAIN`), and the other mode's key usually is absent.
+fn own_key(lease: &RedisLease) -> String {
+    let [readers, writer, ..] = lease.keys.read_write();
+    if lease.shape == Shape::Write {
+        writer
+    } else {
+        readers
+    }
+}
+
 /// The script and command that extend a read-write or permit `lease` to `ttl`.
 pub(super) fn extend_command(lease: &RedisLease, ttl: Duration) -> (&'static LuaScript, redis::Cmd) {
     // Extending publishes nothing: the classic scripts serve a cluster too.
@@ -85,10 +97,9 @@ pub(super) fn extend_command(lease: &RedisLease, ttl: Duration) -> (&'static Lua
             (&scripts.sem_extend, command)
         }
         shape => {
-            let [readers, writer, ..] = lease.keys.read_write();
             let command = scripts
                 .rw_extend
-                .invoke(&[&readers, &writer])
+                .invoke(&[&own_key(lease)])
                 .arg(&lease.token)
                 .arg(mode(shape))
                 .arg(millis(ttl))
@@ -114,10 +125,9 @@ pub(super) fn release_command(lease: &RedisLease, sharded: bool) -> (&'static Lu
             (&scripts.sem_release, command)
         }
         shape => {
-            let [readers, writer, ..] = lease.keys.read_write();
             let command = scripts
                 .rw_release
-                .invoke(&[&readers, &writer])
+                .invoke(&[&own_key(lease)])
                 .arg(&lease.token)
                 .arg(mode(shape))
                 .arg(lease.keys.read_write_channel())
@@ -141,7 +151,12 @@ impl RedisBackend {
     ) -> Result<Option<RedisLease>> {
         let keys = self.keys(request.name);
         let token = request.owner.to_hex();
-        let attempt = self.routed(&keys, |hop: &Hop| {
+        // A waiting request retries in its wait loop, within its deadline.
+        let until = match request.deadline {
+            Deadline::At(at) => Some(at),
+            Deadline::Now | Deadline::Never => None,
+        };
+        let attempt = self.routed_until(&keys, until, |hop: &Hop| {
             let mut connection = hop.connection()?;
             let reply = script.exchange::<T>(&mut connection, &command).map_err(|failure| {
                 let possible = RedisLease::possible_grant(request.name, &keys, token.clone(), request.ttl).with_shape(shape);

@@ -25,13 +25,19 @@ pub(crate) const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(3);
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const TURN: Duration = Duration::from_millis(250);
 
+/// How long a waiter that gave up retries leaving the queue itself (see
+/// [`RedisBackend::leave_queue`]).
+const LEAVE_QUEUE_RETRIES: Duration = Duration::from_millis(400);
+
 impl RedisBackend {
     /// Takes a waiter that gives up out of the queue: at once when the server answers, else by
     /// the clean-up thread (an entry left behind would get a turn at the next release, and hold
-    /// the lock up for it).
+    /// the lock up for it). Redirects are followed for [`LEAVE_QUEUE_RETRIES`] at most: the
+    /// caller's deadline has passed, and a slot migration may refuse the request (`TRYAGAIN`)
+    /// for longer than the I/O timeout — the clean-up thread waits for it instead.
     fn leave_queue(&self, keys: &RedisKeys, owner: &OwnerToken) {
         let token = owner.to_hex();
-        let result = self.routed(keys, |hop| {
+        let result = self.routed_until(keys, Some(Instant::now() + LEAVE_QUEUE_RETRIES), |hop| {
             let script = &self.scripts().dequeue;
             let command = script
                 .invoke(&[keys.lock(), keys.queue(), keys.queue_timeouts()])
@@ -167,6 +173,8 @@ struct QueueWaiter<'a> {
     keys: &'a RedisKeys,
     owner: &'a OwnerToken,
     ttl: Duration,
+    /// The caller's deadline (`None`: waiting as long as it takes).
+    deadline: Option<Instant>,
     wakeups: Wakeups<'a>,
     /// Attempts made so far.
     attempts: u32,
@@ -181,9 +189,12 @@ impl Waiter for QueueWaiter<'_> {
         // The first attempt is the cheap uncontended one; after a refusal a fair waiter queues,
         // a non-fair one asks the script too (its refusal says when the holder's lease ends)
         // but never joins the queue.
-        let waiting = self.backend.inner.fair;
-        let route =
-            if self.attempts == 0 { Route::Uncontended { waiting } } else { Route::Queued { waiting } };
+        let (waiting, until) = (self.backend.inner.fair, self.deadline);
+        let route = if self.attempts == 0 {
+            Route::Uncontended { waiting, until }
+        } else {
+            Route::Queued { waiting, until }
+        };
         self.attempts += 1;
         Ok(match self.backend.attempt(self.name, self.keys, self.owner, self.ttl, route)? {
             Attempt::Acquired(lease) => Ok(lease),
@@ -226,6 +237,7 @@ impl NativeWait for RedisBackend {
             keys: &keys,
             owner,
             ttl,
+            deadline,
             wakeups: Wakeups::new(self, &keys, keys.channel(), owner),
             attempts: 0,
             refused: false,
