@@ -123,6 +123,23 @@
 //!   the holder is told (in doubt, then lost) before a rival can get in, but tokens may repeat.
 //!   Renewals are not `WAIT`ed: a failover may roll a renewed lease back to the lease the
 //!   replica saw.
+//! - **The limit: a partition that keeps the holder with its old primary** (Sentinel). "Told
+//!   before a rival can get in" rests on the holder losing its primary when the deployment
+//!   does. If a partition leaves the holder and the old primary together, cut off from the
+//!   sentinels and the replicas, the old primary still answers `ROLE` = master and takes
+//!   renewals, so the holder keeps believing the hold while the majority promotes a replica on
+//!   which a rival acquires: two holders until the partition heals (the old primary, demoted,
+//!   then answers `READONLY` and the hold goes in doubt). The holder cannot see a disagreement
+//!   it cannot reach, and this backend does not ask the sentinels to confirm the primary of a
+//!   held lease (that would put every hold in doubt whenever the sentinels are unreachable).
+//!   What bounds the overlap is the server's own rule: `min-replicas-to-write 1` and
+//!   `min-replicas-max-lag <L>` on every data node make a primary cut off from its replicas
+//!   refuse writes (`NOREPLICAS`) within `L` s, so renewals fail and the hold ends at its last
+//!   confirmed expiry, at most `L` s plus one lease after the cut. With Sentinel's
+//!   `down-after-milliseconds` above `L` + the lease + a margin for clock drift, no rival is
+//!   granted the lock before the holder stops believing it. The cost: a primary that loses
+//!   every replica refuses acquisitions and renewals too. Without those settings this backend
+//!   does not bound the overlap.
 //!
 //! # TLS
 //! `rediss://` URLs (and `rediss+sentinel://`, `rediss+cluster://`) connect with TLS: rustls
