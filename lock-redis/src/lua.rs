@@ -105,20 +105,17 @@ pub(crate) struct LockScripts {
     pub(crate) release: LuaScript,
     /// A waiter that gives up leaves the queue.
     pub(crate) dequeue: LuaScript,
-    /// Release by the lock key alone, when a slot migration refuses `release` (`TRYAGAIN`).
-    pub(crate) lone_release: LuaScript,
 }
 
 impl LockScripts {
     /// # Panics
     /// When `acquire`, `release` or `dequeue` lacks the queue marker (a test runs every kind's).
-    pub(crate) fn new(acquire: &str, extend: &str, release: &str, dequeue: &str, lone_release: &str) -> Self {
+    pub(crate) fn new(acquire: &str, extend: &str, release: &str, dequeue: &str) -> Self {
         Self {
             acquire: LuaScript::new(with_queue(acquire)),
             extend: LuaScript::new(extend.to_owned()),
             release: LuaScript::new(with_queue(release)),
             dequeue: LuaScript::new(with_queue(dequeue)),
-            lone_release: LuaScript::new(lone_release.to_owned()),
         }
     }
 
@@ -132,7 +129,6 @@ impl LockScripts {
             extend: shard(&self.extend),
             release: shard(&self.release),
             dequeue: shard(&self.dequeue),
-            lone_release: shard(&self.lone_release),
         }
     }
 }

@@ -29,7 +29,6 @@ pub(crate) fn scripts() -> &'static LockScripts {
             include_str!("scripts/hash_extend.lua"),
             include_str!("scripts/hash_release.lua"),
             include_str!("scripts/hash_dequeue.lua"),
-            include_str!("scripts/hash_lone_release.lua"),
         )
     });
     &SCRIPTS

@@ -29,7 +29,6 @@ pub(crate) fn scripts() -> &'static LockScripts {
             include_str!("scripts/set_nx_extend.lua"),
             include_str!("scripts/set_nx_release.lua"),
             include_str!("scripts/set_nx_dequeue.lua"),
-            include_str!("scripts/set_nx_lone_release.lua"),
         )
     });
     &SCRIPTS

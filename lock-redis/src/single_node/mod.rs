@@ -445,26 +445,17 @@ impl RedisBackend {
 
     /// Releases `lease` on the node serving it, following the deployment's redirects. A mutex
     /// release that a slot migration refuses (`TRYAGAIN`: the queue's keys are absent on the
-    /// node asked) is sent again at once by the lock key alone (`*_lone_release.lua`), which a
-    /// migration never refuses (one key: `ASK` at worst, which is followed): a holder's unlock
-    /// does not wait for the migration to end.
+    /// node asked) is sent again at once by the lock key alone (a lone release, see
+    /// `set_nx_release.lua`), which a migration never refuses (one key: `ASK` at worst, which
+    /// is followed): a holder's unlock does not wait for the migration to end.
     fn release_routed(&self, lease: &RedisLease) -> Result<i64> {
+        let split = redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain);
         self.routed(&lease.keys, |hop| {
-            let full = self.release_on(&mut hop.connection()?, lease);
-            match full {
-                Err(e)
-                    if lease.shape == Shape::Mutex
-                        && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain) =>
-                {
+            match self.release_on(&mut hop.connection()?, lease) {
+                Err(e) if lease.shape == Shape::Mutex && e.kind() == split => {
                     // A new connection from the hop: `ASKING` again where the hop needs it.
-                    let mut connection = hop.connection()?;
-                    connection.run(|c| {
-                        let script = &self.scripts().lone_release;
-                        let command = script
-                            .invoke(&[lease.keys.lock()])
-                            .arg(&lease.token)
-                            .arg(lease.keys.channel())
-                            .to_owned();
+                    hop.connection()?.run(|c| {
+                        let (script, command) = self.mutex_release_command(lease, true);
                         script.query(c, &command)
                     })
                 }
@@ -487,11 +478,19 @@ impl RedisBackend {
         if lease.shape != Shape::Mutex {
             return shared_modes::release_command(lease, self.inner.nodes.cluster().is_some());
         }
+        self.mutex_release_command(lease, false)
+    }
+
+    /// The script and command that release a mutex `lease`; `lone`: by the lock key alone (see
+    /// [`release_routed`](Self::release_routed)).
+    fn mutex_release_command(&self, lease: &RedisLease, lone: bool) -> (&'static LuaScript, redis::Cmd) {
         let script = &self.scripts().release;
+        let all = [lease.keys.lock(), lease.keys.queue(), lease.keys.queue_timeouts()];
+        let keys = if lone { &all[..1] } else { &all[..] };
         // Non-fair waiters do not queue: with no queue, a non-fair client's release still tells
         // them (`1`), where a fair one's has nobody to tell.
         let command = script
-            .invoke(&[lease.keys.lock(), lease.keys.queue(), lease.keys.queue_timeouts()])
+            .invoke(keys)
             .arg(&lease.token)
             .arg(lease.keys.channel())
             .arg(if self.inner.fair { 0 } else { 1 })

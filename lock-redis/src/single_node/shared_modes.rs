@@ -16,19 +16,19 @@
 //!   their own.
 
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lock_core::{
     check_lease, poll_until, Access, Acquired, Deadline, Error, Permits, ReadWrite, Request, Result,
 };
 
-use super::wait::Wakeups;
+use super::wait::{NodeWaiter, Wakeups};
 use super::{Attempt, RedisBackend, RedisLease, Shape};
 use crate::error;
 use crate::lua::{self, LuaScript};
 use crate::millis;
 use crate::topology::Hop;
-use crate::wait_loop::{self, Refusal, Waiter};
+use crate::wait_loop::{self, Refusal};
 
 /// The scripts of the read-write lock and the semaphore.
 struct SharedScripts {
@@ -178,50 +178,6 @@ impl RedisBackend {
     }
 }
 
-/// One waiting read-write or permit acquisition: `attempt` is one try of the primitive's
-/// script; the loop is [`wait_loop`]'s, as for every waiter of the crate, woken by the
-/// release messages on the primitive's channel (following the lock's slot in a cluster).
-struct SharedWaiter<'a, F> {
-    wakeups: Wakeups<'a>,
-    attempt: F,
-    /// The place in line a waiting writer's attempt marks ([`Request::queue_mark`]).
-    mark: Option<Duration>,
-    /// The next re-check's delay, doubling from the request's backoff's lower bound to its cap
-    /// (and to the loop's fallback re-check): a lost message, a holder whose lease ran out or
-    /// a subscription the server refused costs at most one delay, and a waiting writer renews
-    /// its mark before it lapses.
-    delay: Duration,
-    max_delay: Duration,
-}
-
-impl<F: FnMut(Option<Duration>) -> Result<Option<RedisLease>>> Waiter for SharedWaiter<'_, F> {
-    type Lease = RedisLease;
-
-    fn attempt(&mut self) -> Result<std::result::Result<RedisLease, Refusal>> {
-        Ok(match (self.attempt)(self.mark)? {
-            Some(lease) => Ok(lease),
-            None => {
-                self.wakeups.follow_slot();
-                let retry_in = self.delay;
-                self.delay = (self.delay * 2).min(self.max_delay);
-                Err(Refusal { retry_in: Some(retry_in), back_off: None })
-            }
-        })
-    }
-
-    fn subscribe(&mut self, until: Instant) -> Result<()> {
-        self.wakeups.subscribe(until)
-    }
-
-    fn clear(&self) {
-        self.wakeups.clear();
-    }
-
-    fn wait(&self, until: Instant) {
-        self.wakeups.wait(until);
-    }
-}
-
 impl RedisBackend {
     /// Calls `attempt` until it grants or the request's deadline passes, in the crate's one
     /// wait loop ([`wait_loop::wait_until`]); a single attempt for [`Deadline::Now`].
@@ -229,7 +185,7 @@ impl RedisBackend {
         &self,
         request: &Request<'_>,
         channel: &str,
-        attempt: impl FnMut(Option<Duration>) -> Result<Option<RedisLease>>,
+        mut attempt: impl FnMut(Option<Duration>) -> Result<Option<RedisLease>>,
     ) -> Result<Option<Acquired<RedisLease>>> {
         let deadline = match request.deadline {
             Deadline::Now => return poll_until(request, attempt),
@@ -237,14 +193,20 @@ impl RedisBackend {
             Deadline::Never => None,
         };
         let keys = self.keys(request.name);
-        let (min, max) = request.backoff;
-        let mut waiter = SharedWaiter {
-            wakeups: Wakeups::new(self, &keys, channel, request.owner),
-            attempt,
-            mark: request.queue_mark(),
-            delay: min,
-            max_delay: max,
+        let mark = request.queue_mark();
+        // The next re-check's delay, doubling from the request's backoff's lower bound to its cap
+        // (and to the loop's fallback re-check): a lost message, a holder whose lease ran out or
+        // a subscription the server refused costs at most one delay, and a waiting writer renews
+        // its place in line before it lapses.
+        let (mut delay, max) = request.backoff;
+        let attempt = || {
+            Ok(attempt(mark)?.ok_or_else(|| {
+                let retry_in = delay;
+                delay = (delay * 2).min(max);
+                Refusal { retry_in: Some(retry_in), back_off: None }
+            }))
         };
+        let mut waiter = NodeWaiter { wakeups: Wakeups::new(self, &keys, channel, request.owner), attempt };
         wait_loop::wait_until(&mut waiter, deadline)
     }
 }

@@ -166,44 +166,24 @@ impl<'a> Wakeups<'a> {
     }
 }
 
-/// One waiting acquisition in a single server's queue.
-struct QueueWaiter<'a> {
-    backend: &'a RedisBackend,
-    name: &'a LockName,
-    keys: &'a RedisKeys,
-    owner: &'a OwnerToken,
-    ttl: Duration,
-    /// The caller's deadline (`None`: waiting as long as it takes).
-    deadline: Option<Instant>,
-    wakeups: Wakeups<'a>,
-    /// Attempts made so far.
-    attempts: u32,
-    /// Whether an answered attempt refused the lock: the waiter may have a place in the queue.
-    refused: bool,
+/// A waiter on the node that serves a lock: every single-node primitive's (the mutex's queue,
+/// the read-write lock's and the semaphore's scripts), differing only in `attempt`. A refusal
+/// follows the lock's slot ([`Wakeups::follow_slot`]).
+pub(super) struct NodeWaiter<'a, F> {
+    pub(super) wakeups: Wakeups<'a>,
+    /// One attempt: the lease, or why not.
+    pub(super) attempt: F,
 }
 
-impl Waiter for QueueWaiter<'_> {
+impl<F: FnMut() -> Result<std::result::Result<RedisLease, Refusal>>> Waiter for NodeWaiter<'_, F> {
     type Lease = RedisLease;
 
     fn attempt(&mut self) -> Result<std::result::Result<RedisLease, Refusal>> {
-        // The first attempt is the cheap uncontended one; after a refusal a fair waiter queues,
-        // a non-fair one asks the script too (its refusal says when the holder's lease ends)
-        // but never joins the queue.
-        let (waiting, until) = (self.backend.inner.fair, self.deadline);
-        let route = if self.attempts == 0 {
-            Route::Uncontended { waiting, until }
-        } else {
-            Route::Queued { waiting, until }
-        };
-        self.attempts += 1;
-        Ok(match self.backend.attempt(self.name, self.keys, self.owner, self.ttl, route)? {
-            Attempt::Acquired(lease) => Ok(lease),
-            Attempt::Held { retry_in } => {
-                self.refused = waiting;
-                self.wakeups.follow_slot();
-                Err(Refusal { retry_in, back_off: None })
-            }
-        })
+        let outcome = (self.attempt)()?;
+        if outcome.is_err() {
+            self.wakeups.follow_slot();
+        }
+        Ok(outcome)
     }
 
     fn subscribe(&mut self, until: Instant) -> Result<()> {
@@ -231,19 +211,30 @@ impl NativeWait for RedisBackend {
     ) -> Result<Option<Acquired<RedisLease>>> {
         check_lease(ttl)?;
         let keys = self.keys(name);
-        let mut waiter = QueueWaiter {
-            backend: self,
-            name,
-            keys: &keys,
-            owner,
-            ttl,
-            deadline,
-            wakeups: Wakeups::new(self, &keys, keys.channel(), owner),
-            attempts: 0,
-            refused: false,
+        // The first attempt is the cheap uncontended one; after a refusal a fair waiter queues,
+        // a non-fair one asks the script too (its refusal says when the holder's lease ends)
+        // but never joins the queue.
+        let waiting = self.inner.fair;
+        let mut attempts = 0_u32;
+        // Whether an answered attempt refused the lock: the waiter may have a place in the queue.
+        let mut queued = false;
+        let attempt = || {
+            let route = if attempts == 0 {
+                Route::Uncontended { waiting, until: deadline }
+            } else {
+                Route::Queued { waiting, until: deadline }
+            };
+            attempts += 1;
+            Ok(match self.attempt(name, &keys, owner, ttl, route)? {
+                Attempt::Acquired(lease) => Ok(lease),
+                Attempt::Held { retry_in } => {
+                    queued |= waiting;
+                    Err(Refusal { retry_in, back_off: None })
+                }
+            })
         };
+        let mut waiter = NodeWaiter { wakeups: Wakeups::new(self, &keys, keys.channel(), owner), attempt };
         let outcome = wait_loop::wait_until(&mut waiter, deadline);
-        let queued = waiter.refused;
         drop(waiter);
         match &outcome {
             Ok(Some(_)) => {}
