@@ -178,6 +178,51 @@ mod tests {
         assert_eq!((waiter.attempts, waiter.subscribed), (1, 1));
     }
 
+    /// Refuses with a cluster's `TRYAGAIN` `refusals` times, then grants.
+    struct Migrating {
+        refusals: u32,
+        attempts: u32,
+    }
+
+    impl Waiter for Migrating {
+        type Lease = u32;
+
+        fn attempt(&mut self) -> Result<std::result::Result<u32, Refusal>> {
+            self.attempts += 1;
+            if self.attempts > self.refusals {
+                return Ok(Ok(self.attempts));
+            }
+            let reply = redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain),
+                "Multiple keys request during rehashing of slot",
+            ));
+            Err(error::map("acquire", reply))
+        }
+
+        fn subscribe(&mut self, _until: Instant) -> Result<()> {
+            Ok(())
+        }
+
+        fn clear(&self) {}
+
+        fn wait(&self, _until: Instant) {}
+    }
+
+    #[test]
+    fn a_migration_refusal_is_waited_out_within_the_deadline() {
+        let mut waiter = Migrating { refusals: 3, attempts: 0 };
+        let acquired = wait_until(&mut waiter, Some(Instant::now() + Duration::from_secs(60))).unwrap();
+        assert_eq!(acquired.expect("granted once the migration let it").lease, 4);
+
+        let mut waiter = Migrating { refusals: u32::MAX, attempts: 0 };
+        let deadline = Instant::now() + MIGRATION_RECHECK * 3;
+        assert!(
+            wait_until(&mut waiter, Some(deadline)).unwrap().is_none(),
+            "no error: a refusal at the deadline"
+        );
+        assert!(waiter.attempts >= 2, "tried again within the deadline");
+    }
+
     #[test]
     fn a_passed_deadline_ends_after_one_attempt() {
         let mut waiter = scripted(u32::MAX, Refusal::default());
