@@ -108,6 +108,18 @@ fn classify(error: &RedisError) -> Meaning {
     Meaning::Other
 }
 
+/// Whether `error` says a slot migration refused the request, which was not run: `TRYAGAIN`
+/// (the migration split its keys between two nodes) or `ASK` (the keys are on the importing
+/// node; the caller's retries ran out before it took the request).
+pub(crate) fn is_split_by_migration(error: &Error) -> bool {
+    redis_cause(error).is_some_and(|cause| {
+        matches!(
+            cause.kind(),
+            ErrorKind::Server(redis::ServerErrorKind::TryAgain | redis::ServerErrorKind::Ask)
+        )
+    })
+}
+
 /// The Redis error behind `error`, if a Redis command or connection failed (what the server
 /// replied: `MOVED`, `READONLY`, …).
 pub(crate) fn redis_cause(error: &Error) -> Option<&RedisError> {

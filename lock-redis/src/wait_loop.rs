@@ -1,15 +1,19 @@
-//! The wait loop both Redis lock kinds share: try; on the first refusal subscribe to release
+//! The wait loop of every Redis waiter (the mutex's on one node or Redlock's nodes, the
+//! read-write lock's and the semaphore's): try; on the first refusal subscribe to release
 //! messages and try again (a release between the refusal and the subscription would otherwise be
 //! missed); then sleep until a wake-up, the re-check time or the deadline, and try again.
 //!
-//! What differs between the kinds — how an attempt is made, how wake-ups are registered (one
-//! server's queue, or every Redlock node), whether a refusal calls for a random back-off — is
-//! the [`Waiter`] implementation.
+//! What differs between them — how an attempt is made, how wake-ups are registered (the hub of
+//! the node serving the lock, following its slot in a cluster, or every Redlock node), how soon
+//! a refusal is re-checked, whether it calls for a random back-off — is the [`Waiter`]
+//! implementation.
 
 use std::thread;
 use std::time::{Duration, Instant};
 
 use lock_core::{Acquired, Result};
+
+use crate::error;
 
 /// The longest a waiter waits for a release message before it re-checks on its own.
 ///
@@ -17,6 +21,10 @@ use lock_core::{Acquired, Result};
 /// deliberately not shorter: a hand-off must come from the message, and polling faster would only
 /// load the server (conformance scenario S11 checks hand-offs are faster than this).
 pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
+
+/// How soon an attempt refused because a slot migration split its keys (`TRYAGAIN`) is tried
+/// again: a migration of a slot's few keys takes milliseconds, a slow one seconds.
+const MIGRATION_RECHECK: Duration = Duration::from_millis(100);
 
 /// Why an attempt did not get the lock, and what the loop should do about it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -49,7 +57,8 @@ pub(crate) trait Waiter {
 }
 
 /// Runs `waiter` until it acquires (`Some`) or `deadline` passes (`None`). Errors of an attempt
-/// end the loop at once: what they leave behind is the caller's to clean up.
+/// end the loop at once (what they leave behind is the caller's to clean up), except a cluster's
+/// `TRYAGAIN`, which says the attempt was not run: the loop waits for the migration instead.
 pub(crate) fn wait_until<W: Waiter>(
     waiter: &mut W,
     deadline: Option<Instant>,
@@ -59,9 +68,15 @@ pub(crate) fn wait_until<W: Waiter>(
     loop {
         waiter.clear();
         let sent_at = Instant::now();
-        let refusal = match waiter.attempt()? {
-            Ok(lease) => return Ok(Some(Acquired::new(lease, sent_at).contended_if(waited))),
-            Err(refusal) => refusal,
+        let refusal = match waiter.attempt() {
+            Ok(Ok(lease)) => return Ok(Some(Acquired::new(lease, sent_at).contended_if(waited))),
+            Ok(Err(refusal)) => refusal,
+            // The attempt was not run: its keys are split by a slot migration, which may last
+            // longer than the attempt's own retries. A refusal for now, tried again soon.
+            Err(error) if error::is_split_by_migration(&error) => {
+                Refusal { retry_in: Some(MIGRATION_RECHECK), back_off: None }
+            }
+            Err(error) => return Err(error),
         };
         waited = true;
         let now = Instant::now();
@@ -69,14 +84,17 @@ pub(crate) fn wait_until<W: Waiter>(
             return Ok(None);
         }
         let bound = |wait: Duration| deadline.map_or(now + wait, |deadline| deadline.min(now + wait));
+        // The re-check is due by the refusal's hint (the soonest the holder's lease can end, or
+        // a read-write waiter's backoff, which keeps a writer's place in line fresh), and by
+        // the fallback at the latest — the wait for the subscription included.
+        let recheck = refusal.retry_in.map_or(FALLBACK_RECHECK, |hint| hint.min(FALLBACK_RECHECK));
         if !subscribed {
-            waiter.subscribe(bound(FALLBACK_RECHECK))?;
+            waiter.subscribe(bound(recheck))?;
             subscribed = true;
         } else if let Some(pause) = refusal.back_off {
             thread::sleep(bound(pause).saturating_duration_since(now));
         } else {
-            let wait = refusal.retry_in.map_or(FALLBACK_RECHECK, |hint| hint.min(FALLBACK_RECHECK));
-            waiter.wait(bound(wait));
+            waiter.wait(bound(recheck));
         }
     }
 }
@@ -158,6 +176,51 @@ mod tests {
         let mut waiter = Scripted { silent_on_subscribe: true, ..scripted(u32::MAX, Refusal::default()) };
         assert!(matches!(wait_until(&mut waiter, None), Err(lock_core::Error::Timeout { .. })));
         assert_eq!((waiter.attempts, waiter.subscribed), (1, 1));
+    }
+
+    /// Refuses with a cluster's `TRYAGAIN` `refusals` times, then grants.
+    struct Migrating {
+        refusals: u32,
+        attempts: u32,
+    }
+
+    impl Waiter for Migrating {
+        type Lease = u32;
+
+        fn attempt(&mut self) -> Result<std::result::Result<u32, Refusal>> {
+            self.attempts += 1;
+            if self.attempts > self.refusals {
+                return Ok(Ok(self.attempts));
+            }
+            let reply = redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain),
+                "Multiple keys request during rehashing of slot",
+            ));
+            Err(error::map("acquire", reply))
+        }
+
+        fn subscribe(&mut self, _until: Instant) -> Result<()> {
+            Ok(())
+        }
+
+        fn clear(&self) {}
+
+        fn wait(&self, _until: Instant) {}
+    }
+
+    #[test]
+    fn a_migration_refusal_is_waited_out_within_the_deadline() {
+        let mut waiter = Migrating { refusals: 3, attempts: 0 };
+        let acquired = wait_until(&mut waiter, Some(Instant::now() + Duration::from_secs(60))).unwrap();
+        assert_eq!(acquired.expect("granted once the migration let it").lease, 4);
+
+        let mut waiter = Migrating { refusals: u32::MAX, attempts: 0 };
+        let deadline = Instant::now() + MIGRATION_RECHECK * 3;
+        assert!(
+            wait_until(&mut waiter, Some(deadline)).unwrap().is_none(),
+            "no error: a refusal at the deadline"
+        );
+        assert!(waiter.attempts >= 2, "tried again within the deadline");
     }
 
     #[test]

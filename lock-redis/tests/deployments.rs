@@ -4,10 +4,13 @@
 
 use std::time::Duration;
 
+const SECOND: Duration = Duration::from_secs(1);
+
 use lock_core::{Lock, LockClient, LockOptions};
 use lock_redis::redis;
 use lock_redis::testkit::{deployment_scenarios, DeploymentTarget};
 use lock_redis::{RedisBackend, RedisLockKind};
+use lock_testkit::eventually;
 use lock_testkit::harness::RedisCluster;
 use lock_testkit::run_backend_scenario;
 use lock_testkit::suite::{unique_name, SuiteTarget as _};
@@ -108,4 +111,80 @@ fn a_cluster_release_wakes_its_waiter_by_sharded_pub_sub() {
         let woken_after = waiter.join().unwrap().saturating_duration_since(released);
         assert!(woken_after < Duration::from_millis(200), "woken {woken_after:?} after the release");
     }
+}
+
+/// Read-write and semaphore waiters follow their lock's slot to its new primary, as the mutex's
+/// do: after the slot moved, they subscribe to their release channels there (so a release on
+/// the new primary wakes them), and get in once the holders release.
+#[test]
+fn read_write_and_semaphore_waiters_follow_a_moved_slot() {
+    use lock_core::{
+        Access, Deadline, DistributedLock as _, OwnerToken, Permits as _, ReadWrite as _, Request,
+    };
+    let cluster = RedisCluster::start().unwrap();
+    let backend = RedisBackend::builder(cluster.url()).build().unwrap();
+    let name = unique_name("follow-slot");
+    let keys = backend.keys(&name);
+    let lease = Duration::from_secs(30);
+    let backoff = (Duration::from_millis(50), Duration::from_secs(1));
+    let request = |owner, deadline| Request::new(&name, owner, lease, deadline, backoff);
+    let (writer, holder) = (OwnerToken::random(), OwnerToken::random());
+    let written = backend.acquire_rw(&request(&writer, Deadline::Now), Access::Write).unwrap().expect("free");
+    let permit = backend.acquire_permit(&request(&holder, Deadline::Now), 1).unwrap().expect("free");
+
+    let waiters: Vec<_> = [false, true]
+        .into_iter()
+        .map(|semaphore| {
+            let (backend, name) = (backend.clone(), name.clone());
+            std::thread::spawn(move || {
+                let owner = OwnerToken::random();
+                let request = Request::new(
+                    &name,
+                    &owner,
+                    lease,
+                    Deadline::At(std::time::Instant::now() + 60 * SECOND),
+                    backoff,
+                );
+                let acquired = if semaphore {
+                    backend.acquire_permit(&request, 1)
+                } else {
+                    backend.acquire_rw(&request, Access::Read)
+                };
+                let acquired = acquired.unwrap().expect("the waiter gets in once the holder releases");
+                assert!(backend.release(acquired.lease).unwrap());
+            })
+        })
+        .collect();
+
+    let channels = [keys.read_write_channel(), keys.semaphore_channel()];
+    let subscribed_on = |port: u16| {
+        let mut connection = node(port);
+        let reply: Vec<redis::Value> =
+            redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(&channels).query(&mut connection).unwrap();
+        reply.chunks(2).all(|pair| matches!(pair.get(1), Some(redis::Value::Int(count)) if *count > 0))
+    };
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(keys.lock())
+        .query(&mut node(cluster.nodes()[0].port()))
+        .unwrap();
+    let source = cluster.primary_for_slot(slot).unwrap();
+    assert!(eventually(10 * SECOND, || subscribed_on(source)), "the waiters subscribe on the slot's primary");
+    let target =
+        cluster.primaries().unwrap().iter().map(|primary| primary.port).find(|&port| port != source).unwrap();
+    cluster.migrate_slot(slot, target).unwrap();
+    assert!(
+        eventually(10 * SECOND, || subscribed_on(target)),
+        "the waiters subscribe on the slot's new primary"
+    );
+    assert!(backend.release(written.lease).unwrap());
+    assert!(backend.release(permit.lease).unwrap());
+    for waiter in waiters {
+        waiter.join().expect("a waiter failed");
+    }
+}
+
+/// A plain connection to the cluster node on `port`.
+fn node(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap().get_connection().unwrap()
 }

@@ -1,9 +1,12 @@
 -- Read-write lock: extend a read or write lease if the caller still holds it.
--- KEYS: readers, writer (as rw_acquire.lua). ARGV: owner token, 'r' or 'w', lease (ms).
+-- KEYS: the lease's own key only — readers for 'r', writer for 'w' (as rw_acquire.lua): a key
+--       the script does not use may be absent, and during a cluster slot migration Redis refuses
+--       (TRYAGAIN) a script whose keys are partly absent, which would stop renewals for the
+--       whole migration. ARGV: owner token, 'r' or 'w', lease (ms).
 -- Returns 1 if extended, 0 if not held.
 if ARGV[2] == 'w' then
-  if redis.call('GET', KEYS[2]) == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
     return 1
   end
   return 0

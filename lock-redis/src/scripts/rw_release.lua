@@ -1,11 +1,12 @@
 -- Read-write lock: release a read or write lease if the caller still holds it.
--- KEYS: readers, writer (as rw_acquire.lua). ARGV: owner token, 'r' or 'w', release channel.
+-- KEYS: the lease's own key only — readers for 'r', writer for 'w' (see rw_extend.lua).
+-- ARGV: owner token, 'r' or 'w', release channel.
 -- Returns 1 if released, 0 if not held. A release wakes every waiter of the lock (an empty
 -- message on the channel); PUBLISH runs under pcall, so a user without rights on the channel
 -- still releases (its waiters then find out on their own, at their backoff's pace).
 if ARGV[2] == 'w' then
-  if redis.call('GET', KEYS[2]) == ARGV[1] then
-    redis.call('DEL', KEYS[2])
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('DEL', KEYS[1])
     redis.pcall('PUBLISH', ARGV[3], '')
     return 1
   end

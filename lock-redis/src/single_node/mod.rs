@@ -110,9 +110,19 @@ const MAX_REDIRECT_PAUSE: Duration = Duration::from_millis(200);
 enum Route {
     /// A first attempt: a transaction of plain commands where the kind allows (`SetNx`).
     /// `waiting`: whether the caller queues if the queue turns out to decide.
-    Uncontended { waiting: bool },
+    Uncontended { waiting: bool, until: Option<Instant> },
     /// The acquire script, which consults the wait queue; `waiting` joins it on a refusal.
-    Queued { waiting: bool },
+    Queued { waiting: bool, until: Option<Instant> },
+}
+
+impl Route {
+    /// The caller's deadline, if it has one: redirects are not retried past it (see
+    /// [`RedisBackend::routed_until`]).
+    fn until(self) -> Option<Instant> {
+        match self {
+            Route::Uncontended { until, .. } | Route::Queued { until, .. } => until,
+        }
+    }
 }
 
 /// The outcome of one acquisition attempt.
@@ -198,12 +208,21 @@ impl RedisBackend {
     /// one I/O timeout: no retry starts after that (one already under way runs to its own
     /// connect and I/O timeouts). The first redirect is followed at once; later ones after a
     /// pause that doubles up to [`MAX_REDIRECT_PAUSE`].
-    pub(crate) fn routed<T>(
+    pub(crate) fn routed<T>(&self, keys: &RedisKeys, request: impl FnMut(&Hop) -> Result<T>) -> Result<T> {
+        self.routed_until(keys, None, request)
+    }
+
+    /// [`routed`](Self::routed), starting no retry after `until` either: a waiting acquisition
+    /// retries in its wait loop, which keeps to the caller's deadline (a slot that migrates
+    /// for longer than the I/O timeout refuses its attempts all that time).
+    pub(crate) fn routed_until<T>(
         &self,
         keys: &RedisKeys,
+        until: Option<Instant>,
         mut request: impl FnMut(&Hop) -> Result<T>,
     ) -> Result<T> {
-        let deadline = Instant::now() + self.inner.io_timeout;
+        let io_deadline = Instant::now() + self.inner.io_timeout;
+        let deadline = until.map_or(io_deadline, |until| until.min(io_deadline));
         let mut pause = FIRST_REDIRECT_PAUSE;
         let mut retries = 0_u32;
         let mut hop = self.inner.nodes.hop(keys)?;
@@ -260,7 +279,7 @@ impl RedisBackend {
         ttl: Duration,
         route: Route,
     ) -> Result<Attempt> {
-        self.routed(keys, |hop| self.attempt_on(hop, name, keys, owner, ttl, route))
+        self.routed_until(keys, route.until(), |hop| self.attempt_on(hop, name, keys, owner, ttl, route))
     }
 
     /// [`attempt`](Self::attempt) on one node.
@@ -276,7 +295,7 @@ impl RedisBackend {
         let token = owner.to_hex();
         let mut connection = hop.connection()?;
         let fence = match route {
-            Route::Uncontended { waiting } if self.kind() == RedisLockKind::SetNx => {
+            Route::Uncontended { waiting, until } if self.kind() == RedisLockKind::SetNx => {
                 let reply = uncontended::acquire(&mut connection, keys, &token, ttl).map_err(|e| {
                     self.undo_failed_attempt(&mut connection, name, keys, &token, ttl, false, e)
                 })?;
@@ -324,9 +343,9 @@ impl RedisBackend {
                     }
                 }
                 drop(connection);
-                return self.attempt(name, keys, owner, ttl, Route::Queued { waiting });
+                return self.attempt(name, keys, owner, ttl, Route::Queued { waiting, until });
             }
-            Route::Uncontended { waiting } | Route::Queued { waiting } => {
+            Route::Uncontended { waiting, .. } | Route::Queued { waiting, .. } => {
                 let script = &self.scripts().acquire;
                 let command = script
                     .invoke(&[keys.lock(), keys.fence(), keys.queue(), keys.queue_timeouts()])
@@ -424,15 +443,34 @@ impl RedisBackend {
         })
     }
 
+    /// Releases `lease` on the node serving it, following the deployment's redirects. A mutex
+    /// release that a slot migration refuses (`TRYAGAIN`: the queue's keys are absent on the
+    /// node asked) is sent again at once by the lock key alone (a lone release, see
+    /// `set_nx_release.lua`), which a migration never refuses (one key: `ASK` at worst, which
+    /// is followed): a holder's unlock does not wait for the migration to end.
+    fn release_routed(&self, lease: &RedisLease) -> Result<i64> {
+        let split = redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain);
+        self.routed(&lease.keys, |hop| {
+            match self.release_on(&mut hop.connection()?, lease) {
+                Err(e) if lease.shape == Shape::Mutex && e.kind() == split => {
+                    // A new connection from the hop: `ASKING` again where the hop needs it.
+                    hop.connection()?.run(|c| {
+                        let (script, command) = self.mutex_release_command(lease, true);
+                        script.query(c, &command)
+                    })
+                }
+                other => other,
+            }
+            .map_err(|e| error::map("release", e))
+        })
+    }
+
     /// Releases `lease` without consuming it (the clean-up thread's retries).
     ///
     /// # Errors
     /// As [`DistributedLock::release`].
     pub(crate) fn release_in_place(&self, lease: &RedisLease) -> Result<()> {
-        self.routed(&lease.keys, |hop| {
-            self.release_on(&mut hop.connection()?, lease).map_err(|e| error::map("release", e))
-        })
-        .map(drop)
+        self.release_routed(lease).map(drop)
     }
 
     /// The script and command that release `lease`, whatever it holds.
@@ -440,11 +478,19 @@ impl RedisBackend {
         if lease.shape != Shape::Mutex {
             return shared_modes::release_command(lease, self.inner.nodes.cluster().is_some());
         }
+        self.mutex_release_command(lease, false)
+    }
+
+    /// The script and command that release a mutex `lease`; `lone`: by the lock key alone (see
+    /// [`release_routed`](Self::release_routed)).
+    fn mutex_release_command(&self, lease: &RedisLease, lone: bool) -> (&'static LuaScript, redis::Cmd) {
         let script = &self.scripts().release;
+        let all = [lease.keys.lock(), lease.keys.queue(), lease.keys.queue_timeouts()];
+        let keys = if lone { &all[..1] } else { &all[..] };
         // Non-fair waiters do not queue: with no queue, a non-fair client's release still tells
         // them (`1`), where a fair one's has nobody to tell.
         let command = script
-            .invoke(&[lease.keys.lock(), lease.keys.queue(), lease.keys.queue_timeouts()])
+            .invoke(keys)
             .arg(&lease.token)
             .arg(lease.keys.channel())
             .arg(if self.inner.fair { 0 } else { 1 })
@@ -503,7 +549,13 @@ impl DistributedLock for RedisBackend {
 
     fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<RedisLease>> {
         check_lease(ttl)?;
-        match self.attempt(name, &self.keys(name), owner, ttl, Route::Uncontended { waiting: false })? {
+        match self.attempt(
+            name,
+            &self.keys(name),
+            owner,
+            ttl,
+            Route::Uncontended { waiting: false, until: None },
+        )? {
             Attempt::Acquired(lease) => Ok(Some(lease)),
             Attempt::Held { .. } => Ok(None),
         }
@@ -544,9 +596,7 @@ impl DistributedLock for RedisBackend {
     }
 
     fn release(&self, lease: RedisLease) -> Result<bool> {
-        let released = self.routed(&lease.keys, |hop| {
-            self.release_on(&mut hop.connection()?, &lease).map_err(|e| error::map("release", e))
-        })?;
+        let released = self.release_routed(&lease)?;
         Ok(released == 1)
     }
 

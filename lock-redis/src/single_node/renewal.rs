@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::thread;
 
-use lock_core::{check_lease, DoubtMark, Error, Extension, Result};
+use lock_core::{check_lease, DistributedLock as _, DoubtMark, Error, Extension, Result};
 use redis::{RedisResult, ServerErrorKind, Value};
 
 use super::{RedisBackend, RedisLease};
@@ -25,31 +25,42 @@ impl RedisBackend {
     ///
     /// A lease whose slot moved (`MOVED`: the map is corrected from the reply) goes out again
     /// in a second round of pipelines, with the others that moved; a lease whose slot is
-    /// migrating or whose primary is failing over (`ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
-    /// `READONLY`) gets a retryable error: the renewal thread tries it again soon, and its lease
-    /// stays valid meanwhile. So a batch costs two rounds at most, never one request per lease.
+    /// migrating and whose keys moved already (`ASK`) is extended on its own on the importing
+    /// node — one request per lease of a migrating slot; a lease whose keys the migration split
+    /// or whose primary is failing over (`TRYAGAIN`, `CLUSTERDOWN`, `READONLY`) gets a retryable
+    /// error: the renewal thread tries it again soon, and its lease stays valid meanwhile. So a
+    /// batch costs two rounds at most, plus one request per lease of a migrating slot.
     pub(super) fn extend_batch(&self, batch: &mut [Extension<'_, RedisLease>]) -> Vec<Result<bool>> {
         let mut outcomes: Vec<Option<Result<bool>>> =
             batch.iter().map(|item| check_lease(item.ttl).err().map(Err)).collect();
         let mut pending: Vec<usize> = (0..batch.len()).filter(|&index| outcomes[index].is_none()).collect();
+        let mut asked = Vec::new();
         for round in 0..2 {
             if pending.is_empty() {
                 break;
             }
-            let moved = self.extend_round(batch, &pending, &mut outcomes, round == 0);
+            let moved = self.extend_round(batch, &pending, &mut outcomes, round == 0, &mut asked);
             pending = moved;
+        }
+        // Leases of a slot being migrated whose keys moved already: one each, after `ASKING`,
+        // on the importing node (`routed`), so no lease runs out however long the migration.
+        for index in asked {
+            let item = &mut batch[index];
+            outcomes[index] = Some(self.extend(item.lease, item.ttl));
         }
         outcomes.into_iter().map(|outcome| outcome.unwrap_or_else(|| Ok(false))).collect()
     }
 
     /// One round of [`extend_batch`](Self::extend_batch) over the items `pending`; returns the
-    /// items whose slot moved, when `may_retry` (else they get a retryable error).
+    /// items whose slot moved, when `may_retry` (else they get a retryable error), and adds to
+    /// `asked` those the node sent elsewhere with `ASK` (their keys migrated already).
     fn extend_round(
         &self,
         batch: &mut [Extension<'_, RedisLease>],
         pending: &[usize],
         outcomes: &mut [Option<Result<bool>>],
         may_retry: bool,
+        asked: &mut Vec<usize>,
     ) -> Vec<usize> {
         let mut groups: Vec<NodeBatch> = Vec::new();
         for &index in pending {
@@ -87,6 +98,10 @@ impl RedisBackend {
                             Ok(_) => Ok(false),
                             Err(e) if may_retry && self.follow_move(&e) => {
                                 moved.push(index);
+                                continue;
+                            }
+                            Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::Ask) => {
+                                asked.push(index);
                                 continue;
                             }
                             Err(e) if is_elsewhere_or_unavailable(&e) => Err(not_renewed_here(&e)),

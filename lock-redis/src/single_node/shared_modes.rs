@@ -10,27 +10,32 @@
 //! - **Semaphore** (`scripts/sem_*.lua`): a sorted set of holders (owner token → lease end) and
 //!   the count they use; a request with another count while permits are held is refused.
 //! - Waiters are woken by the release's pub/sub message (every waiter of the name: readers may
-//!   all go at once) and re-check at the client's backoff's pace besides; both primitives take
-//!   their fencing tokens from counters of their own.
+//!   all go at once) and re-check at the client's backoff's pace besides (at least once a
+//!   second), in the crate's one wait loop (`wait_loop.rs`), which follows the lock's slot to
+//!   its new primary in a cluster; both primitives take their fencing tokens from counters of
+//!   their own.
 
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lock_core::{
     check_lease, poll_until, Access, Acquired, Deadline, Error, Permits, ReadWrite, Request, Result,
 };
 
+use super::wait::{NodeWaiter, Wakeups};
 use super::{Attempt, RedisBackend, RedisLease, Shape};
 use crate::error;
 use crate::lua::{self, LuaScript};
 use crate::millis;
 use crate::topology::Hop;
+use crate::wait_loop::{self, Refusal};
 
 /// The scripts of the read-write lock and the semaphore.
 struct SharedScripts {
     rw_acquire: LuaScript,
     rw_extend: LuaScript,
     rw_release: LuaScript,
+    rw_withdraw: LuaScript,
     sem_acquire: LuaScript,
     sem_extend: LuaScript,
     sem_release: LuaScript,
@@ -49,6 +54,7 @@ fn scripts(sharded: bool) -> &'static SharedScripts {
                 rw_acquire: script(include_str!("../scripts/rw_acquire.lua")),
                 rw_extend: script(include_str!("../scripts/rw_extend.lua")),
                 rw_release: script(include_str!("../scripts/rw_release.lua")),
+                rw_withdraw: script(include_str!("../scripts/rw_withdraw.lua")),
                 sem_acquire: script(include_str!("../scripts/sem_acquire.lua")),
                 sem_extend: script(include_str!("../scripts/sem_extend.lua")),
                 sem_release: script(include_str!("../scripts/sem_release.lua")),
@@ -67,6 +73,18 @@ fn mode(shape: Shape) -> &'static str {
     }
 }
 
+/// The one key a read-write `lease` lives in (readers, or the writer): its extend and release
+/// name no other, since Redis refuses a script whose keys are partly absent while their slot
+/// migrates (`TRYAGAIN`), and the other mode's key usually is absent.
+fn own_key(lease: &RedisLease) -> String {
+    let [readers, writer, ..] = lease.keys.read_write();
+    if lease.shape == Shape::Write {
+        writer
+    } else {
+        readers
+    }
+}
+
 /// The script and command that extend a read-write or permit `lease` to `ttl`.
 pub(super) fn extend_command(lease: &RedisLease, ttl: Duration) -> (&'static LuaScript, redis::Cmd) {
     // Extending publishes nothing: the classic scripts serve a cluster too.
@@ -79,10 +97,9 @@ pub(super) fn extend_command(lease: &RedisLease, ttl: Duration) -> (&'static Lua
             (&scripts.sem_extend, command)
         }
         shape => {
-            let [readers, writer, ..] = lease.keys.read_write();
             let command = scripts
                 .rw_extend
-                .invoke(&[&readers, &writer])
+                .invoke(&[&own_key(lease)])
                 .arg(&lease.token)
                 .arg(mode(shape))
                 .arg(millis(ttl))
@@ -108,10 +125,9 @@ pub(super) fn release_command(lease: &RedisLease, sharded: bool) -> (&'static Lu
             (&scripts.sem_release, command)
         }
         shape => {
-            let [readers, writer, ..] = lease.keys.read_write();
             let command = scripts
                 .rw_release
-                .invoke(&[&readers, &writer])
+                .invoke(&[&own_key(lease)])
                 .arg(&lease.token)
                 .arg(mode(shape))
                 .arg(lease.keys.read_write_channel())
@@ -135,7 +151,12 @@ impl RedisBackend {
     ) -> Result<Option<RedisLease>> {
         let keys = self.keys(request.name);
         let token = request.owner.to_hex();
-        let attempt = self.routed(&keys, |hop: &Hop| {
+        // A waiting request retries in its wait loop, within its deadline.
+        let until = match request.deadline {
+            Deadline::At(at) => Some(at),
+            Deadline::Now | Deadline::Never => None,
+        };
+        let attempt = self.routed_until(&keys, until, |hop: &Hop| {
             let mut connection = hop.connection()?;
             let reply = script.exchange::<T>(&mut connection, &command).map_err(|failure| {
                 let possible = RedisLease::possible_grant(request.name, &keys, token.clone(), request.ttl).with_shape(shape);
@@ -158,10 +179,8 @@ impl RedisBackend {
 }
 
 impl RedisBackend {
-    /// Calls `attempt` until it grants or the request's deadline passes. Between attempts the
-    /// waiter sleeps on `channel` — woken by the next release's message — for at most the next
-    /// backoff delay (doubling from the request's lower bound to its cap): a lost message, a
-    /// holder whose lease ran out or a subscription the server refused costs at most one delay.
+    /// Calls `attempt` until it grants or the request's deadline passes, in the crate's one
+    /// wait loop ([`wait_loop::wait_until`]); a single attempt for [`Deadline::Now`].
     fn wait_on_releases(
         &self,
         request: &Request<'_>,
@@ -174,44 +193,59 @@ impl RedisBackend {
             Deadline::Never => None,
         };
         let keys = self.keys(request.name);
-        let hop = self.inner.nodes.hop(&keys)?;
-        let hub = self.inner.nodes.hub(&hop, &self.inner.prefix);
-        let (registration, poke) = hub.register(channel, &request.owner.to_hex());
-        if poke {
-            self.poke_subscriber(&hop, hub)?;
-        }
-        let (min, max) = request.backoff;
-        let mut delay = min;
-        let mut waited = false;
-        loop {
-            // A message that came before this attempt is answered by what the attempt sees.
-            registration.clear();
-            let sent_at = Instant::now();
-            if let Some(lease) = attempt(request.queue_mark())? {
-                return Ok(Some(Acquired::new(lease, sent_at).contended_if(waited)));
-            }
-            waited = true;
-            let now = Instant::now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                return Ok(None);
-            }
-            let wake = deadline.map_or(now + delay, |deadline| deadline.min(now + delay));
-            registration.wait(wake);
-            delay = (delay * 2).min(max);
+        let mark = request.queue_mark();
+        // The next re-check's delay, doubling from the request's backoff's lower bound to its cap
+        // (and to the loop's fallback re-check): a lost message, a holder whose lease ran out or
+        // a subscription the server refused costs at most one delay, and a waiting writer renews
+        // its place in line before it lapses.
+        let (mut delay, max) = request.backoff;
+        let attempt = || {
+            Ok(attempt(mark)?.ok_or_else(|| {
+                let retry_in = delay;
+                delay = (delay * 2).min(max);
+                Refusal { retry_in: Some(retry_in), back_off: None }
+            }))
+        };
+        let mut waiter = NodeWaiter { wakeups: Wakeups::new(self, &keys, channel, request.owner), attempt };
+        wait_loop::wait_until(&mut waiter, deadline)
+    }
+}
+
+impl RedisBackend {
+    /// Takes a writer that gave up out of the line (`rw_withdraw.lua`, owner-checked in one
+    /// step): its mark would otherwise refuse new readers until it lapses (up to twice the
+    /// backoff's cap plus half a second). Best effort: a mark left behind only delays readers
+    /// until then, so a failure is logged, not retried.
+    fn withdraw_writer(&self, request: &Request<'_>) {
+        let keys = self.keys(request.name);
+        let [_, _, waiting, _] = keys.read_write();
+        let script = &scripts(self.inner.nodes.cluster().is_some()).rw_withdraw;
+        let command =
+            script.invoke(&[&waiting]).arg(request.owner.to_hex()).arg(keys.read_write_channel()).to_owned();
+        let result = self.routed(&keys, |hop: &Hop| {
+            script
+                .exchange::<i64>(&mut *hop.connection()?, &command)
+                .map_err(|e| error::map("leave the writers' line", e))
+        });
+        if let Err(error) = result {
+            tracing::debug!(%error, lock = %request.name, "a writer that gave up could not take back its place in line; it lapses on its own");
         }
     }
 }
 
 impl ReadWrite for RedisBackend {
     /// Tries `rw_acquire.lua` on every release message and at the client's backoff's pace; a
-    /// waiting writer's attempts keep its place in line, which holds new readers back.
+    /// waiting writer's attempts keep its place in line, which holds new readers back, and a
+    /// writer that gives up (its deadline passed, or an error the server answered) takes it back.
     fn acquire_rw(&self, request: &Request<'_>, access: Access) -> Result<Option<Acquired<RedisLease>>> {
         check_lease(request.ttl)?;
         let shape = if access == Access::Write { Shape::Write } else { Shape::Read };
         let keys: [String; 4] = self.keys(request.name).read_write();
         let script = &scripts(false).rw_acquire;
         let channel = self.keys(request.name).read_write_channel();
-        self.wait_on_releases(request, &channel, |mark| {
+        // Whether an answered attempt left a mark in the writers' line.
+        let mut marked = false;
+        let outcome = self.wait_on_releases(request, &channel, |mark| {
             let mark = if access == Access::Write { mark.map_or(0, millis) } else { 0 };
             let command = script
                 .invoke(&keys.each_ref().map(String::as_str))
@@ -220,10 +254,21 @@ impl ReadWrite for RedisBackend {
                 .arg(millis(request.ttl))
                 .arg(mark)
                 .to_owned();
-            self.shared_attempt(request, (script, command), shape, |fence: i64| {
+            let attempt = self.shared_attempt(request, (script, command), shape, |fence: i64| {
                 Ok((fence >= 0).then_some(fence))
-            })
-        })
+            });
+            marked |= mark > 0 && matches!(attempt, Ok(None));
+            attempt
+        });
+        match &outcome {
+            // A grant takes the mark out itself; a server that just failed to answer would only
+            // cost the caller another timeout (the mark lapses on its own).
+            Ok(Some(_)) => {}
+            Err(error) if error.is_retryable() => {}
+            _ if marked => self.withdraw_writer(request),
+            _ => {}
+        }
+        outcome
     }
 }
 

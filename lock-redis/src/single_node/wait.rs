@@ -25,13 +25,19 @@ pub(crate) const QUEUE_ENTRY_TTL: Duration = Duration::from_secs(3);
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) const TURN: Duration = Duration::from_millis(250);
 
+/// How long a waiter that gave up retries leaving the queue itself (see
+/// [`RedisBackend::leave_queue`]).
+const LEAVE_QUEUE_RETRIES: Duration = Duration::from_millis(400);
+
 impl RedisBackend {
     /// Takes a waiter that gives up out of the queue: at once when the server answers, else by
     /// the clean-up thread (an entry left behind would get a turn at the next release, and hold
-    /// the lock up for it).
+    /// the lock up for it). Redirects are followed for [`LEAVE_QUEUE_RETRIES`] at most: the
+    /// caller's deadline has passed, and a slot migration may refuse the request (`TRYAGAIN`)
+    /// for longer than the I/O timeout — the clean-up thread waits for it instead.
     fn leave_queue(&self, keys: &RedisKeys, owner: &OwnerToken) {
         let token = owner.to_hex();
-        let result = self.routed(keys, |hop| {
+        let result = self.routed_until(keys, Some(Instant::now() + LEAVE_QUEUE_RETRIES), |hop| {
             let script = &self.scripts().dequeue;
             let command = script
                 .invoke(&[keys.lock(), keys.queue(), keys.queue_timeouts()])
@@ -72,12 +78,38 @@ impl RedisBackend {
     }
 }
 
-impl QueueWaiter<'_> {
+/// One waiter's wake-ups: its registration for a lock channel with the hub of the node that
+/// serves the lock, which follows the lock's slot to its new primary in a cluster. Every
+/// single-node waiter (mutex, read-write lock, semaphore) waits through one, in
+/// [`wait_loop`].
+pub(super) struct Wakeups<'a> {
+    backend: &'a RedisBackend,
+    keys: &'a RedisKeys,
+    channel: &'a str,
+    /// The waiter's owner token, as a release message may name it.
+    token: String,
+    registration: Option<Registration>,
+    /// The node whose hub the registration is with (a cluster's primary for the lock's slot).
+    registered_on: Option<Arc<Node>>,
+}
+
+impl<'a> Wakeups<'a> {
+    /// Wake-ups on `channel` for the waiter `owner` of the lock whose keys are `keys`; nothing is
+    /// registered before [`subscribe`](Self::subscribe).
+    pub(super) fn new(
+        backend: &'a RedisBackend,
+        keys: &'a RedisKeys,
+        channel: &'a str,
+        owner: &OwnerToken,
+    ) -> Self {
+        Self { backend, keys, channel, token: owner.to_hex(), registration: None, registered_on: None }
+    }
+
     /// Registers with the hub of `hop`'s node (in place of any earlier registration); returns
     /// whether its subscriber thread needs a poke.
     fn register(&mut self, hop: &Hop) -> bool {
         let hub = self.backend.inner.nodes.hub(hop, &self.backend.inner.prefix);
-        let (joined, poke) = hub.register(self.keys.channel(), &self.owner.to_hex());
+        let (joined, poke) = hub.register(self.channel, &self.token);
         self.registration = Some(joined);
         self.registered_on = Some(Arc::clone(&hop.node));
         poke
@@ -85,8 +117,9 @@ impl QueueWaiter<'_> {
 
     /// In a cluster, after the lock's slot moved to another primary (its old primary gave up
     /// the shard channel and woke this waiter), waits on the new primary's hub instead. Best
-    /// effort: a failed poke leaves the subscription to the subscriber's next tick.
-    fn follow_slot(&mut self) {
+    /// effort: a failed poke leaves the subscription to the subscriber's next tick. Called
+    /// after every refusal: a slot that moved is then followed within one re-check.
+    pub(super) fn follow_slot(&mut self) {
         let Some(registered) = &self.registered_on else { return };
         let Ok(hop) = self.backend.inner.nodes.hop(self.keys) else { return };
         if Arc::ptr_eq(&hop.node, registered) {
@@ -99,46 +132,14 @@ impl QueueWaiter<'_> {
             }
         }
     }
-}
 
-/// One waiting acquisition in a single server's queue.
-struct QueueWaiter<'a> {
-    backend: &'a RedisBackend,
-    name: &'a LockName,
-    keys: &'a RedisKeys,
-    owner: &'a OwnerToken,
-    ttl: Duration,
-    registration: Option<Registration>,
-    /// The node whose hub the registration is with (a cluster's primary for the lock's slot).
-    registered_on: Option<Arc<Node>>,
-    /// Attempts made so far.
-    attempts: u32,
-    /// Whether an answered attempt refused the lock: the waiter may have a place in the queue.
-    refused: bool,
-}
-
-impl Waiter for QueueWaiter<'_> {
-    type Lease = RedisLease;
-
-    fn attempt(&mut self) -> Result<std::result::Result<RedisLease, Refusal>> {
-        // The first attempt is the cheap uncontended one; after a refusal a fair waiter queues,
-        // a non-fair one asks the script too (its refusal says when the holder's lease ends)
-        // but never joins the queue.
-        let waiting = self.backend.inner.fair;
-        let route =
-            if self.attempts == 0 { Route::Uncontended { waiting } } else { Route::Queued { waiting } };
-        self.attempts += 1;
-        Ok(match self.backend.attempt(self.name, self.keys, self.owner, self.ttl, route)? {
-            Attempt::Acquired(lease) => Ok(lease),
-            Attempt::Held { retry_in } => {
-                self.refused = waiting;
-                self.follow_slot();
-                Err(Refusal { retry_in, back_off: None })
-            }
-        })
-    }
-
-    fn subscribe(&mut self, until: Instant) -> Result<()> {
+    /// [`Waiter::subscribe`]: registers on the lock's node and waits for the subscription
+    /// until `until`.
+    ///
+    /// # Errors
+    /// The node cannot be found, or did not answer the poke (see
+    /// [`poke_subscriber`](RedisBackend::poke_subscriber)).
+    pub(super) fn subscribe(&mut self, until: Instant) -> Result<()> {
         let hop = self.backend.inner.nodes.hop(self.keys)?;
         if self.register(&hop) {
             let hub = self.backend.inner.nodes.hub(&hop, &self.backend.inner.prefix);
@@ -150,16 +151,51 @@ impl Waiter for QueueWaiter<'_> {
         Ok(())
     }
 
-    fn clear(&self) {
+    /// [`Waiter::clear`].
+    pub(super) fn clear(&self) {
         if let Some(registration) = &self.registration {
             registration.clear();
         }
     }
 
-    fn wait(&self, until: Instant) {
+    /// [`Waiter::wait`].
+    pub(super) fn wait(&self, until: Instant) {
         if let Some(registration) = &self.registration {
             registration.wait(until);
         }
+    }
+}
+
+/// A waiter on the node that serves a lock: every single-node primitive's (the mutex's queue,
+/// the read-write lock's and the semaphore's scripts), differing only in `attempt`. A refusal
+/// follows the lock's slot ([`Wakeups::follow_slot`]).
+pub(super) struct NodeWaiter<'a, F> {
+    pub(super) wakeups: Wakeups<'a>,
+    /// One attempt: the lease, or why not.
+    pub(super) attempt: F,
+}
+
+impl<F: FnMut() -> Result<std::result::Result<RedisLease, Refusal>>> Waiter for NodeWaiter<'_, F> {
+    type Lease = RedisLease;
+
+    fn attempt(&mut self) -> Result<std::result::Result<RedisLease, Refusal>> {
+        let outcome = (self.attempt)()?;
+        if outcome.is_err() {
+            self.wakeups.follow_slot();
+        }
+        Ok(outcome)
+    }
+
+    fn subscribe(&mut self, until: Instant) -> Result<()> {
+        self.wakeups.subscribe(until)
+    }
+
+    fn clear(&self) {
+        self.wakeups.clear();
+    }
+
+    fn wait(&self, until: Instant) {
+        self.wakeups.wait(until);
     }
 }
 
@@ -175,19 +211,30 @@ impl NativeWait for RedisBackend {
     ) -> Result<Option<Acquired<RedisLease>>> {
         check_lease(ttl)?;
         let keys = self.keys(name);
-        let mut waiter = QueueWaiter {
-            backend: self,
-            name,
-            keys: &keys,
-            owner,
-            ttl,
-            registration: None,
-            registered_on: None,
-            attempts: 0,
-            refused: false,
+        // The first attempt is the cheap uncontended one; after a refusal a fair waiter queues,
+        // a non-fair one asks the script too (its refusal says when the holder's lease ends)
+        // but never joins the queue.
+        let waiting = self.inner.fair;
+        let mut attempts = 0_u32;
+        // Whether an answered attempt refused the lock: the waiter may have a place in the queue.
+        let mut queued = false;
+        let attempt = || {
+            let route = if attempts == 0 {
+                Route::Uncontended { waiting, until: deadline }
+            } else {
+                Route::Queued { waiting, until: deadline }
+            };
+            attempts += 1;
+            Ok(match self.attempt(name, &keys, owner, ttl, route)? {
+                Attempt::Acquired(lease) => Ok(lease),
+                Attempt::Held { retry_in } => {
+                    queued |= waiting;
+                    Err(Refusal { retry_in, back_off: None })
+                }
+            })
         };
+        let mut waiter = NodeWaiter { wakeups: Wakeups::new(self, &keys, keys.channel(), owner), attempt };
         let outcome = wait_loop::wait_until(&mut waiter, deadline);
-        let queued = waiter.refused;
         drop(waiter);
         match &outcome {
             Ok(Some(_)) => {}

@@ -145,8 +145,10 @@ impl ClusterNodes {
     }
 
     /// Refreshes the map on a thread of its own (one at a time, at most every
-    /// [`MIN_REFRESH_GAP`]): a caller goes on with the map it has — a redirect corrects it for
-    /// its slot — so no call waits for nodes that may not answer (a refresh asks them in turn).
+    /// [`MIN_REFRESH_GAP`], within the same budget as a caller's refresh): a caller goes on
+    /// with the map it has — a redirect corrects it for its slot — so no call waits for nodes
+    /// that may not answer (a refresh asks them in turn). The budget matters all the same: a
+    /// caller that needs the map (a slot it does not know) waits for this refresh's lock.
     fn refresh_in_background(self: &Arc<Self>) {
         let recent = self
             .refreshed
@@ -159,7 +161,7 @@ impl ClusterNodes {
         let spawned = thread::Builder::new().name(REFRESH_THREAD_NAME.into()).spawn(move || {
             let last = *cluster.refreshed.lock();
             if last.is_none_or(|at| at.elapsed() >= MIN_REFRESH_GAP) {
-                if let Err(error) = cluster.refresh_within(None) {
+                if let Err(error) = cluster.refresh_within(cluster.refresh_budget()) {
                     tracing::debug!(%error, "refreshing the cluster's slot map failed; the next lookup tries again");
                 }
             }
@@ -172,37 +174,57 @@ impl ClusterNodes {
     }
 
     /// Asks the known primaries, then the seeds, for `CLUSTER SLOTS`; the first answer becomes
-    /// the map. Gives up after one connect plus one read timeout in all (a candidate started
-    /// before that runs to its own timeouts), so a caller's lookup stays bounded however many
-    /// nodes are silent.
+    /// the map. Bounded by one connect plus one read timeout in all, the wait for a refresh
+    /// already under way included, so a caller's lookup stays bounded however many nodes are
+    /// silent.
     ///
     /// # Errors
-    /// The last node's failure, when none answered.
+    /// The last node's failure, when none answered; a timeout when a refresh under way on
+    /// another thread held the map past the budget.
     pub(crate) fn refresh(&self) -> RedisResult<()> {
-        self.refresh_within(Some(self.settings.connect_timeout + self.settings.read_timeout))
+        self.refresh_within(self.refresh_budget())
     }
 
-    /// [`refresh`](Self::refresh), giving up after `budget` (never, for the background
-    /// refresh: it asks every candidate in turn). Each refresh starts at the next candidate
-    /// of the list, so a node that stays silent is not always asked first.
-    fn refresh_within(&self, budget: Option<Duration>) -> RedisResult<()> {
-        let mut refreshed = self.refreshed.lock();
+    /// The longest a refresh may take: one connect plus one read timeout.
+    fn refresh_budget(&self) -> Duration {
+        self.settings.connect_timeout + self.settings.read_timeout
+    }
+
+    /// [`refresh`](Self::refresh) within `budget`: the wait for another thread's refresh and
+    /// every candidate's connect and read come out of it (a candidate gets the timeouts left,
+    /// at most its own), so one slow or silent node cannot stretch a refresh, nor a refresh
+    /// the calls that wait for it. Each refresh starts at the next candidate of the list, so a
+    /// node that stays silent is not always asked first.
+    fn refresh_within(&self, budget: Duration) -> RedisResult<()> {
+        let deadline = Instant::now() + budget;
+        let Some(mut refreshed) = self.refreshed.try_lock_until(deadline) else {
+            return Err(RedisError::from((
+                ErrorKind::Io,
+                "a refresh of the cluster's slot map under way did not finish in time",
+            )));
+        };
         // Another thread refreshed (or tried) while this one waited for the lock.
         if refreshed.is_some_and(|at| at.elapsed() < MIN_REFRESH_GAP) && !self.map.read().nodes.is_empty() {
             return Ok(());
         }
         // Cleared first: a failure reported while this refresh runs marks the map again.
         self.stale.store(false, Ordering::Relaxed);
-        let deadline = budget.map(|budget| Instant::now() + budget);
         let mut candidates = self.candidates();
         let first = self.rotation.fetch_add(1, Ordering::Relaxed) % candidates.len().max(1);
         candidates.rotate_left(first);
         let mut last_error = None;
         for info in candidates {
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 break;
             }
-            match self.slots_from(&info) {
+            let settings = PoolSettings {
+                connect_timeout: self.settings.connect_timeout.min(left),
+                read_timeout: self.settings.read_timeout.min(left),
+                write_timeout: self.settings.write_timeout.min(left),
+                ..self.settings
+            };
+            match slots_from(&info, &settings) {
                 Ok(ranges) => {
                     self.install(&ranges, &info);
                     *refreshed = Some(Instant::now());
@@ -237,13 +259,6 @@ impl ClusterNodes {
         let mut map = self.map.write();
         let index = map.node_at(&info.addr().to_string(), || self.new_node(info.clone()));
         Some(Arc::clone(&map.nodes[index]))
-    }
-
-    fn slots_from(&self, info: &ConnectionInfo) -> RedisResult<Vec<SlotRange>> {
-        let client = Client::open(info.clone())?;
-        let mut connection = ConnectionManager::open(&client, &self.settings)?;
-        let reply: Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut connection)?;
-        parse_slots(&reply)
     }
 
     /// Makes `ranges` the map; `asked` is the node they came from (already mapped), for ranges
@@ -282,6 +297,14 @@ impl ClusterNodes {
     fn new_node(&self, info: ConnectionInfo) -> Arc<Node> {
         Arc::new(Node::direct(info, self.settings))
     }
+}
+
+/// `CLUSTER SLOTS` of the node at `info`, within `settings`' timeouts.
+fn slots_from(info: &ConnectionInfo, settings: &PoolSettings) -> RedisResult<Vec<SlotRange>> {
+    let client = Client::open(info.clone())?;
+    let mut connection = ConnectionManager::open(&client, settings)?;
+    let reply: Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut connection)?;
+    parse_slots(&reply)
 }
 
 /// The slot of `key`: CRC16 (XMODEM) of its hash tag, or of the whole key without one, as
@@ -405,6 +428,39 @@ mod tests {
             Value::Array(vec![Value::Nil, Value::Int(7000)]),
         ])]);
         assert!(parse_slots(&unknown).unwrap().is_empty(), "an unknown endpoint routes nothing");
+    }
+
+    /// A lookup that needs the map waits for a background refresh under way no longer than its
+    /// own budget, and the background refresh has the same budget: nodes that accept and never
+    /// answer cost each caller one budget, not one read timeout per silent node.
+    #[test]
+    fn a_lookup_behind_a_refresh_of_silent_nodes_stays_within_its_budget() {
+        // The kernel's backlog accepts the connections; nobody ever reads or answers.
+        let silent: Vec<std::net::TcpListener> =
+            (0..8).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+        let addresses: Vec<String> = silent.iter().map(|l| l.local_addr().unwrap().to_string()).collect();
+        let url = format!("redis+cluster://{}/", addresses.join(","));
+        let Ok(super::super::address::Target::Cluster { seeds, nodes }) =
+            super::super::address::Target::parse(&url, None)
+        else {
+            panic!("{url} is a cluster URL");
+        };
+        let step = Duration::from_millis(200);
+        let settings =
+            PoolSettings { max_size: 1, connect_timeout: step, read_timeout: step, write_timeout: step };
+        let cluster = Arc::new(ClusterNodes::new(seeds, nodes, settings));
+        cluster.refresh_in_background();
+        let until = Instant::now() + Duration::from_secs(10);
+        while !cluster.refreshed.is_locked() {
+            assert!(Instant::now() < until, "the background refresh never started");
+            thread::sleep(Duration::from_millis(1));
+        }
+        let started = Instant::now();
+        assert!(cluster.node_for(0).is_err(), "no silent node tells the map");
+        let took = started.elapsed();
+        let budget = cluster.refresh_budget();
+        // Slack for a loaded machine; before the fix this took a read timeout per silent node.
+        assert!(took < budget + Duration::from_millis(500), "the lookup took {took:?} (budget {budget:?})");
     }
 
     #[test]
