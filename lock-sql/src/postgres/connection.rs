@@ -77,7 +77,7 @@ impl PgConnection {
         let (client, socket) = connected
             .map_err(PgFailure::Runtime)?
             .map_err(|_| PgFailure::Timeout { operation: "connect", timeout: settings.connect_timeout })?
-            .map_err(|source| PgFailure::Statement { operation: "connect", source })?;
+            .map_err(|source| PgFailure::statement("connect", source))?;
         Ok(Self {
             client,
             socket: RefCell::new(socket),
