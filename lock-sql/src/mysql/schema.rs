@@ -295,9 +295,11 @@ impl Tables {
     }
 
     /// One round trip for a batch: extend every lease still held, then list which are held.
-    /// (`items`: name, owner, lease.)
-    pub(crate) fn extend_many(&self, items: &[(String, String, Duration)]) -> String {
-        let locks = &self.locks;
+    /// (`items`: name, owner, lease; `permits`: the items are semaphore permits, else lock-table
+    /// leases. Both are rows keyed by name and owner with an expiry, and a permit's owner is
+    /// never the header's empty one.)
+    pub(crate) fn extend_many(&self, items: &[(String, String, Duration)], permits: bool) -> String {
+        let locks = if permits { &self.sem } else { &self.locks };
         let mut values = String::new();
         let mut pairs = String::new();
         for (index, (name, owner, ttl)) in items.iter().enumerate() {

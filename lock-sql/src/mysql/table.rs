@@ -88,59 +88,85 @@ impl MySqlBackend {
         Ok(extended)
     }
 
-    /// One round trip per [`BATCH`] leases.
+    /// One round trip per [`BATCH`] lock-table leases, and one per [`BATCH`] permits (the
+    /// permits table's rows, renewed the same way). After a failure that says the server is
+    /// not answering, the rest of the batch fails with it rather than wait again.
     pub(crate) fn table_extend_many(&self, batch: &mut [Extension<'_, MySqlLease>]) -> Vec<Result<bool>> {
         let mut outcomes: Vec<Option<Result<bool>>> =
             batch.iter().map(|item| lock_core::check_lease(item.ttl).err().map(Err)).collect();
-        // Permits of the same client are extended one by one.
-        for (item, outcome) in batch.iter_mut().zip(&mut outcomes) {
-            if outcome.is_none() && !matches!(item.lease.hold, Hold::Table { .. }) {
-                *outcome = Some(lock_core::DistributedLock::extend(self, item.lease, item.ttl));
-            }
-        }
-        let valid: Vec<usize> = (0..batch.len()).filter(|&index| outcomes[index].is_none()).collect();
-        for chunk in valid.chunks(BATCH) {
-            let items: Vec<(String, String, Duration)> = chunk
-                .iter()
-                .map(|&index| {
-                    let item = &batch[index];
-                    let Hold::Table { owner } = &item.lease.hold else { unreachable!("a lock-table lease") };
-                    (hex(item.lease.name.as_str().as_bytes()), owner.clone(), item.ttl)
+        let mut stalled: Option<String> = None;
+        for permits in [false, true] {
+            let valid: Vec<usize> = (0..batch.len())
+                .filter(|&index| {
+                    outcomes[index].is_none() && row_owner(&batch[index].lease.hold, permits).is_some()
                 })
                 .collect();
-            let sql = self.inner.tables.extend_many(&items);
-            let held = self.inner.pool.get().and_then(|mut connection| connection.run("extend", &sql));
-            match held {
-                Ok(results) => {
-                    let held: HashSet<(Vec<u8>, Vec<u8>)> = results
-                        .sets
-                        .last()
-                        .map(|set| set.1.iter().filter_map(|row| Some((row.get(0)?, row.get(1)?))).collect())
-                        .unwrap_or_default();
-                    for &index in chunk {
-                        let Hold::Table { owner } = &batch[index].lease.hold else { unreachable!() };
-                        let key = (batch[index].lease.name.as_str().as_bytes().to_vec(), unhex(owner));
-                        let ok = held.contains(&key);
-                        if ok {
-                            batch[index].lease.ttl = batch[index].ttl;
-                        }
-                        outcomes[index] = Some(Ok(ok));
-                    }
-                }
-                Err(error) => {
-                    let message = error.to_string();
-                    for &index in chunk {
-                        outcomes[index] = Some(Err(if error.is_retryable() {
-                            lock_core::Error::Timeout {
-                                backend: super::error::BACKEND,
-                                operation: "extend",
-                                source: Some(message.clone().into()),
+            for chunk in valid.chunks(BATCH) {
+                let items: Vec<(String, String, Duration)> = chunk
+                    .iter()
+                    .filter_map(|&index| {
+                        let item = &batch[index];
+                        let owner = row_owner(&item.lease.hold, permits)?;
+                        Some((hex(item.lease.name.as_str().as_bytes()), owner.to_owned(), item.ttl))
+                    })
+                    .collect();
+                let held = match &stalled {
+                    Some(message) => Err(message.clone()),
+                    None => {
+                        let sql = self.inner.tables.extend_many(&items, permits);
+                        match self.inner.pool.get().and_then(|mut connection| connection.run("extend", &sql))
+                        {
+                            Ok(results) => Ok(results),
+                            Err(error) => {
+                                let message = error.to_string();
+                                if error.is_retryable() {
+                                    stalled = Some(message.clone());
+                                }
+                                Err(message)
                             }
-                        } else {
-                            MyFailure::Reply { operation: "extend", detail: message.clone() }.into()
-                        }));
+                        }
+                    }
+                };
+                match held {
+                    Ok(results) => {
+                        let held: HashSet<(Vec<u8>, Vec<u8>)> = results
+                            .sets
+                            .last()
+                            .map(|set| {
+                                set.1.iter().filter_map(|row| Some((row.get(0)?, row.get(1)?))).collect()
+                            })
+                            .unwrap_or_default();
+                        for &index in chunk {
+                            let Some(owner) = row_owner(&batch[index].lease.hold, permits) else { continue };
+                            let key = (batch[index].lease.name.as_str().as_bytes().to_vec(), unhex(owner));
+                            let ok = held.contains(&key);
+                            if ok {
+                                batch[index].lease.ttl = batch[index].ttl;
+                            }
+                            outcomes[index] = Some(Ok(ok));
+                        }
+                    }
+                    Err(message) => {
+                        let retryable = stalled.is_some();
+                        for &index in chunk {
+                            outcomes[index] = Some(Err(if retryable {
+                                lock_core::Error::Timeout {
+                                    backend: super::error::BACKEND,
+                                    operation: "extend",
+                                    source: Some(message.clone().into()),
+                                }
+                            } else {
+                                MyFailure::Reply { operation: "extend", detail: message.clone() }.into()
+                            }));
+                        }
                     }
                 }
+            }
+        }
+        // Anything else of this client (none on this kind today) one by one.
+        for (item, outcome) in batch.iter_mut().zip(&mut outcomes) {
+            if outcome.is_none() {
+                *outcome = Some(lock_core::DistributedLock::extend(self, item.lease, item.ttl));
             }
         }
         outcomes.into_iter().map(|outcome| outcome.unwrap_or(Ok(false))).collect()
@@ -279,6 +305,15 @@ impl MySqlBackend {
         if let Some(waiter) = waiter {
             self.inner.doorbell.ring(waiter);
         }
+    }
+}
+
+/// The owner (a hex literal) of a lease renewed by [`MySqlBackend::table_extend_many`]'s
+/// statement for lock-table leases (`permits` false) or for permits.
+fn row_owner(hold: &Hold, permits: bool) -> Option<&str> {
+    match (hold, permits) {
+        (Hold::Table { owner }, false) | (Hold::Permit { owner }, true) => Some(owner),
+        _ => None,
     }
 }
 
