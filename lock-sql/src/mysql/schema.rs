@@ -165,14 +165,14 @@ impl Tables {
     /// first, the later tests would see the new expiry and report a false win). A refused
     /// attempt changes nothing: 0 affected rows; a win is 1 (insert) or 2 (update). Fair: an
     /// expired lock is not free while the queue's oldest waiter (the row's `ring`) lives, except
-    /// to that waiter (`waiter`: the caller's doorbell id when it is queued). The last row: the
+    /// to that waiter (`waiter`: the caller's doorbell's bell when it is queued). The last row: the
     /// fence, and (`with_remaining`) the holder's remaining ms.
     pub(crate) fn acquire(
         &self,
         name: &str,
         owner: &str,
         ttl: Duration,
-        waiter: Option<u32>,
+        waiter: Option<u64>,
         with_remaining: bool,
     ) -> String {
         let locks = &self.locks;
@@ -206,7 +206,7 @@ impl Tables {
         )
     }
 
-    /// Puts waiter `waiter` (its doorbell connection's id) in `name`'s queue, or renews its
+    /// Puts waiter `waiter` (its doorbell's bell: server tag and connection id) in `name`'s queue, or renews its
     /// entry (which keeps its place; a lapsed one goes to the tail), so that it lives `note`;
     /// lapsed entries of the name (crashed waiters') are deleted on the way. (A plain `VALUES`
     /// insert: `INSERT … SELECT` would hold the table's AUTO-INC lock to the statement's end and
@@ -216,7 +216,7 @@ impl Tables {
     /// has a row (else the caller attempts again, which creates it; the entry is harmless), and the holder's remaining ms — 0 when the lock is
     /// free for this waiter now (a release came first: attempt again, no ring will come), -1
     /// when it is free for the queue's head only (a release rings this waiter in its turn).
-    pub(crate) fn queue(&self, name: &str, waiter: u32, replaces: Option<u32>, note: Duration) -> String {
+    pub(crate) fn queue(&self, name: &str, waiter: u64, replaces: Option<u64>, note: Duration) -> String {
         let Self { locks, queue, .. } = self;
         // A doorbell that reconnected has a new id: its entry takes it in place.
         let rename = replaces.map_or(String::new(), |old| {
@@ -250,7 +250,7 @@ impl Tables {
     /// client still wait), moves it to the tail with an entry living that long — as `queue`
     /// does, in one transaction. The last row names the waiter to ring when the lock is free
     /// (a waiter that leaves may have been rung for a release it will not take).
-    pub(crate) fn dequeue(&self, name: &str, waiter: u32, requeue: Option<Duration>) -> String {
+    pub(crate) fn dequeue(&self, name: &str, waiter: u64, requeue: Option<Duration>) -> String {
         let Self { locks, queue, .. } = self;
         let requeue = requeue.map_or(String::new(), |note| {
             format!(

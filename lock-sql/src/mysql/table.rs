@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::{Extension, LockName, OwnerToken, Result};
 
+use super::doorbell::Bell;
 use super::error::MyFailure;
 use super::lease::{Hold, MySqlLease};
 use super::schema::hex;
@@ -34,7 +35,7 @@ impl MySqlBackend {
         Ok(self.attempt(name, owner, ttl, None, false)?.ok())
     }
 
-    /// A waiter's attempt (`queued_as`: its doorbell id once queued, which a fair lock lets take
+    /// A waiter's attempt (`queued_as`: its doorbell's bell once queued, which a fair lock lets take
     /// the lock at the head of the queue). Refused: the holder's remaining lease (zero: free,
     /// but the queue head's turn).
     pub(crate) fn table_try_as(
@@ -42,7 +43,7 @@ impl MySqlBackend {
         name: &LockName,
         owner: &OwnerToken,
         ttl: Duration,
-        queued_as: Option<u32>,
+        queued_as: Option<Bell>,
     ) -> Result<std::result::Result<MySqlLease, Duration>> {
         self.attempt(name, owner, ttl, queued_as, true)
     }
@@ -52,13 +53,18 @@ impl MySqlBackend {
         name: &LockName,
         owner: &OwnerToken,
         ttl: Duration,
-        queued_as: Option<u32>,
+        queued_as: Option<Bell>,
         with_remaining: bool,
     ) -> Result<std::result::Result<MySqlLease, Duration>> {
         let mut connection = self.inner.pool.get()?;
         let owner = hex(owner.to_hex().as_bytes());
-        let sql =
-            self.inner.tables.acquire(&hex(name.as_str().as_bytes()), &owner, ttl, queued_as, with_remaining);
+        let sql = self.inner.tables.acquire(
+            &hex(name.as_str().as_bytes()),
+            &owner,
+            ttl,
+            queued_as.map(Bell::value),
+            with_remaining,
+        );
         let results = connection.run("acquire", &sql)?;
         // The insert's affected rows (the statement before the last, which reads the fence): 0,
         // the row is someone else's and nothing changed — contention, not an error. 1: inserted;
@@ -182,19 +188,24 @@ impl MySqlBackend {
     }
 
     /// Puts waiter `waiter` in `name`'s queue (or renews its entry, which then lives `note`;
-    /// `replaces`: the entry of this client's earlier doorbell id, which keeps its place).
+    /// `replaces`: the entry of this client's earlier doorbell bell, which keeps its place).
     /// `None`: the lock has no row yet (an attempt creates it); else the holder's remaining
     /// lease, zero when the lock is free for this waiter now, `Err` when it is free for the
     /// queue's head only.
     pub(crate) fn table_queue(
         &self,
         name: &LockName,
-        waiter: u32,
-        replaces: Option<u32>,
+        waiter: Bell,
+        replaces: Option<Bell>,
         note: Duration,
         deadline: Option<Instant>,
     ) -> Result<Option<std::result::Result<Duration, ()>>> {
-        let sql = self.inner.tables.queue(&hex(name.as_str().as_bytes()), waiter, replaces, note);
+        let sql = self.inner.tables.queue(
+            &hex(name.as_str().as_bytes()),
+            waiter.value(),
+            replaces.map(Bell::value),
+            note,
+        );
         // A victim of InnoDB's deadlock verdicts until the retries ran out: not queued this
         // time, as if the row were missing; the waiter tries again at its next turn.
         let Some(results) = self.in_transaction("queue", &sql, deadline)? else { return Ok(None) };
@@ -214,11 +225,11 @@ impl MySqlBackend {
     pub(crate) fn table_dequeue(
         &self,
         name: &LockName,
-        waiter: u32,
+        waiter: Bell,
         requeue: Option<Duration>,
         deadline: Option<Instant>,
     ) -> Result<()> {
-        let sql = self.inner.tables.dequeue(&hex(name.as_str().as_bytes()), waiter, requeue);
+        let sql = self.inner.tables.dequeue(&hex(name.as_str().as_bytes()), waiter.value(), requeue);
         let results = self.in_transaction("leave the queue", &sql, deadline)?.ok_or_else(|| {
             lock_core::Error::backend(super::error::BACKEND, "leaving the queue lost to deadlocks every time")
         })?;
@@ -303,7 +314,7 @@ impl MySqlBackend {
             .and_then(|set| set.1.first())
             .and_then(|row| row.get::<Option<u64>, _>(0).flatten());
         if let Some(waiter) = waiter {
-            self.inner.doorbell.ring(waiter);
+            self.inner.doorbell.ring(Bell::from_value(waiter));
         }
     }
 }
