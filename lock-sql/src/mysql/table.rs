@@ -108,7 +108,7 @@ impl MySqlBackend {
                 })
                 .collect();
             for chunk in valid.chunks(BATCH) {
-                let items: Vec<(String, String, Duration)> = chunk
+                let mut items: Vec<(String, String, Duration)> = chunk
                     .iter()
                     .filter_map(|&index| {
                         let item = &batch[index];
@@ -116,6 +116,9 @@ impl MySqlBackend {
                         Some((hex(item.lease.name.as_str().as_bytes()), owner.to_owned(), item.ttl))
                     })
                     .collect();
+                // In key order, the order a semaphore's acquirer locks its permits in (a locking
+                // count over the name's range): the two never wait for each other in a cycle.
+                items.sort();
                 let held = match &stalled {
                     Some(message) => Err(message.clone()),
                     None => {
