@@ -43,6 +43,12 @@ pub(crate) fn in_queue_until<L>(
 /// keeps its place in the queue until the deadline.
 pub(crate) const MIN_WAIT_SLICE: Duration = Duration::from_secs(1);
 
+/// The longest one statement waits in the server's lock queue: the servers cap their own
+/// limits (PostgreSQL's `lock_timeout` takes at most `INT_MAX` ms, about 24.8 days; MariaDB's
+/// `max_statement_time` at most a year), so a longer timed wait — any `Duration` a caller may
+/// pass — re-queues once a day, which costs its place in the queue that rarely.
+pub(crate) const MAX_STATEMENT_WAIT: Duration = Duration::from_secs(24 * 3600);
+
 /// How long one attempt may wait in the server's lock queue.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Wait {
@@ -57,9 +63,16 @@ pub(crate) enum Wait {
 
 impl Wait {
     /// The attempts of a wait until `deadline` (forever if `None`, in slices of the I/O timeout
-    /// `io_timeout`, at least [`MIN_WAIT_SLICE`]), one at a time.
+    /// `io_timeout`, at least [`MIN_WAIT_SLICE`]), one at a time. A deadline further than
+    /// [`MAX_STATEMENT_WAIT`] away is waited for in statements of that length.
     pub(crate) fn next(deadline: Option<Instant>, io_timeout: Duration) -> Self {
-        deadline.map_or_else(|| Wait::Slice(Instant::now() + io_timeout.max(MIN_WAIT_SLICE)), Wait::Until)
+        let now = Instant::now();
+        match deadline {
+            None => Wait::Slice(now + io_timeout.max(MIN_WAIT_SLICE)),
+            Some(deadline) => {
+                Wait::Until(now.checked_add(MAX_STATEMENT_WAIT).map_or(deadline, |cap| deadline.min(cap)))
+            }
+        }
     }
 
     /// What the attempt does when every pooled connection is in use.
@@ -148,6 +161,16 @@ mod tests {
         assert_eq!(granted, sent + Duration::from_secs(1));
         assert!(granted_after(sent, Duration::from_secs(60)) <= Instant::now());
         assert_eq!(micros(-5), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_far_deadline_is_waited_for_in_statements_a_server_takes() {
+        let far = Instant::now() + Duration::from_secs(100 * 24 * 3600);
+        let Wait::Until(end) = Wait::next(Some(far), Duration::from_secs(1)) else { panic!("a timed wait") };
+        assert!(end <= Instant::now() + MAX_STATEMENT_WAIT);
+        assert!(end.duration_since(Instant::now()) < Duration::from_millis(i32::MAX.unsigned_abs().into()));
+        let near = Instant::now() + Duration::from_secs(5);
+        assert!(matches!(Wait::next(Some(near), Duration::from_secs(1)), Wait::Until(end) if end == near));
     }
 
     #[test]

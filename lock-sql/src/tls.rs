@@ -5,6 +5,15 @@
 //! Precedence: the builder's [`TlsOptions`] decide the mode; their files replace the URL's where
 //! they name any (a root certificate or client certificate only the URL names is kept). Without
 //! the builder's options the URL decides; with neither, connections are plaintext.
+//!
+//! Where this differs from libpq, on purpose:
+//! - A URL that names a root certificate (`sslrootcert`, `ssl-ca`) but no mode verifies the
+//!   server against it with its host name (`verify-full`, `VERIFY_IDENTITY`). libpq would take
+//!   `prefer` — verify nothing and fall back to plaintext in silence — but a user who names a CA
+//!   expects it used. A mode in the URL or the builder still decides.
+//! - `sslmode=allow` (plaintext first, TLS only if the server insists) is refused with
+//!   [`Error::InvalidConfig`] rather than read as `prefer`, which would do the opposite.
+//! - `prefer`'s plaintext fallback, when TLS was asked for, logs a warning.
 
 use std::path::PathBuf;
 
@@ -37,10 +46,22 @@ pub(crate) const LIBPQ: Vocabulary = Vocabulary {
     root: &["sslrootcert"],
     cert: &["sslcert"],
     key: &["sslkey"],
-    parse_mode: TlsMode::from_libpq,
+    parse_mode: libpq_mode,
     system_roots: Some("system"),
     require_hint: "connect with sslmode=require or stronger",
 };
+
+/// libpq's `sslmode`, but `allow` refused (see the module docs).
+#[cfg(feature = "postgres")]
+fn libpq_mode(value: &str) -> Result<TlsMode> {
+    if value == "allow" {
+        return Err(Error::invalid_config(
+            "sslmode=allow (plaintext first, TLS only if the server insists) is not supported: use \
+             sslmode=prefer (TLS where the server offers it), require or verify-full",
+        ));
+    }
+    TlsMode::from_libpq(value)
+}
 
 /// The MySQL client's names: `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key` (MySQL takes `_` for
 /// `-` in option names; so does this).
@@ -208,9 +229,10 @@ fn merge(url: UrlTls, builder: Option<&TlsOptions>, vocabulary: &Vocabulary) -> 
     let mode = match (builder, url.mode) {
         (Some(builder), _) => builder.mode(),
         (None, Some(mode)) => mode,
-        // Files but no mode: libpq's and MySQL's default mode (libpq 16: verify-full with
-        // `sslrootcert=system`).
-        (None, None) if url.system_roots => TlsMode::VerifyFull,
+        // A named root certificate (or libpq 16's `sslrootcert=system`) and no mode: verify
+        // against it, host name included (see the module docs).
+        (None, None) if url.system_roots || url.root.is_some() => TlsMode::VerifyFull,
+        // Only a client certificate: libpq's and MySQL's default mode.
         (None, None) => TlsMode::Prefer,
     };
     let mut tls = TlsOptions::new(mode);
@@ -364,8 +386,11 @@ mod tests {
     fn the_builder_decides_the_mode_and_its_files_replace_the_url_s() {
         let url = |text: &str| take_parameters(text, &LIBPQ).unwrap().1;
         assert_eq!(merge(UrlTls::default(), None, &LIBPQ).unwrap(), None);
-        // Files without a mode: libpq's default, prefer.
+        // A root certificate without a mode: verified against it, host name included.
         let files = merge(url("postgres://h/d?sslrootcert=/ca.pem"), None, &LIBPQ).unwrap().unwrap();
+        assert_eq!(files.mode(), TlsMode::VerifyFull);
+        // A client certificate alone: libpq's default, prefer.
+        let files = merge(url("postgres://h/d?sslcert=/c.pem&sslkey=/c.key"), None, &LIBPQ).unwrap().unwrap();
         assert_eq!(files.mode(), TlsMode::Prefer);
         let builder = TlsOptions::new(TlsMode::VerifyFull).client_cert("/b.pem", "/b.key");
         let merged = merge(
@@ -393,6 +418,31 @@ mod tests {
             let error = merge(url(weak), None, &LIBPQ).unwrap_err();
             assert!(matches!(error, Error::InvalidConfig { .. }), "{weak}: {error}");
         }
+    }
+
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn a_named_ca_without_a_mode_is_verified_with_the_host_name() {
+        for text in ["mysql://h/d?ssl-ca=/ca.pem", "mysql://h/d?ssl_ca=/ca.pem"] {
+            let (_, tls) = take_parameters(text, &MYSQL).unwrap();
+            let merged = merge(tls, None, &MYSQL).unwrap().unwrap();
+            assert_eq!(merged.mode(), TlsMode::VerifyFull, "{text}");
+            assert_eq!(merged.root_cert_path(), Some(std::path::Path::new("/ca.pem")));
+        }
+        // A mode named beside it decides.
+        let (_, tls) = take_parameters("mysql://h/d?ssl-ca=/ca.pem&ssl-mode=PREFERRED", &MYSQL).unwrap();
+        assert_eq!(merge(tls, None, &MYSQL).unwrap().unwrap().mode(), TlsMode::Prefer);
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn sslmode_allow_is_refused_not_read_as_prefer() {
+        for text in ["postgres://h/d?sslmode=allow", "host=h sslmode=allow"] {
+            let error = take_parameters(text, &LIBPQ).unwrap_err();
+            assert!(matches!(&error, Error::InvalidConfig { reason } if reason.contains("allow")), "{error}");
+        }
+        let (_, tls) = take_parameters("postgres://h/d?sslmode=prefer&sslrootcert=/ca.pem", &LIBPQ).unwrap();
+        assert_eq!(merge(tls, None, &LIBPQ).unwrap().unwrap().mode(), TlsMode::Prefer);
     }
 
     #[test]

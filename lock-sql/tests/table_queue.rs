@@ -214,3 +214,60 @@ fn mysql_fair_try_lock_respects_the_queue_until_the_entry_lapses() {
         fair.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("the entry lapsed");
     assert!(fair.release(lease).expect("a server"));
 }
+
+/// A release rings only a doorbell of the server it reaches: a queue entry whose doorbell is
+/// another server's (Galera, a virtual IP after a failover) names a connection id that on this
+/// server may be a stranger's, whose statement `KILL QUERY` would interrupt. The entry here names
+/// a sleeping connection of this server without saying which server its doorbell is on (what
+/// every entry once was, and what an entry of another server looks like to this one): the
+/// release must not interrupt that connection's statement.
+#[test]
+fn mysql_a_release_never_rings_a_connection_of_another_server() {
+    use lock_sql::mysql_driver::prelude::Queryable as _;
+    let target = MySqlTarget::new(MySqlLockKind::Table);
+    let locks = mysql()(true);
+    let name = unique_name("mybell");
+    let lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    let connect = || {
+        lock_sql::mysql_driver::Conn::new(
+            lock_sql::mysql_driver::Opts::from_url(target.url()).expect("the URL"),
+        )
+        .expect("a connection")
+    };
+    let mut stranger = connect();
+    let stranger_id = stranger.connection_id();
+    let sleeping = thread::spawn(move || {
+        let started = Instant::now();
+        let slept: Result<Option<i64>, _> = stranger.query_first("SELECT SLEEP(3)");
+        (slept.ok().flatten(), started.elapsed())
+    });
+    let mut sql = connect();
+    // The entry and the row's head, as a waiter's own transaction writes them.
+    sql.exec_drop(
+        "INSERT INTO distlock_locks_queue (name, waiter, until) \
+         VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL 10 SECOND)",
+        (name.as_str().as_bytes(), stranger_id),
+    )
+    .expect("a queue entry");
+    sql.exec_drop(
+        "UPDATE distlock_locks SET ring = ?, ring_until = UTC_TIMESTAMP(6) + INTERVAL 10 SECOND WHERE name = ?",
+        (stranger_id, name.as_str().as_bytes()),
+    )
+    .expect("the head on the row");
+    // The stranger's statement runs.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sql
+        .query_first::<i64, _>(format!(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {stranger_id} AND INFO LIKE 'SELECT SLEEP%'"
+        ))
+        .expect("a query")
+        != Some(1)
+    {
+        assert!(Instant::now() < deadline, "the stranger's statement never ran");
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert!(locks.release(lease).expect("a server"));
+    let (slept, took) = sleeping.join().expect("the stranger");
+    println!("a stranger's SLEEP(3) after a release rang its id: {slept:?} after {took:?}");
+    assert_eq!(slept, Some(0), "the stranger's statement was interrupted after {took:?}");
+}

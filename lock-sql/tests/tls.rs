@@ -4,7 +4,7 @@
 //!
 //! - a lock over TLS works (acquire, hold, renew, release) on every kind, with the password and
 //!   with the client certificate alone (and without the certificate that user is refused);
-//! - a wrong CA is `Error::Tls`, within the connect timeout;
+//! - a wrong CA is `Error::Tls`, within the connect timeout, naming the handshake once;
 //! - plaintext to the TLS-only server is `Error::Tls` saying the server wants encryption on
 //!   PostgreSQL, and on MariaDB (which answers it as a wrong password) `Error::Authentication`
 //!   with a hint saying so;
@@ -149,7 +149,10 @@ fn tls_error<K: SqlKind>(kind: K, url: &str) -> String {
     assert!(!error.is_retryable());
     assert!(took < TIMEOUT + MARGIN, "{url}: reported after {took:?}");
     println!("[{}] {url}\n    -> {error} (after {took:?})", kind.label());
-    error.to_string()
+    // The error names its cause once ("error performing TLS handshake" once came three times).
+    let text = error.to_string();
+    assert_eq!(text.to_lowercase().matches("handshake").count(), 1, "{url}: {text}");
+    text
 }
 
 /// Building a client of `url` fails with [`Error::InvalidConfig`] at once; returns its text.

@@ -95,6 +95,31 @@ mod tests {
         );
     }
 
+    /// A listener that accepts and never answers: `build` gives up after the connect timeout
+    /// (the handshake is part of connecting), not after the longer I/O timeout.
+    #[test]
+    fn a_silent_server_is_given_the_connect_timeout() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepting = std::thread::spawn(move || {
+            // Held open, silent, until the client gives up.
+            let accepted: Vec<_> = listener.incoming().take(1).collect();
+            std::thread::sleep(std::time::Duration::from_secs(8));
+            drop(accepted);
+        });
+        let (connect, io) = (std::time::Duration::from_secs(1), std::time::Duration::from_secs(5));
+        let started = std::time::Instant::now();
+        let built = MySqlLockBuilder::new(format!("mysql://u:p@127.0.0.1:{port}/db"))
+            .connect_timeout(connect)
+            .io_timeout(io)
+            .build();
+        let took = started.elapsed();
+        println!("build() against a silent listener (connect {connect:?}, I/O {io:?}): {took:?}");
+        assert!(matches!(built, Err(Error::Timeout { .. } | Error::Connection { .. })), "{built:?}");
+        assert!(took < connect + std::time::Duration::from_millis(900), "build() took {took:?}");
+        drop(accepting);
+    }
+
     #[test]
     fn a_malformed_url_is_a_typed_error_before_any_connection() {
         let built = MySqlLockBuilder::new("mysql://h:notaport/db").build();

@@ -141,19 +141,9 @@ impl MyConnection {
         outcome
     }
 
-    /// Sets the socket's read timeout (`SO_RCVTIMEO`, which the driver set from the I/O timeout
-    /// when it connected; the driver has no setter of its own).
-    #[allow(unsafe_code)]
+    /// Sets the socket's read timeout (see [`set_socket_timeout`]).
     fn set_read_timeout(&mut self, timeout: Duration) -> nix::Result<()> {
-        let conn = self.conn();
-        // SAFETY: the descriptor is `conn`'s socket, which stays open while `conn` is borrowed
-        // here, and the borrow ends with this function.
-        let fd = unsafe { BorrowedFd::borrow_raw(conn.as_raw_fd()) };
-        let time = nix::sys::time::TimeVal::new(
-            i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
-            i64::from(timeout.subsec_micros()),
-        );
-        nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::ReceiveTimeout, &time)
+        set_socket_timeout(self.conn(), Direction::Read, timeout)
     }
 
     /// Why the connection serves no more statements, if it does not (see the module docs).
@@ -187,5 +177,34 @@ impl Drop for MyConnection {
         } else {
             self.pool.put_back(conn);
         }
+    }
+}
+
+/// Which of a socket's timeouts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Direction {
+    Read,
+    Write,
+}
+
+/// Sets one of `conn`'s socket timeouts (`SO_RCVTIMEO`/`SO_SNDTIMEO`, which the driver sets from
+/// its options when it connects and has no setter for).
+///
+/// # Errors
+/// The `setsockopt` error.
+#[allow(unsafe_code)]
+pub(crate) fn set_socket_timeout(conn: &Conn, direction: Direction, timeout: Duration) -> nix::Result<()> {
+    // SAFETY: the descriptor is `conn`'s socket, which stays open while `conn` is borrowed
+    // here, and the borrow ends with this function.
+    let fd = unsafe { BorrowedFd::borrow_raw(conn.as_raw_fd()) };
+    let time = nix::sys::time::TimeVal::new(
+        i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+        i64::from(timeout.subsec_micros()),
+    );
+    match direction {
+        Direction::Read => {
+            nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::ReceiveTimeout, &time)
+        }
+        Direction::Write => nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::SendTimeout, &time),
     }
 }

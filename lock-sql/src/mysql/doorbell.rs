@@ -8,11 +8,20 @@
 //!
 //! `KILL QUERY` needs the same user, or `CONNECTION ADMIN`; a ring the server refuses, or one
 //! that lands between two sleeps, is lost, and the waiters' own re-check (at the holder's
-//! expiry, at least every [`FALLBACK_RECHECK`]) serves instead. A connection id is not reused
-//! while its entries live (ids only grow), so a ring never interrupts a stranger's statement —
-//! except across a server restart shorter than an entry's life (2 s plus the I/O timeout),
-//! after which ids start again from 1: a ring may then interrupt a statement of another
-//! connection of the same user.
+//! expiry, at least every [`FALLBACK_RECHECK`]) serves instead.
+//!
+//! A connection id means something only on its server, and a releaser may reach another server
+//! than the waiter's doorbell did (Galera nodes, a virtual IP after a failover). So an entry
+//! names a *bell* ([`Bell`]): the connection id in the low 32 bits and, above them, a tag of the
+//! doorbell's server — `CRC32` of `@@hostname:@@port:@@server_id`, which Galera nodes do not
+//! share (they may share `@@server_id`; MariaDB has no `@@server_uuid`). The ringer rings only
+//! bells of the server its own connection reached; an entry without a tag (an older client's)
+//! or of another server is not rung, and its waiter re-checks on its own. On one server a
+//! connection id is not reused while its entries live (ids only grow), so a ring never
+//! interrupts a stranger's statement — except across a server restart shorter than an entry's
+//! life (2 s plus the I/O timeout), after which ids start again from 1 (the tag does not change
+//! with a restart): a ring may then interrupt a statement of another connection of the same
+//! user.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,6 +58,43 @@ const TICK: Duration = Duration::from_millis(250);
 /// `ER_QUERY_INTERRUPTED`: MariaDB's answer to a `SLEEP` that `KILL QUERY` ended.
 const QUERY_INTERRUPTED: u16 = 1317;
 
+/// The tag of the server a connection reached (see the module docs), `1` at least: `0` is an
+/// untagged entry's.
+const SERVER_TAG: &str = "SELECT GREATEST(1, CRC32(CONCAT_WS(':', @@hostname, @@port, @@server_id)))";
+
+/// A doorbell as queue entries name it: its server's tag (high 32 bits) and connection id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Bell(u64);
+
+impl Bell {
+    fn new(server: u32, connection: u32) -> Self {
+        Self((u64::from(server) << 32) | u64::from(connection))
+    }
+
+    /// What the queue and lock tables store.
+    pub(crate) fn value(self) -> u64 {
+        self.0
+    }
+
+    /// A bell as read back from the tables.
+    pub(crate) fn from_value(value: u64) -> Self {
+        Self(value)
+    }
+
+    fn server(self) -> u32 {
+        u32::try_from(self.0 >> 32).unwrap_or(0)
+    }
+
+    fn connection(self) -> u32 {
+        u32::try_from(self.0 & u64::from(u32::MAX)).unwrap_or(0)
+    }
+}
+
+/// The tag of the server `conn` reached.
+fn server_tag(conn: &mut Conn) -> Result<u32, MySqlError> {
+    Ok(conn.query_first::<u32, _>(SERVER_TAG)?.unwrap_or(0))
+}
+
 /// The doorbell of one backend (and its clones), and its ringer.
 pub(crate) struct Doorbell {
     shared: Arc<Shared>,
@@ -61,7 +107,7 @@ pub(crate) struct Doorbell {
 /// A ringer thread's inbox: doorbell ids to ring, so that a release returns without waiting for
 /// its ring's round trip. The thread ends when the last backend holding this drops it.
 struct Ringer {
-    rings: parking_lot::Mutex<Sender<u64>>,
+    rings: parking_lot::Mutex<Sender<Bell>>,
 }
 
 /// The process's ringers, by URL: all the backends of a process with one URL ring through one
@@ -98,8 +144,8 @@ impl Ringer {
 struct Shared {
     connector: Connector,
     waiters: Waiters,
-    /// The doorbell connection's id while it is connected.
-    id: Mutex<Option<u32>>,
+    /// The doorbell connection's bell while it is connected.
+    id: Mutex<Option<Bell>>,
     changed: Condvar,
     started: AtomicBool,
     stop: AtomicBool,
@@ -124,14 +170,14 @@ impl Doorbell {
         }
     }
 
-    /// Rings the doorbell `id` (another client's, or this one's), from the ringer thread.
-    pub(crate) fn ring(&self, id: u64) {
+    /// Rings `bell` (another client's doorbell, or this one's), from the ringer thread.
+    pub(crate) fn ring(&self, bell: Bell) {
         let mut ringer = self.ringer.lock();
         if ringer.is_none() {
             *ringer = Ringer::of(&self.server, &self.shared.connector);
         }
         if let Some(ringer) = ringer.as_ref() {
-            let _ = ringer.rings.lock().send(id);
+            let _ = ringer.rings.lock().send(bell);
         }
     }
 
@@ -156,8 +202,8 @@ impl Doorbell {
         self.shared.waiters.is_waiting(name)
     }
 
-    /// The doorbell connection's id, waiting until `until` for it to connect.
-    pub(crate) fn wait_ready(&self, until: Instant) -> Option<u32> {
+    /// The doorbell connection's bell, waiting until `until` for it to connect.
+    pub(crate) fn wait_ready(&self, until: Instant) -> Option<Bell> {
         let mut id = self.shared.id.lock();
         while id.is_none() {
             if self.shared.changed.wait_until(&mut id, until).timed_out() {
@@ -188,7 +234,15 @@ fn ring_loop(shared: &Shared) {
                 continue;
             }
         };
-        set_id(shared, Some(conn.connection_id()));
+        let server = match server_tag(&mut conn) {
+            Ok(server) => server,
+            Err(error) => {
+                tracing::debug!(%error, "the mysql doorbell could not read its server's tag; reconnecting");
+                thread::sleep(TICK);
+                continue;
+            }
+        };
+        set_id(shared, Some(Bell::new(server, conn.connection_id())));
         // Rings sent while nobody slept are lost: everyone re-checks.
         shared.waiters.wake_all();
         let sleep = format!("SELECT SLEEP({})", SLEEP.as_secs_f64());
@@ -214,33 +268,40 @@ fn ring_loop(shared: &Shared) {
     }
 }
 
-fn set_id(shared: &Shared, id: Option<u32>) {
+fn set_id(shared: &Shared, id: Option<Bell>) {
     *shared.id.lock() = id;
     shared.changed.notify_all();
 }
 
-/// The ringer thread: `KILL QUERY` for each id received, on a connection of its own, until its
-/// [`Ringer`] is dropped. Rings are best effort and idempotent: the ids waiting together are rung
-/// once each, and when the connection cannot be (re)opened the pending ones are dropped (their
-/// waiters re-check on their own) rather than each trying to connect in turn.
-fn ringer(connector: &Connector, rings: &Receiver<u64>) {
-    let mut conn: Option<Conn> = None;
+/// The ringer thread: `KILL QUERY` for each bell received that is of the server its own
+/// connection reached, on that connection, until its [`Ringer`] is dropped. Rings are best
+/// effort and idempotent: the bells waiting together are rung once each, and when the connection
+/// cannot be (re)opened the pending ones are dropped (their waiters re-check on their own) rather
+/// than each trying to connect in turn.
+fn ringer(connector: &Connector, rings: &Receiver<Bell>) {
+    let mut conn: Option<(Conn, u32)> = None;
     while let Ok(first) = rings.recv() {
-        let mut ids = vec![first];
-        ids.extend(rings.try_iter());
-        ids.sort_unstable();
-        ids.dedup();
+        let mut bells = vec![first.value()];
+        bells.extend(rings.try_iter().map(Bell::value));
+        bells.sort_unstable();
+        bells.dedup();
         if conn.is_none() {
             conn = connector
                 .connect()
+                .and_then(|mut open| server_tag(&mut open).map(|server| (open, server)))
                 .inspect_err(
                     |error| tracing::debug!(%error, "the mysql ringer could not connect; rings dropped"),
                 )
                 .ok();
         }
-        let Some(open) = conn.as_mut() else { continue };
-        for id in ids {
-            match open.query_drop(format!("KILL QUERY {id}")) {
+        let Some((open, server)) = conn.as_mut() else { continue };
+        for bell in bells.into_iter().map(Bell::from_value) {
+            if bell.server() != *server {
+                // Another server's connection id (or an untagged entry): never rung here.
+                tracing::debug!("a waiter's doorbell is on another server; it re-checks on its own");
+                continue;
+            }
+            match open.query_drop(format!("KILL QUERY {}", bell.connection())) {
                 // Refused (another user's connection, one gone since): the waiter re-checks.
                 Ok(()) | Err(MySqlError::MySqlError(_)) => {}
                 Err(error) => {
@@ -250,5 +311,19 @@ fn ringer(connector: &Connector, rings: &Receiver<u64>) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bell_keeps_its_server_and_connection_apart() {
+        let bell = Bell::new(0xdead_beef, 42);
+        assert_eq!((bell.server(), bell.connection()), (0xdead_beef, 42));
+        assert_eq!(Bell::from_value(bell.value()), bell);
+        // An untagged entry (a bare connection id) is of no server.
+        assert_eq!(Bell::from_value(42).server(), 0);
     }
 }

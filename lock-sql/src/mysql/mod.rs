@@ -22,7 +22,7 @@
 //!
 //! | parameter | meaning |
 //! | --- | --- |
-//! | `ssl-mode` | any case: `DISABLED`, `PREFERRED` (TLS if the server offers it, else plaintext; nothing checked), `REQUIRED` (TLS; nothing checked; with `ssl-ca`, refused: see below), `VERIFY_CA` (refused: see below), `VERIFY_IDENTITY` (the chain and the host name or IP address of the URL). With other TLS parameters but no `ssl-mode`: `PREFERRED` |
+//! | `ssl-mode` | any case: `DISABLED`, `PREFERRED` (TLS if the server offers it, else plaintext with a warning logged; nothing checked), `REQUIRED` (TLS; nothing checked; with `ssl-ca`, refused: see below), `VERIFY_CA` (refused: see below), `VERIFY_IDENTITY` (the chain and the host name or IP address of the URL). Without `ssl-mode`: `VERIFY_IDENTITY` when `ssl-ca` names a CA, else with other TLS parameters `PREFERRED` |
 //! | `ssl-ca` | PEM file of the CAs to trust |
 //! | `ssl-cert`, `ssl-key` | the client's certificate chain and private key (PEM), both or neither |
 //!

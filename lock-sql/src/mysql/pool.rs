@@ -69,7 +69,7 @@ impl MyPool {
     }
 
     /// A connection: an idle one, else a new one while the pool has room (connecting within the
-    /// connect timeout, and the handshake within the I/O timeout), else — every connection in
+    /// connect timeout, handshake and login included), else — every connection in
     /// use, as when this client's session holds own them all — as `checkout` says.
     ///
     /// # Errors

@@ -165,14 +165,14 @@ impl Tables {
     /// first, the later tests would see the new expiry and report a false win). A refused
     /// attempt changes nothing: 0 affected rows; a win is 1 (insert) or 2 (update). Fair: an
     /// expired lock is not free while the queue's oldest waiter (the row's `ring`) lives, except
-    /// to that waiter (`waiter`: the caller's doorbell id when it is queued). The last row: the
+    /// to that waiter (`waiter`: the caller's doorbell's bell when it is queued). The last row: the
     /// fence, and (`with_remaining`) the holder's remaining ms.
     pub(crate) fn acquire(
         &self,
         name: &str,
         owner: &str,
         ttl: Duration,
-        waiter: Option<u32>,
+        waiter: Option<u64>,
         with_remaining: bool,
     ) -> String {
         let locks = &self.locks;
@@ -206,7 +206,7 @@ impl Tables {
         )
     }
 
-    /// Puts waiter `waiter` (its doorbell connection's id) in `name`'s queue, or renews its
+    /// Puts waiter `waiter` (its doorbell's bell: server tag and connection id) in `name`'s queue, or renews its
     /// entry (which keeps its place; a lapsed one goes to the tail), so that it lives `note`;
     /// lapsed entries of the name (crashed waiters') are deleted on the way. (A plain `VALUES`
     /// insert: `INSERT … SELECT` would hold the table's AUTO-INC lock to the statement's end and
@@ -216,7 +216,7 @@ impl Tables {
     /// has a row (else the caller attempts again, which creates it; the entry is harmless), and the holder's remaining ms — 0 when the lock is
     /// free for this waiter now (a release came first: attempt again, no ring will come), -1
     /// when it is free for the queue's head only (a release rings this waiter in its turn).
-    pub(crate) fn queue(&self, name: &str, waiter: u32, replaces: Option<u32>, note: Duration) -> String {
+    pub(crate) fn queue(&self, name: &str, waiter: u64, replaces: Option<u64>, note: Duration) -> String {
         let Self { locks, queue, .. } = self;
         // A doorbell that reconnected has a new id: its entry takes it in place.
         let rename = replaces.map_or(String::new(), |old| {
@@ -250,7 +250,7 @@ impl Tables {
     /// client still wait), moves it to the tail with an entry living that long — as `queue`
     /// does, in one transaction. The last row names the waiter to ring when the lock is free
     /// (a waiter that leaves may have been rung for a release it will not take).
-    pub(crate) fn dequeue(&self, name: &str, waiter: u32, requeue: Option<Duration>) -> String {
+    pub(crate) fn dequeue(&self, name: &str, waiter: u64, requeue: Option<Duration>) -> String {
         let Self { locks, queue, .. } = self;
         let requeue = requeue.map_or(String::new(), |note| {
             format!(
@@ -295,9 +295,11 @@ impl Tables {
     }
 
     /// One round trip for a batch: extend every lease still held, then list which are held.
-    /// (`items`: name, owner, lease.)
-    pub(crate) fn extend_many(&self, items: &[(String, String, Duration)]) -> String {
-        let locks = &self.locks;
+    /// (`items`: name, owner, lease; `permits`: the items are semaphore permits, else lock-table
+    /// leases. Both are rows keyed by name and owner with an expiry, and a permit's owner is
+    /// never the header's empty one.)
+    pub(crate) fn extend_many(&self, items: &[(String, String, Duration)], permits: bool) -> String {
+        let locks = if permits { &self.sem } else { &self.locks };
         let mut values = String::new();
         let mut pairs = String::new();
         for (index, (name, owner, ttl)) in items.iter().enumerate() {
@@ -476,9 +478,14 @@ impl Tables {
     }
 
     /// Semaphore: one permit of `permits` for `owner` (hex literals), in one transaction that
-    /// the header row's lock orders per name (READ COMMITTED: each read sees the permits
-    /// committed before it). The last statement returns (granted, fence, the holders' count,
-    /// how many hold).
+    /// the header row's lock orders per name against other acquirers. Renewals and releases are
+    /// single statements on their own permit's row (no header lock, so a renewal batch locks no
+    /// header): the count is a locking read, which waits for any renewal or release of a permit
+    /// in progress and then reads the committed row (READ COMMITTED). A non-locking count once
+    /// saw a permit whose renewal was evaluated at its expiry but not yet committed as expired,
+    /// and admitted a second holder beside it. The fence is read before `COMMIT`: after it,
+    /// the next acquirer may have counted on. The one row returned: (granted, fence, the
+    /// holders' count, how many hold).
     pub(crate) fn acquire_permit(&self, name: &str, owner: &str, permits: u32, ttl: Duration) -> String {
         let sem = &self.sem;
         let us = micros(ttl);
@@ -487,7 +494,7 @@ impl Tables {
              INSERT INTO {sem} (name, owner, permits, fence, expires_at) VALUES ({name}, X'', {permits}, 0, {NOW}) \
                ON DUPLICATE KEY UPDATE fence = fence; \
              SELECT COUNT(*) INTO @distlock_live FROM {sem} \
-               WHERE name = {name} AND owner <> X'' AND expires_at >= {NOW}; \
+               WHERE name = {name} AND owner <> X'' AND expires_at >= {NOW} FOR UPDATE; \
              SELECT permits INTO @distlock_held FROM {sem} WHERE name = {name} AND owner = X''; \
              SET @distlock_takes = (@distlock_live = 0 OR (@distlock_held = {permits} AND @distlock_live < {permits})); \
              DELETE FROM {sem} WHERE name = {name} AND owner <> X'' AND expires_at < {NOW}; \
@@ -495,9 +502,9 @@ impl Tables {
                fence = fence + IF(@distlock_takes, 1, 0) WHERE name = {name} AND owner = X''; \
              INSERT INTO {sem} (name, owner, permits, fence, expires_at) \
                SELECT {name}, {owner}, {permits}, 0, {NOW} + INTERVAL {us} MICROSECOND FROM DUAL WHERE @distlock_takes; \
-             COMMIT; \
              SELECT @distlock_takes + 0, fence, @distlock_held, @distlock_live FROM {sem} \
-               WHERE name = {name} AND owner = X''"
+               WHERE name = {name} AND owner = X''; \
+             COMMIT"
         )
     }
 

@@ -1,8 +1,10 @@
 //! Semaphores on every kind: the permits table (`schema.rs`): per name a header row with the
 //! count and the fence counter, and one row per permit with its expiry on the database clock —
 //! the lock table's design, so a crashed holder's permit comes back when its lease runs out. An
-//! acquisition is one transaction in one round trip, ordered per name by the header row's lock;
-//! extend and release are one statement each, bound to the permit's owner token. Waiters poll
+//! acquisition is one transaction in one round trip, ordered per name by the header row's lock,
+//! that counts the live permits with a locking read; extend and release are one statement each
+//! on their permit's row, bound to the permit's owner token — so an acquirer's count waits for a
+//! renewal or release in progress and never sees a permit expired that its renewal keeps. Waiters poll
 //! with the client's backoff ([`lock_core::poll_until`]).
 //!
 //! On the row and advisory kinds too: `GET_LOCK` slots would need the count kept and checked
@@ -54,7 +56,8 @@ impl MySqlBackend {
                 return Err(error::map("acquire a permit", failure));
             }
         };
-        let row = results.sets.last().and_then(|set| set.1.first()).ok_or_else(|| {
+        // The only statement that returns rows (the fence is read inside the transaction).
+        let row = results.first_row().ok_or_else(|| {
             Error::from(MyFailure::Reply { operation: "acquire a permit", detail: "no row".into() })
         })?;
         let value = |index: usize| row.get::<Option<i64>, _>(index).flatten().unwrap_or(0);

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::{Extension, LockName, OwnerToken, Result};
 
+use super::doorbell::Bell;
 use super::error::MyFailure;
 use super::lease::{Hold, MySqlLease};
 use super::schema::hex;
@@ -34,7 +35,7 @@ impl MySqlBackend {
         Ok(self.attempt(name, owner, ttl, None, false)?.ok())
     }
 
-    /// A waiter's attempt (`queued_as`: its doorbell id once queued, which a fair lock lets take
+    /// A waiter's attempt (`queued_as`: its doorbell's bell once queued, which a fair lock lets take
     /// the lock at the head of the queue). Refused: the holder's remaining lease (zero: free,
     /// but the queue head's turn).
     pub(crate) fn table_try_as(
@@ -42,7 +43,7 @@ impl MySqlBackend {
         name: &LockName,
         owner: &OwnerToken,
         ttl: Duration,
-        queued_as: Option<u32>,
+        queued_as: Option<Bell>,
     ) -> Result<std::result::Result<MySqlLease, Duration>> {
         self.attempt(name, owner, ttl, queued_as, true)
     }
@@ -52,13 +53,18 @@ impl MySqlBackend {
         name: &LockName,
         owner: &OwnerToken,
         ttl: Duration,
-        queued_as: Option<u32>,
+        queued_as: Option<Bell>,
         with_remaining: bool,
     ) -> Result<std::result::Result<MySqlLease, Duration>> {
         let mut connection = self.inner.pool.get()?;
         let owner = hex(owner.to_hex().as_bytes());
-        let sql =
-            self.inner.tables.acquire(&hex(name.as_str().as_bytes()), &owner, ttl, queued_as, with_remaining);
+        let sql = self.inner.tables.acquire(
+            &hex(name.as_str().as_bytes()),
+            &owner,
+            ttl,
+            queued_as.map(Bell::value),
+            with_remaining,
+        );
         let results = connection.run("acquire", &sql)?;
         // The insert's affected rows (the statement before the last, which reads the fence): 0,
         // the row is someone else's and nothing changed — contention, not an error. 1: inserted;
@@ -88,59 +94,88 @@ impl MySqlBackend {
         Ok(extended)
     }
 
-    /// One round trip per [`BATCH`] leases.
+    /// One round trip per [`BATCH`] lock-table leases, and one per [`BATCH`] permits (the
+    /// permits table's rows, renewed the same way). After a failure that says the server is
+    /// not answering, the rest of the batch fails with it rather than wait again.
     pub(crate) fn table_extend_many(&self, batch: &mut [Extension<'_, MySqlLease>]) -> Vec<Result<bool>> {
         let mut outcomes: Vec<Option<Result<bool>>> =
             batch.iter().map(|item| lock_core::check_lease(item.ttl).err().map(Err)).collect();
-        // Permits of the same client are extended one by one.
-        for (item, outcome) in batch.iter_mut().zip(&mut outcomes) {
-            if outcome.is_none() && !matches!(item.lease.hold, Hold::Table { .. }) {
-                *outcome = Some(lock_core::DistributedLock::extend(self, item.lease, item.ttl));
-            }
-        }
-        let valid: Vec<usize> = (0..batch.len()).filter(|&index| outcomes[index].is_none()).collect();
-        for chunk in valid.chunks(BATCH) {
-            let items: Vec<(String, String, Duration)> = chunk
-                .iter()
-                .map(|&index| {
-                    let item = &batch[index];
-                    let Hold::Table { owner } = &item.lease.hold else { unreachable!("a lock-table lease") };
-                    (hex(item.lease.name.as_str().as_bytes()), owner.clone(), item.ttl)
+        let mut stalled: Option<String> = None;
+        for permits in [false, true] {
+            let valid: Vec<usize> = (0..batch.len())
+                .filter(|&index| {
+                    outcomes[index].is_none() && row_owner(&batch[index].lease.hold, permits).is_some()
                 })
                 .collect();
-            let sql = self.inner.tables.extend_many(&items);
-            let held = self.inner.pool.get().and_then(|mut connection| connection.run("extend", &sql));
-            match held {
-                Ok(results) => {
-                    let held: HashSet<(Vec<u8>, Vec<u8>)> = results
-                        .sets
-                        .last()
-                        .map(|set| set.1.iter().filter_map(|row| Some((row.get(0)?, row.get(1)?))).collect())
-                        .unwrap_or_default();
-                    for &index in chunk {
-                        let Hold::Table { owner } = &batch[index].lease.hold else { unreachable!() };
-                        let key = (batch[index].lease.name.as_str().as_bytes().to_vec(), unhex(owner));
-                        let ok = held.contains(&key);
-                        if ok {
-                            batch[index].lease.ttl = batch[index].ttl;
-                        }
-                        outcomes[index] = Some(Ok(ok));
-                    }
-                }
-                Err(error) => {
-                    let message = error.to_string();
-                    for &index in chunk {
-                        outcomes[index] = Some(Err(if error.is_retryable() {
-                            lock_core::Error::Timeout {
-                                backend: super::error::BACKEND,
-                                operation: "extend",
-                                source: Some(message.clone().into()),
+            for chunk in valid.chunks(BATCH) {
+                let mut items: Vec<(String, String, Duration)> = chunk
+                    .iter()
+                    .filter_map(|&index| {
+                        let item = &batch[index];
+                        let owner = row_owner(&item.lease.hold, permits)?;
+                        Some((hex(item.lease.name.as_str().as_bytes()), owner.to_owned(), item.ttl))
+                    })
+                    .collect();
+                // In key order, the order a semaphore's acquirer locks its permits in (a locking
+                // count over the name's range): the two never wait for each other in a cycle.
+                items.sort();
+                let held = match &stalled {
+                    Some(message) => Err(message.clone()),
+                    None => {
+                        let sql = self.inner.tables.extend_many(&items, permits);
+                        match self.inner.pool.get().and_then(|mut connection| connection.run("extend", &sql))
+                        {
+                            Ok(results) => Ok(results),
+                            Err(error) => {
+                                let message = error.to_string();
+                                if error.is_retryable() {
+                                    stalled = Some(message.clone());
+                                }
+                                Err(message)
                             }
-                        } else {
-                            MyFailure::Reply { operation: "extend", detail: message.clone() }.into()
-                        }));
+                        }
+                    }
+                };
+                match held {
+                    Ok(results) => {
+                        let held: HashSet<(Vec<u8>, Vec<u8>)> = results
+                            .sets
+                            .last()
+                            .map(|set| {
+                                set.1.iter().filter_map(|row| Some((row.get(0)?, row.get(1)?))).collect()
+                            })
+                            .unwrap_or_default();
+                        for &index in chunk {
+                            let Some(owner) = row_owner(&batch[index].lease.hold, permits) else { continue };
+                            let key = (batch[index].lease.name.as_str().as_bytes().to_vec(), unhex(owner));
+                            let ok = held.contains(&key);
+                            if ok {
+                                batch[index].lease.ttl = batch[index].ttl;
+                            }
+                            outcomes[index] = Some(Ok(ok));
+                        }
+                    }
+                    Err(message) => {
+                        let retryable = stalled.is_some();
+                        for &index in chunk {
+                            outcomes[index] = Some(Err(if retryable {
+                                lock_core::Error::Timeout {
+                                    backend: super::error::BACKEND,
+                                    operation: "extend",
+                                    source: Some(message.clone().into()),
+                                }
+                            } else {
+                                MyFailure::Reply { operation: "extend", detail: message.clone() }.into()
+                            }));
+                        }
                     }
                 }
+            }
+        }
+        // Anything else of this client (none on this kind today) one by one.
+        for (item, outcome) in batch.iter_mut().zip(&mut outcomes) {
+            if outcome.is_none() {
+                *outcome = Some(lock_core::DistributedLock::extend(self, item.lease, item.ttl));
             }
         }
         outcomes.into_iter().map(|outcome| outcome.unwrap_or(Ok(false))).collect()
@@ -156,19 +191,24 @@ impl MySqlBackend {
     }
 
     /// Puts waiter `waiter` in `name`'s queue (or renews its entry, which then lives `note`;
-    /// `replaces`: the entry of this client's earlier doorbell id, which keeps its place).
+    /// `replaces`: the entry of this client's earlier doorbell bell, which keeps its place).
     /// `None`: the lock has no row yet (an attempt creates it); else the holder's remaining
     /// lease, zero when the lock is free for this waiter now, `Err` when it is free for the
     /// queue's head only.
     pub(crate) fn table_queue(
         &self,
         name: &LockName,
-        waiter: u32,
-        replaces: Option<u32>,
+        waiter: Bell,
+        replaces: Option<Bell>,
         note: Duration,
         deadline: Option<Instant>,
     ) -> Result<Option<std::result::Result<Duration, ()>>> {
-        let sql = self.inner.tables.queue(&hex(name.as_str().as_bytes()), waiter, replaces, note);
+        let sql = self.inner.tables.queue(
+            &hex(name.as_str().as_bytes()),
+            waiter.value(),
+            replaces.map(Bell::value),
+            note,
+        );
         // A victim of InnoDB's deadlock verdicts until the retries ran out: not queued this
         // time, as if the row were missing; the waiter tries again at its next turn.
         let Some(results) = self.in_transaction("queue", &sql, deadline)? else { return Ok(None) };
@@ -188,11 +228,11 @@ impl MySqlBackend {
     pub(crate) fn table_dequeue(
         &self,
         name: &LockName,
-        waiter: u32,
+        waiter: Bell,
         requeue: Option<Duration>,
         deadline: Option<Instant>,
     ) -> Result<()> {
-        let sql = self.inner.tables.dequeue(&hex(name.as_str().as_bytes()), waiter, requeue);
+        let sql = self.inner.tables.dequeue(&hex(name.as_str().as_bytes()), waiter.value(), requeue);
         let results = self.in_transaction("leave the queue", &sql, deadline)?.ok_or_else(|| {
             lock_core::Error::backend(super::error::BACKEND, "leaving the queue lost to deadlocks every time")
         })?;
@@ -277,8 +317,17 @@ impl MySqlBackend {
             .and_then(|set| set.1.first())
             .and_then(|row| row.get::<Option<u64>, _>(0).flatten());
         if let Some(waiter) = waiter {
-            self.inner.doorbell.ring(waiter);
+            self.inner.doorbell.ring(Bell::from_value(waiter));
         }
+    }
+}
+
+/// The owner (a hex literal) of a lease renewed by [`MySqlBackend::table_extend_many`]'s
+/// statement for lock-table leases (`permits` false) or for permits.
+fn row_owner(hold: &Hold, permits: bool) -> Option<&str> {
+    match (hold, permits) {
+        (Hold::Table { owner }, false) | (Hold::Permit { owner }, true) => Some(owner),
+        _ => None,
     }
 }
 

@@ -17,10 +17,12 @@
 //! that requires TLS (or the driver's own TLS parameters) is refused at build too.
 
 use std::sync::Once;
+use std::time::{Duration, Instant};
 
 use lock_core::{Error, Result, TlsMode, TlsOptions, Verification};
 use mysql::{ClientIdentity, Conn, DriverError, Error as MySqlError, Opts, OptsBuilder, SslOpts};
 
+use super::connection::{set_socket_timeout, Direction};
 use super::error;
 
 /// How to open a connection: the driver's options, and for `PREFERRED` the plaintext options
@@ -85,17 +87,50 @@ impl Connector {
         self.connect().map_err(|failure| self.error(failure))
     }
 
-    /// A new connection.
+    /// A new connection, within the connect timeout (the options' TCP connect timeout): the
+    /// handshake, TLS, authentication and the session's first statements read and write with
+    /// what is left of it, not with the (often longer) I/O timeout — a server that accepts and
+    /// stays silent is given the connect timeout. The open connection then gets the options'
+    /// own read and write timeouts. (Each read of the handshake is bounded by what was left
+    /// when the attempt started, so the whole is within about one connect timeout after the TCP
+    /// connection; the driver offers no overall deadline.)
     ///
     /// # Errors
     /// The driver's error.
     pub(crate) fn connect(&self) -> std::result::Result<Conn, MySqlError> {
-        match Conn::new(self.opts.clone()) {
+        let deadline = self.opts.get_tcp_connect_timeout().map(|budget| Instant::now() + budget);
+        let bounded = |opts: &Opts| -> Opts {
+            let Some(deadline) = deadline else { return opts.clone() };
+            // At least 1 ms: a zero socket timeout would mean none.
+            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            let (read, write) = (opts.get_read_timeout(), opts.get_write_timeout());
+            OptsBuilder::from_opts(opts.clone())
+                .read_timeout(Some(read.map_or(left, |&read| left.min(read))))
+                .write_timeout(Some(write.map_or(left, |&write| left.min(write))))
+                .into()
+        };
+        let conn = match Conn::new(bounded(&self.opts)) {
             Err(MySqlError::DriverError(DriverError::TlsNotSupported)) if self.plaintext.is_some() => {
-                Conn::new(self.plaintext.clone().expect("checked"))
+                let plaintext = self.plaintext.as_ref().expect("checked");
+                tracing::warn!(
+                    host = %plaintext.get_ip_or_hostname(),
+                    "the server offers no TLS: connecting in plaintext (ssl-mode=PREFERRED)"
+                );
+                Conn::new(bounded(plaintext))
             }
             other => other,
+        }?;
+        if deadline.is_some() {
+            for (direction, timeout) in [
+                (Direction::Read, self.opts.get_read_timeout()),
+                (Direction::Write, self.opts.get_write_timeout()),
+            ] {
+                // No timeout in the options: none on the socket (zero clears it).
+                set_socket_timeout(&conn, direction, timeout.copied().unwrap_or(Duration::ZERO))
+                    .map_err(|errno| MySqlError::from(std::io::Error::from(errno)))?;
+            }
         }
+        Ok(conn)
     }
 }
 

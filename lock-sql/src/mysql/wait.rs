@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result};
 
-use super::doorbell::FALLBACK_RECHECK;
+use super::doorbell::{Bell, FALLBACK_RECHECK};
 use super::{MySqlBackend, MySqlLease, MySqlLockKind};
 use crate::queue_wait::{queued_grant, Wait};
 use crate::waiters::Registration;
@@ -106,7 +106,7 @@ impl MySqlBackend {
 
     /// Takes waiter `waiter` out of `name`'s queue on a short-lived thread: the caller's time is
     /// up, and a failure only leaves an entry that lapses on its own.
-    fn leave_in_background(&self, name: &LockName, waiter: u32) {
+    fn leave_in_background(&self, name: &LockName, waiter: Bell) {
         let backend = self.clone();
         let name = name.clone();
         let spawned = std::thread::Builder::new().name("distlock-leave".into()).spawn(move || {
@@ -137,7 +137,7 @@ impl MySqlBackend {
         owner: &OwnerToken,
         ttl: Duration,
         deadline: Option<Instant>,
-        queued_as: &mut Option<u32>,
+        queued_as: &mut Option<Bell>,
     ) -> Result<Option<Acquired<MySqlLease>>> {
         let doorbell = &self.inner.doorbell;
         let mut renewed_at: Option<Instant> = None;

@@ -48,6 +48,7 @@ impl PostgresLockBuilder {
                 max_connections: settings.max_connections,
                 connect_timeout: settings.connect_timeout,
                 io_timeout: settings.io_timeout,
+                warn_plaintext: tls.mode() == lock_core::TlsMode::Prefer,
             },
         )?;
         let mut tables = Tables::new(&table, settings.fair)?;

@@ -77,8 +77,8 @@ impl PgConnection {
         let (client, socket) = connected
             .map_err(PgFailure::Runtime)?
             .map_err(|_| PgFailure::Timeout { operation: "connect", timeout: settings.connect_timeout })?
-            .map_err(|source| PgFailure::Statement { operation: "connect", source })?;
-        Ok(Self {
+            .map_err(|source| PgFailure::statement("connect", source))?;
+        let connection = Self {
             client,
             socket: RefCell::new(socket),
             runtime: Some(runtime),
@@ -87,7 +87,23 @@ impl PgConnection {
             broken: Cell::new(false),
             stalled: Cell::new(false),
             statements: RefCell::default(),
-        })
+        };
+        if settings.warn_plaintext {
+            connection.warn_if_plaintext();
+        }
+        Ok(connection)
+    }
+
+    /// Logs a warning when this connection is plaintext: `prefer` fell back to it (the driver
+    /// does so in silence). One more round trip per new connection, with `prefer` only.
+    fn warn_if_plaintext(&self) {
+        match self.rows("check TLS", "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[]) {
+            Ok(rows) if rows.first().is_some_and(|row| !row.get::<_, bool>(0)) => {
+                tracing::warn!("the server offers no TLS: connected in plaintext (sslmode=prefer)");
+            }
+            Ok(_) => {}
+            Err(error) => tracing::debug!(%error, "could not tell whether the connection uses TLS"),
+        }
     }
 
     /// Runs one exchange, bounded by the I/O timeout. A timeout, or a failure of the connection

@@ -20,6 +20,14 @@ pub(crate) enum PgFailure {
         #[source]
         source: tokio_postgres::Error,
     },
+    /// Connecting failed in TLS ([`is_tls_failure`]). The public error already says the
+    /// handshake failed, so this names the operation and the driver's reason only.
+    #[error("{operation}")]
+    Handshake {
+        operation: &'static str,
+        #[source]
+        source: HandshakeCause,
+    },
     /// The server did not answer within the I/O timeout; the connection is dropped, since the
     /// reply may still come.
     #[error("{operation}: no reply within {timeout:?}")]
@@ -38,6 +46,40 @@ pub(crate) enum PgFailure {
     Reply { operation: &'static str, detail: String },
 }
 
+impl PgFailure {
+    /// The failure of `operation` with the driver's `source`: [`PgFailure::Handshake`] for a
+    /// failure in TLS, else [`PgFailure::Statement`].
+    pub(crate) fn statement(operation: &'static str, source: tokio_postgres::Error) -> Self {
+        if is_tls_failure(&source) {
+            PgFailure::Handshake { operation, source: HandshakeCause(source) }
+        } else {
+            PgFailure::Statement { operation, source }
+        }
+    }
+}
+
+/// The driver's error for a failed TLS handshake, shown without the driver's own "error
+/// performing TLS handshake": its text is the driver's cause (the TLS library's error, or "server
+/// does not support TLS"), its source that cause's source, so that an error chain names the
+/// handshake once (the public [`Error::Tls`] does) and the TLS library's error stays reachable.
+#[derive(Debug)]
+pub(crate) struct HandshakeCause(tokio_postgres::Error);
+
+impl std::fmt::Display for HandshakeCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match std::error::Error::source(&self.0) {
+            Some(cause) => std::fmt::Display::fmt(cause, f),
+            None => std::fmt::Display::fmt(&self.0, f),
+        }
+    }
+}
+
+impl std::error::Error for HandshakeCause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.0)?.source()
+    }
+}
+
 impl From<PgFailure> for Error {
     fn from(failure: PgFailure) -> Self {
         match &failure {
@@ -54,6 +96,7 @@ impl From<PgFailure> for Error {
                 }
                 Meaning::Other => Error::Backend { backend: BACKEND, source: failure.into() },
             },
+            PgFailure::Handshake { .. } => Error::Tls { backend: BACKEND, source: failure.into() },
             PgFailure::Timeout { operation, .. } => {
                 Error::Timeout { backend: BACKEND, operation, source: Some(failure.into()) }
             }
@@ -119,6 +162,9 @@ pub(crate) enum ConnectFailure {
 /// The [`ConnectFailure`] of `failure`, and the text to report it with.
 pub(crate) fn connect_failure(failure: &PgFailure) -> (ConnectFailure, String) {
     let text = lock_core::display_chain(failure);
+    if matches!(failure, PgFailure::Handshake { .. }) {
+        return (ConnectFailure::Tls, text);
+    }
     let PgFailure::Statement { source, .. } = failure else { return (ConnectFailure::Other, text) };
     match meaning(source) {
         Meaning::Authentication => (ConnectFailure::Authentication, text),
@@ -166,7 +212,7 @@ fn code_ends_session(code: &SqlState) -> bool {
 
 /// Maps a driver error met while doing `operation`.
 pub(crate) fn map(operation: &'static str, source: tokio_postgres::Error) -> Error {
-    PgFailure::Statement { operation, source }.into()
+    PgFailure::statement(operation, source).into()
 }
 
 #[cfg(test)]

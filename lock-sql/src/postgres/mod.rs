@@ -13,7 +13,7 @@
 //!
 //! | parameter | meaning |
 //! | --- | --- |
-//! | `sslmode` | `disable`, `prefer` (TLS if the server offers it, else plaintext; nothing checked; `allow` is taken as `prefer`), `require` (TLS; nothing checked, or the chain when `sslrootcert` is given, as libpq does), `verify-ca` (the chain), `verify-full` (the chain and the host name or IP address of the URL). With other TLS parameters but no `sslmode`: `prefer`, libpq's default |
+//! | `sslmode` | `disable`, `prefer` (TLS if the server offers it, else plaintext; nothing checked; a warning is logged when it falls back to plaintext; `allow`, which would try plaintext first, is refused), `require` (TLS; nothing checked, or the chain when `sslrootcert` is given, as libpq does), `verify-ca` (the chain), `verify-full` (the chain and the host name or IP address of the URL). Without `sslmode`: `verify-full` when `sslrootcert` names a CA (a named CA is used; libpq would take `prefer`), else with other TLS parameters `prefer`, libpq's default |
 //! | `sslrootcert` | PEM file of the CAs to trust; without it the checking modes trust the platform's roots (the system store, read with `rustls-native-certs`); `system` says so explicitly and, as in libpq 16, needs (and alone implies) `verify-full` |
 //! | `sslcert`, `sslkey` | the client's certificate chain and private key (PEM; PKCS#8, PKCS#1 or SEC1), both or neither (no encrypted keys: `sslpassword` is not taken) |
 //!

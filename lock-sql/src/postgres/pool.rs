@@ -40,6 +40,9 @@ pub(crate) struct PgSettings {
     pub(crate) max_connections: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) io_timeout: Duration,
+    /// TLS was asked for with `prefer`: a connection that fell back to plaintext is logged as a
+    /// warning.
+    pub(crate) warn_plaintext: bool,
 }
 
 /// The r2d2 manager: opens [`PgConnection`]s and remembers the last failure to open one, so that

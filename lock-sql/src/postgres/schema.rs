@@ -101,6 +101,8 @@ pub(crate) struct ReadWriteStatements {
 pub(crate) struct PermitStatements {
     pub(crate) acquire: String,
     pub(crate) extend: String,
+    /// A renewal batch's permits in one statement.
+    pub(crate) extend_many: String,
     pub(crate) release: String,
 }
 
@@ -355,6 +357,12 @@ fn permit_statements(sem: &str) -> PermitStatements {
             "UPDATE {sem} SET holders = ARRAY(SELECT CASE WHEN {owner} = $2 \
                THEN ({now_ms} + $3)::text || ':' || $2 ELSE e END FROM unnest(holders) AS e) \
              WHERE name = $1 AND {mine_live} RETURNING 1"
+        ),
+        // $1 names, $2 owners, $3 leases in ms (arrays, one item per permit). Locks the names'
+        // rows in name order (two batches never wait for each other in a cycle), extends each
+        // live permit of the batch, and returns (name, owner) of each permit held after it.
+        extend_many: format!(
+            "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS v(name, owner, ms)),              locked AS (SELECT name FROM {sem} WHERE name IN (SELECT name FROM v) ORDER BY name FOR UPDATE),              u AS (UPDATE {sem} AS s SET holders = ARRAY(SELECT CASE WHEN v.owner IS NOT NULL AND {expires} >= {now_ms}                  THEN ({now_ms} + v.ms)::text || ':' || v.owner ELSE e END                FROM unnest(s.holders) AS e LEFT JOIN v ON v.name = s.name AND v.owner = {owner})              WHERE s.name IN (SELECT name FROM locked) RETURNING s.name, s.holders)              SELECT u.name, {owner} FROM u, unnest(u.holders) AS e              WHERE EXISTS (SELECT 1 FROM v WHERE v.name = u.name AND v.owner = {owner}) AND {expires} >= {now_ms}"
         ),
         // $1 name, $2 owner.
         release: format!(

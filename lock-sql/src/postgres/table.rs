@@ -2,7 +2,7 @@
 //! in one statement on the database clock; extend and release compare the owner in the same
 //! statement; a release marks the row free and `NOTIFY`s the oldest waiter (`waiter_queue.rs`).
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::time::Duration;
 
 use lock_core::{Extension, LockName, OwnerToken, Result};
@@ -57,66 +57,85 @@ impl PostgresBackend {
         Ok(extended)
     }
 
-    /// One statement for the whole batch: 10,000 leases cost one round trip.
+    /// One statement for the batch's lock-table leases (10,000 leases cost one round trip) and
+    /// one for its permits. After a failure that says the server is not answering, the rest of
+    /// the batch fails with it rather than wait again.
     pub(crate) fn table_extend_many(&self, batch: &mut [Extension<'_, PostgresLease>]) -> Vec<Result<bool>> {
         let mut outcomes: Vec<Option<Result<bool>>> =
             batch.iter().map(|item| lock_core::check_lease(item.ttl).err().map(Err)).collect();
-        // Permits (and read-write leases) of the same client are extended one by one.
-        for (item, outcome) in batch.iter_mut().zip(&mut outcomes) {
-            if outcome.is_none() && !matches!(item.lease.hold, Hold::Table { .. }) {
-                *outcome = Some(lock_core::DistributedLock::extend(self, item.lease, item.ttl));
+        let mut stalled = false;
+        for permits in [false, true] {
+            let valid: Vec<usize> = (0..batch.len())
+                .filter(|&index| {
+                    outcomes[index].is_none() && row_owner(&batch[index].lease.hold, permits).is_some()
+                })
+                .collect();
+            if valid.is_empty() {
+                continue;
             }
-        }
-        let valid: Vec<usize> = (0..batch.len()).filter(|&index| outcomes[index].is_none()).collect();
-        if valid.is_empty() {
-            return outcomes.into_iter().map(|outcome| outcome.unwrap_or(Ok(false))).collect();
-        }
-        let mut names = Vec::with_capacity(valid.len());
-        let mut owners = Vec::with_capacity(valid.len());
-        let mut ms = Vec::with_capacity(valid.len());
-        for &index in &valid {
-            let item = &batch[index];
-            let Hold::Table { owner } = &item.lease.hold else { unreachable!("a lock-table lease") };
-            names.push(item.lease.name.as_str().to_owned());
-            owners.push(owner.clone());
-            ms.push(millis(item.ttl));
-        }
-        let sql = self.inner.tables.extend_many.as_str();
-        let extended = self.inner.pool.get().and_then(|connection| {
-            let (names, owners, ms) = (&names, &owners, &ms);
-            connection.rows(
-                "extend",
-                sql,
-                &[(names, Type::TEXT_ARRAY), (owners, Type::TEXT_ARRAY), (ms, Type::INT8_ARRAY)],
-            )
-        });
-        match extended {
-            Ok(rows) => {
-                let renewed: HashMap<(String, String), ()> =
-                    rows.iter().map(|row| ((row.get::<_, String>(0), row.get::<_, String>(1)), ())).collect();
-                for (position, &index) in valid.iter().enumerate() {
-                    let key = (names[position].clone(), owners[position].clone());
-                    let ok = renewed.contains_key(&key);
-                    if ok {
-                        batch[index].lease.ttl = batch[index].ttl;
-                    }
-                    outcomes[index] = Some(Ok(ok));
-                }
+            let mut names = Vec::with_capacity(valid.len());
+            let mut owners = Vec::with_capacity(valid.len());
+            let mut ms = Vec::with_capacity(valid.len());
+            for &index in &valid {
+                let item = &batch[index];
+                let Some(owner) = row_owner(&item.lease.hold, permits) else { continue };
+                names.push(item.lease.name.as_str().to_owned());
+                owners.push(owner.to_owned());
+                ms.push(millis(item.ttl));
             }
-            Err(error) => {
-                let message = error.to_string();
-                let retryable = error.is_retryable();
+            let timeout = || -> lock_core::Error {
+                PgFailure::Timeout { operation: "extend", timeout: self.inner.pool.settings().io_timeout }
+                    .into()
+            };
+            if stalled {
                 for &index in &valid {
-                    outcomes[index] = Some(Err(if retryable {
-                        PgFailure::Timeout {
-                            operation: "extend",
-                            timeout: self.inner.pool.settings().io_timeout,
-                        }
-                        .into()
-                    } else {
-                        PgFailure::Reply { operation: "extend", detail: message.clone() }.into()
-                    }));
+                    outcomes[index] = Some(Err(timeout()));
                 }
+                continue;
+            }
+            let sql = if permits {
+                self.inner.tables.permits.extend_many.as_str()
+            } else {
+                self.inner.tables.extend_many.as_str()
+            };
+            let extended = self.inner.pool.get().and_then(|connection| {
+                let (names, owners, ms) = (&names, &owners, &ms);
+                connection.rows(
+                    "extend",
+                    sql,
+                    &[(names, Type::TEXT_ARRAY), (owners, Type::TEXT_ARRAY), (ms, Type::INT8_ARRAY)],
+                )
+            });
+            match extended {
+                Ok(rows) => {
+                    let renewed: HashSet<(String, String)> =
+                        rows.iter().map(|row| (row.get::<_, String>(0), row.get::<_, String>(1))).collect();
+                    for (position, &index) in valid.iter().enumerate() {
+                        let key = (names[position].clone(), owners[position].clone());
+                        let ok = renewed.contains(&key);
+                        if ok {
+                            batch[index].lease.ttl = batch[index].ttl;
+                        }
+                        outcomes[index] = Some(Ok(ok));
+                    }
+                }
+                Err(error) => {
+                    let message = error.to_string();
+                    stalled = error.is_retryable();
+                    for &index in &valid {
+                        outcomes[index] = Some(Err(if stalled {
+                            timeout()
+                        } else {
+                            PgFailure::Reply { operation: "extend", detail: message.clone() }.into()
+                        }));
+                    }
+                }
+            }
+        }
+        // Read-write leases of the same client are extended one by one.
+        for (item, outcome) in batch.iter_mut().zip(&mut outcomes) {
+            if outcome.is_none() {
+                *outcome = Some(lock_core::DistributedLock::extend(self, item.lease, item.ttl));
             }
         }
         outcomes.into_iter().map(|outcome| outcome.unwrap_or(Ok(false))).collect()
@@ -199,5 +218,14 @@ impl PostgresBackend {
         let sql = self.inner.tables.mark_free.as_str();
         let name = name.as_str();
         connection.rows("break the lock", sql, &[(&name, Type::TEXT)]).map(drop)
+    }
+}
+
+/// The owner token of a lease renewed by [`PostgresBackend::table_extend_many`]'s statement for
+/// lock-table leases (`permits` false) or for permits.
+fn row_owner(hold: &Hold, permits: bool) -> Option<&str> {
+    match (hold, permits) {
+        (Hold::Table { owner }, false) | (Hold::Permit { owner }, true) => Some(owner),
+        _ => None,
     }
 }
