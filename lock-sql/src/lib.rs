@@ -99,6 +99,8 @@ mod lease;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod queue_wait;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+mod restart_delay;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod session_connection;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod shared_session;

@@ -43,7 +43,8 @@ impl SqlKind for PostgresLockKind {
     }
 
     fn start_server() -> Result<(String, Box<dyn PausableServers>), String> {
-        let server = PostgresServer::start().map_err(|e| e.to_string())?;
+        // Durable commits: S17 restarts it and counts on what it committed.
+        let server = PostgresServer::start_durable().map_err(|e| e.to_string())?;
         Ok((server.url(), Box::new(vec![server])))
     }
 

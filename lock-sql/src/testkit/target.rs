@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use lock_core::{DistributedLock, Error, LockName};
-use lock_testkit::suite::{NotApplicable, OwnServers, PausableServers, SuiteTarget};
+use lock_testkit::suite::{NotApplicable, OwnServers, PausableServers, RestartableServers, SuiteTarget};
 use lock_testkit::workload::{RoundTripProbe, TimeOne};
 
 use super::TIMEOUT;
@@ -55,7 +55,7 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
     /// When the server cannot be started.
     fn shared_url() -> Result<String, String>;
 
-    /// A private server, and its URL.
+    /// A private server whose commits survive a kill of its processes (S15, S17), and its URL.
     ///
     /// # Errors
     /// When the server cannot be started.
@@ -293,6 +293,19 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
         // A call may open a connection (connect and handshake), then wait for its reply.
         let call_bound = 3 * OWN_SERVER_TIMEOUT + Duration::from_secs(1);
         Ok(backend.map(|backend| OwnServers { backend, servers, call_bound }))
+    }
+
+    fn restartable_servers(
+        &self,
+        clients: usize,
+    ) -> Result<lock_core::Result<RestartableServers<K::Backend>>, NotApplicable> {
+        let (url, servers) = match K::start_server() {
+            Ok(started) => started,
+            Err(error) => return Ok(Err(Error::backend("harness", error))),
+        };
+        // A session hold keeps its connection; one more for a waiter's attempt.
+        let clients: lock_core::Result<Vec<_>> = (0..clients).map(|_| self.build(&url, TIMEOUT, 4)).collect();
+        Ok(clients.map(|clients| RestartableServers { clients, servers }))
     }
 
     fn clean_up(&self, prefix: &str) -> Result<u64, String> {
