@@ -26,6 +26,8 @@ pub(crate) struct MySettings {
     pub(crate) max_connections: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) io_timeout: Duration,
+    /// Session kinds: no grants while the server's sessions are younger than the lease.
+    pub(crate) restart_delay: bool,
 }
 
 /// A pool of connections to one server. Clones share it.
@@ -103,7 +105,10 @@ impl MyPool {
                 state.open += 1;
                 drop(state);
                 return match shared.connector.open() {
-                    Ok(conn) => Ok(MyConnection::new(conn, Arc::clone(shared), SessionsAge::default())),
+                    Ok(conn) => {
+                        let age = SessionsAge::new(shared.settings.restart_delay);
+                        Ok(MyConnection::new(conn, Arc::clone(shared), age))
+                    }
                     Err(failure) => {
                         shared.forget_one();
                         Err(failure)

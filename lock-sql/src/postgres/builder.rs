@@ -48,6 +48,7 @@ impl PostgresLockBuilder {
                 max_connections: settings.max_connections,
                 connect_timeout: settings.connect_timeout,
                 io_timeout: settings.io_timeout,
+                restart_delay: settings.restart_delay,
             },
         )?;
         let mut tables = Tables::new(&table, settings.fair)?;

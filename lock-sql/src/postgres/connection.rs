@@ -90,7 +90,7 @@ impl PgConnection {
             broken: Cell::new(false),
             stalled: Cell::new(false),
             statements: RefCell::default(),
-            sessions_age: Cell::default(),
+            sessions_age: Cell::new(SessionsAge::new(settings.restart_delay)),
         })
     }
 

@@ -40,6 +40,8 @@ pub(crate) struct PgSettings {
     pub(crate) max_connections: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) io_timeout: Duration,
+    /// Session kinds: no grants while the server's sessions are younger than the lease.
+    pub(crate) restart_delay: bool,
 }
 
 /// The r2d2 manager: opens [`PgConnection`]s and remembers the last failure to open one, so that

@@ -48,12 +48,13 @@ impl SqlKind for PostgresLockKind {
         Ok((server.url(), Box::new(vec![server])))
     }
 
-    fn build(
+    fn build_client(
         self,
         url: &str,
         timeout: Duration,
         max_connections: u32,
         fair: bool,
+        restart_delay: bool,
     ) -> lock_core::Result<PostgresBackend> {
         PostgresBackend::builder(url)
             .kind(self)
@@ -61,6 +62,7 @@ impl SqlKind for PostgresLockKind {
             .io_timeout(timeout)
             .max_connections(max_connections)
             .fair(fair)
+            .restart_delay(restart_delay)
             .build()
     }
 
