@@ -118,7 +118,8 @@ impl<K> SqlLockBuilder<K> {
     /// Whether the row and advisory kinds (mutexes and read-write locks) grant nothing while the
     /// server's sessions are younger than the lease asked for: after a restart, or a PostgreSQL
     /// reset of its backends, the server has forgotten every session lock while their holders may
-    /// still believe them for up to a lease (see the crate's `restart_delay` docs in `lib.rs`).
+    /// still believe them for up to a lease (see the crate docs, "Session holds across a server
+    /// restart").
     /// The cost: no such lock is granted for up to a lease after the server (re)started — 30 s
     /// with the default lease; nothing in the steady state.
     ///

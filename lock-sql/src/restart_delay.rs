@@ -30,22 +30,8 @@
 //! - MariaDB and MySQL: the `Uptime` status (whole seconds since the server started, so one
 //!   second is taken off it); a crash is always a restart of the one process.
 //!
-//! # What it covers, and what not
-//! Covered: a restart of the server (clean, immediate or a crash), and a PostgreSQL backend reset.
-//! Not covered: a failover to a replica that had been running (a promoted PostgreSQL standby, a
-//! new MariaDB primary or Galera node) — its sessions are young enough only if it was started
-//! less than a lease ago; none of the session locks replicate, so for them a failover is the same
-//! event as a restart, and such a deployment must keep lock clients off the promoted server for a
-//! lease (or use the lock-table kind, whose leases are rows and replicate). Clients of older
-//! versions, without this rule, are not covered either: they may grant at once. All clients of
-//! one name are assumed to use the same lease: the server cannot know a holder's, so a client
-//! asking with a shorter lease than a holder's waits less than that holder may believe.
-//!
-//! # What it costs
-//! No session lock is granted for up to a lease after a restart or reset: 30 s with the default
-//! lease. In the steady state nothing: each pooled connection asks once, and once its server has
-//! been up for a lease the answer holds for the connection's life (a restart ends the
-//! connection), so later acquisitions on it send nothing extra.
+//! Which deployments this covers and what it costs: the crate docs, "Session holds across a server
+//! restart".
 
 use std::time::{Duration, Instant};
 
