@@ -1,7 +1,7 @@
 //! The docs' conformance suite (`docs/scenarios.md`) against every backend kind enabled by feature.
 //!
 //! One registration per backend kind: `conformance_tests!(module, target)` expands to one test per
-//! scenario S01–S16, so `cargo test memory::` runs one backend and `cargo test s06` one scenario
+//! scenario S01–S17, so `cargo test memory::` runs one backend and `cargo test s06` one scenario
 //! on every backend. Each backend's suite targets come from its crate's `testkit` feature, which
 //! this crate's `testkit` feature turns on for every enabled backend.
 

@@ -114,6 +114,21 @@ impl<K> SqlLockBuilder<K> {
         self.settings.tls = Some(tls);
         self
     }
+
+    /// Whether the row and advisory kinds (mutexes and read-write locks) grant nothing while the
+    /// server's sessions are younger than the lease asked for: after a restart, or a PostgreSQL
+    /// reset of its backends, the server has forgotten every session lock while their holders may
+    /// still believe them for up to a lease (see the crate docs, "Session holds across a server
+    /// restart").
+    /// The cost: no such lock is granted for up to a lease after the server (re)started — 30 s
+    /// with the default lease; nothing in the steady state.
+    ///
+    /// Turn it off only where no client can hold a lock from before the server's start, such as
+    /// a server started for a test. Defaults to `true`.
+    pub fn restart_delay(mut self, enabled: bool) -> Self {
+        self.settings.restart_delay = enabled;
+        self
+    }
 }
 
 /// Connection and naming settings of an SQL backend.
@@ -126,6 +141,8 @@ pub(crate) struct Settings {
     pub(crate) max_connections: u32,
     pub(crate) namespace: String,
     pub(crate) fair: bool,
+    /// Session kinds: no grants while the server's sessions are younger than the lease.
+    pub(crate) restart_delay: bool,
     /// The builder's TLS options (the URL's parameters are merged in by `crate::tls`).
     pub(crate) tls: Option<TlsOptions>,
 }
@@ -141,6 +158,7 @@ impl std::fmt::Debug for Settings {
             .field("max_connections", &self.max_connections)
             .field("namespace", &self.namespace)
             .field("fair", &self.fair)
+            .field("restart_delay", &self.restart_delay)
             .field("tls", &self.tls)
             .finish()
     }
@@ -156,6 +174,7 @@ impl Settings {
             max_connections: 16,
             namespace: "distlock".into(),
             fair: true,
+            restart_delay: true,
             tls: None,
         }
     }

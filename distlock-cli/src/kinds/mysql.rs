@@ -34,11 +34,11 @@ fn open_target(kind: MySqlLockKind, servers: Servers<'_>, fair: bool) -> Result<
     let target = match servers {
         Servers::Harness => {
             let server = shared::mariadb().map_err(|e| format!("starting MariaDB: {e}"))?;
-            MySqlTarget::at(kind, server.address())
+            MySqlTarget::at(kind, server.address()).without_restart_delay()
         }
         Servers::HarnessTls => {
             let server = shared::mariadb_tls().map_err(|e| format!("starting TLS-only MariaDB: {e}"))?;
-            MySqlTarget::at(kind, server.address())
+            MySqlTarget::at(kind, server.address()).without_restart_delay()
         }
         Servers::Url(url) => {
             let any_kind = match kind {

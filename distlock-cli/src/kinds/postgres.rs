@@ -34,11 +34,11 @@ fn open_target(kind: PostgresLockKind, servers: Servers<'_>, fair: bool) -> Resu
     let target = match servers {
         Servers::Harness => {
             let server = shared::postgres().map_err(|e| format!("starting PostgreSQL: {e}"))?;
-            PostgresTarget::at(kind, server.address())
+            PostgresTarget::at(kind, server.address()).without_restart_delay()
         }
         Servers::HarnessTls => {
             let server = shared::postgres_tls().map_err(|e| format!("starting TLS-only PostgreSQL: {e}"))?;
-            PostgresTarget::at(kind, server.address())
+            PostgresTarget::at(kind, server.address()).without_restart_delay()
         }
         Servers::Url(url) => {
             let any_kind = match kind {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use lock_core::{Error, LockName};
 use lock_testkit::harness::shared::{self, REDIS_CLUSTER_VARIABLE, REDIS_SENTINEL_VARIABLE};
 use lock_testkit::harness::{RedisCluster, RedisOptions, RedisSentinelGroup, RedisServer};
-use lock_testkit::suite::{NotApplicable, OwnServers, PausableServers, SuiteTarget};
+use lock_testkit::suite::{NotApplicable, OwnServers, PausableServers, RestartableServers, SuiteTarget};
 use lock_testkit::workload::RoundTripProbe;
 
 use super::single_node::PINGS;
@@ -230,6 +230,18 @@ impl SuiteTarget for DeploymentTarget {
             .connect_timeout(timeout)
             .io_timeout(timeout)
             .build())
+    }
+
+    fn restartable_servers(
+        &self,
+        clients: usize,
+    ) -> Result<lock_core::Result<RestartableServers<RedisBackend>>, NotApplicable> {
+        let _ = clients;
+        Err(NotApplicable(
+            "a primary that restarts without persistence comes back empty or is failed over to a replica that \
+             may lack the latest lock (R03 shows the loss without WAIT); only `appendfsync always` on every \
+             node, with WAIT, keeps a lock across it",
+        ))
     }
 
     fn own_servers(&self) -> Result<lock_core::Result<OwnServers<RedisBackend>>, NotApplicable> {

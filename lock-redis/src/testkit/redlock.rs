@@ -16,7 +16,8 @@ use lock_testkit::harness::shared::{self, REDIS_NODES_VARIABLE};
 use lock_testkit::harness::{RedisOptions, RedisServer};
 use lock_testkit::suite::breach::STALE_WRITE_ACCEPTED;
 use lock_testkit::suite::{
-    unique_name, Failure, FencedResource, NotApplicable, OwnServers, ScenarioResult, SuiteTarget, Verdict,
+    unique_name, Failure, FencedResource, NotApplicable, OwnServers, RestartableServers, ScenarioResult,
+    SuiteTarget, Verdict,
 };
 use lock_testkit::workload::RoundTripProbe;
 
@@ -203,6 +204,18 @@ impl SuiteTarget for RedlockTarget {
 
     fn unreachable_report_bound(&self) -> Duration {
         CONNECT_TIMEOUT + Duration::from_secs(3)
+    }
+
+    fn restartable_servers(
+        &self,
+        clients: usize,
+    ) -> Result<lock_core::Result<RestartableServers<RedlockBackend>>, NotApplicable> {
+        let _ = clients;
+        Err(NotApplicable(
+            "a Redlock node restarted without persistence forgets its keys: a rival then gets a majority while \
+             the holder believes its hold (R02 shows it, and that fencing refuses the stale write); Redlock \
+             needs such a node kept out for a lease (delayed restart) or `appendfsync always`",
+        ))
     }
 
     fn own_servers(&self) -> Result<lock_core::Result<OwnServers<RedlockBackend>>, NotApplicable> {

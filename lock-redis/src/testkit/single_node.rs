@@ -11,7 +11,7 @@ use lock_core::{Error, LockName};
 
 use lock_testkit::harness::shared::{self, REDIS_URL_VARIABLE};
 use lock_testkit::harness::{RedisOptions, RedisServer};
-use lock_testkit::suite::{NotApplicable, OwnServers, SuiteTarget};
+use lock_testkit::suite::{NotApplicable, OwnServers, RestartableServers, SuiteTarget};
 use lock_testkit::workload::RoundTripProbe;
 
 use crate::connection::ConnectionPool;
@@ -201,6 +201,18 @@ impl SuiteTarget for RedisTarget {
 
     fn unreachable_report_bound(&self) -> Duration {
         CONNECT_TIMEOUT + Duration::from_secs(3)
+    }
+
+    fn restartable_servers(
+        &self,
+        clients: usize,
+    ) -> Result<lock_core::Result<RestartableServers<RedisBackend>>, NotApplicable> {
+        let _ = clients;
+        Err(NotApplicable(
+            "the harness's Redis keeps no persistence: a restart forgets every key, so a waiter gets a held \
+             lock at once (R02 shows it on a Redlock node); only `appendonly yes` with `appendfsync always` \
+             keeps the keys and their expiries across a restart",
+        ))
     }
 
     fn own_servers(&self) -> Result<lock_core::Result<OwnServers<RedisBackend>>, NotApplicable> {

@@ -63,6 +63,7 @@ impl MySqlLockBuilder {
                 max_connections: settings.max_connections,
                 connect_timeout: settings.connect_timeout,
                 io_timeout: settings.io_timeout,
+                restart_delay: settings.restart_delay,
             },
         );
         // Connect once now: a wrong password or an unreachable server is reported here.

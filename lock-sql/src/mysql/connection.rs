@@ -20,6 +20,7 @@ use mysql::{Conn, Error as MySqlError, Row};
 
 use super::error;
 use super::pool::Shared;
+use crate::restart_delay::SessionsAge;
 
 /// The results of one multi-statement exchange: per statement, its affected rows and rows.
 pub(crate) struct Results {
@@ -50,6 +51,9 @@ pub(crate) struct MyConnection {
     pool: Arc<Shared>,
     /// Out of step with the server (see the module docs), and why.
     broken: Option<Broken>,
+    /// The age of the server's sessions, once a session lock asked ([`crate::restart_delay`]);
+    /// kept with the connection in the pool.
+    pub(crate) sessions_age: SessionsAge,
 }
 
 /// Why a connection serves no more statements.
@@ -62,8 +66,8 @@ pub(crate) enum Broken {
 }
 
 impl MyConnection {
-    pub(crate) fn new(conn: Conn, pool: Arc<Shared>) -> Self {
-        Self { conn: Some(conn), pool, broken: None }
+    pub(crate) fn new(conn: Conn, pool: Arc<Shared>, sessions_age: SessionsAge) -> Self {
+        Self { conn: Some(conn), pool, broken: None, sessions_age }
     }
 
     fn conn(&mut self) -> &mut Conn {
@@ -175,7 +179,7 @@ impl Drop for MyConnection {
             drop(conn);
             self.pool.forget_one();
         } else {
-            self.pool.put_back(conn);
+            self.pool.put_back(conn, self.sessions_age);
         }
     }
 }

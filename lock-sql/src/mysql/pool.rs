@@ -18,6 +18,7 @@ use super::connection::MyConnection;
 use super::error::BACKEND;
 use super::tls::Connector;
 use crate::queue_wait::Checkout;
+use crate::restart_delay::SessionsAge;
 
 /// Timeouts and limits of a pool.
 #[derive(Debug, Clone, Copy)]
@@ -25,6 +26,8 @@ pub(crate) struct MySettings {
     pub(crate) max_connections: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) io_timeout: Duration,
+    /// Session kinds: no grants while the server's sessions are younger than the lease.
+    pub(crate) restart_delay: bool,
 }
 
 /// A pool of connections to one server. Clones share it.
@@ -43,7 +46,8 @@ pub(crate) struct Shared {
 }
 
 struct State {
-    idle: Vec<Conn>,
+    /// Each with what it learned about its server's sessions' age.
+    idle: Vec<(Conn, SessionsAge)>,
     /// Connections that exist or are being opened: idle, in use, connecting.
     open: u32,
 }
@@ -94,14 +98,17 @@ impl MyPool {
         };
         let mut state = shared.state.lock();
         loop {
-            if let Some(conn) = state.idle.pop() {
-                return Ok(MyConnection::new(conn, Arc::clone(shared)));
+            if let Some((conn, sessions_age)) = state.idle.pop() {
+                return Ok(MyConnection::new(conn, Arc::clone(shared), sessions_age));
             }
             if state.open < size {
                 state.open += 1;
                 drop(state);
                 return match shared.connector.open() {
-                    Ok(conn) => Ok(MyConnection::new(conn, Arc::clone(shared))),
+                    Ok(conn) => {
+                        let age = SessionsAge::new(shared.settings.restart_delay);
+                        Ok(MyConnection::new(conn, Arc::clone(shared), age))
+                    }
                     Err(failure) => {
                         shared.forget_one();
                         Err(failure)
@@ -125,8 +132,8 @@ impl Shared {
     }
 
     /// Takes back a connection that is in step with its server.
-    pub(crate) fn put_back(&self, conn: Conn) {
-        self.state.lock().idle.push(conn);
+    pub(crate) fn put_back(&self, conn: Conn, sessions_age: SessionsAge) {
+        self.state.lock().idle.push((conn, sessions_age));
         self.returned.notify_one();
     }
 

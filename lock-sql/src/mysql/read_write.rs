@@ -57,6 +57,9 @@ impl MySqlBackend {
         wait: Wait,
     ) -> Result<Option<(MySqlLease, Grant)>> {
         let mut connection = self.inner.pool.get_for(wait.checkout())?;
+        if !super::session::settled(&mut connection, ttl, wait)? {
+            return Ok(None);
+        }
         let literal = hex(name.as_str().as_bytes());
         let mut attempt = self.rw_lock(&mut connection, &literal, ttl, access, wait)?;
         if matches!(attempt, Attempt::NoRow) {

@@ -33,6 +33,7 @@ use super::lease::{Hold, MySqlLease};
 use super::schema::hex;
 use super::MySqlBackend;
 use crate::queue_wait::{micros, Grant as QueueGrant, Wait};
+use crate::restart_delay;
 use crate::session_connection::SessionConnection;
 
 /// Resets the session's idle limit (after a release or a refused attempt).
@@ -55,6 +56,9 @@ impl MySqlBackend {
     /// Row kind: one attempt, waiting in InnoDB's queue as `wait` says.
     pub(crate) fn row_acquire(&self, name: &LockName, ttl: Duration, wait: Wait) -> Result<Option<Granted>> {
         let mut connection = self.inner.pool.get_for(wait.checkout())?;
+        if !settled(&mut connection, ttl, wait)? {
+            return Ok(None);
+        }
         let name_literal = hex(name.as_str().as_bytes());
         let mut attempt = self.row_lock(&mut connection, &name_literal, ttl, wait)?;
         if matches!(attempt.0, Grant::NoRow) {
@@ -114,6 +118,9 @@ impl MySqlBackend {
         wait: Wait,
     ) -> Result<Option<Granted>> {
         let mut connection = self.inner.pool.get_for(wait.checkout())?;
+        if !settled(&mut connection, ttl, wait)? {
+            return Ok(None);
+        }
         let key = self.advisory_key(name);
         let length = wait.length();
         let sql = self.inner.tables.get_lock(&key, length.unwrap_or(Duration::ZERO), idle_limit_secs(ttl));
@@ -234,6 +241,29 @@ impl MySqlBackend {
     }
 }
 
+/// Whether a session lock for a lease of `ttl` may be granted on `connection` now (its server has
+/// been up for at least a lease), after sleeping as `wait` allows; see [`crate::restart_delay`].
+/// Asks the server once per connection.
+pub(crate) fn settled(connection: &mut MyConnection, ttl: Duration, wait: Wait) -> Result<bool> {
+    let mut age = connection.sessions_age;
+    let settled = restart_delay::settled(&mut age, ttl, wait, || {
+        let results = connection.run("ask the server's age", "SHOW GLOBAL STATUS LIKE 'Uptime'")?;
+        let uptime = results
+            .first_row()
+            .and_then(|row| row.get_opt::<String, _>(1))
+            .and_then(std::result::Result::ok)
+            .and_then(|uptime| uptime.parse::<u64>().ok())
+            .ok_or_else(|| MyFailure::Reply {
+                operation: "ask the server's age",
+                detail: "no Uptime".into(),
+            })?;
+        // Whole seconds, truncated: the server may have started almost a second later.
+        Ok(Duration::from_secs(uptime.saturating_sub(1)))
+    });
+    connection.sessions_age = age;
+    settled
+}
+
 /// Whether a release's results say the lock was released: `COMMIT` returns no row; the
 /// `RELEASE_LOCK` row must say 1 (not 0, not `NULL`).
 fn released(results: &Results) -> bool {
@@ -295,6 +325,8 @@ mod server_tests {
     fn backend(kind: MySqlLockKind, table: &str, pool: u32) -> MySqlBackend {
         MySqlBackend::builder(MySqlTarget::new(kind).url())
             .kind(kind)
+            // The harness started the server for this run: no lock predates it.
+            .restart_delay(false)
             .table(table)
             .max_connections(pool)
             .connect_timeout(Duration::from_secs(2))

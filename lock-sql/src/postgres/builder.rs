@@ -49,6 +49,7 @@ impl PostgresLockBuilder {
                 connect_timeout: settings.connect_timeout,
                 io_timeout: settings.io_timeout,
                 warn_plaintext: tls.mode() == lock_core::TlsMode::Prefer,
+                restart_delay: settings.restart_delay,
             },
         )?;
         let mut tables = Tables::new(&table, settings.fair)?;

@@ -27,6 +27,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::error::{self, PgFailure};
 use super::pool::PgSettings;
 use super::runtime;
+use crate::restart_delay::SessionsAge;
 
 /// A statement parameter with its SQL type.
 pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
@@ -59,6 +60,8 @@ pub(crate) struct PgConnection {
     /// Statements prepared on this connection, by text: a statement is parsed and planned once
     /// per connection, then each call is one Bind/Execute round trip.
     statements: RefCell<HashMap<String, Statement>>,
+    /// The age of the server's sessions, once a session lock asked ([`crate::restart_delay`]).
+    sessions_age: Cell<SessionsAge>,
 }
 
 impl PgConnection {
@@ -87,6 +90,7 @@ impl PgConnection {
             broken: Cell::new(false),
             stalled: Cell::new(false),
             statements: RefCell::default(),
+            sessions_age: Cell::new(SessionsAge::new(settings.restart_delay)),
         };
         if settings.warn_plaintext {
             connection.warn_if_plaintext();
@@ -295,6 +299,11 @@ impl PgConnection {
     /// likely cost another I/O timeout.
     pub(crate) fn is_stalled(&self) -> bool {
         self.stalled.get()
+    }
+
+    /// What this connection learned about its server's sessions' age.
+    pub(crate) fn sessions_age(&self) -> &Cell<SessionsAge> {
+        &self.sessions_age
     }
 
     pub(crate) fn io_timeout(&self) -> Duration {

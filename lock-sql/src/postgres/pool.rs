@@ -43,6 +43,8 @@ pub(crate) struct PgSettings {
     /// TLS was asked for with `prefer`: a connection that fell back to plaintext is logged as a
     /// warning.
     pub(crate) warn_plaintext: bool,
+    /// Session kinds: no grants while the server's sessions are younger than the lease.
+    pub(crate) restart_delay: bool,
 }
 
 /// The r2d2 manager: opens [`PgConnection`]s and remembers the last failure to open one, so that

@@ -81,6 +81,9 @@ impl PostgresBackend {
         wait: Wait,
     ) -> Result<Option<(PostgresLease, Grant)>> {
         let connection = self.inner.pool.get_for(wait.checkout())?;
+        if !super::session::settled(&connection, ttl, wait)? {
+            return Ok(None);
+        }
         let granted = match self.rw_lock_on(&connection, name, ttl, access, wait.length()) {
             Ok(granted) => granted,
             Err(error) => {

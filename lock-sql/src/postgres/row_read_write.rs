@@ -135,6 +135,9 @@ impl PostgresBackend {
         wait: Wait,
     ) -> Result<Option<(PostgresLease, Grant)>> {
         let connection = self.inner.pool.get_for(wait.checkout())?;
+        if !super::session::settled(&connection, ttl, wait)? {
+            return Ok(None);
+        }
         let statements = &self.inner.tables.row_read_write;
         let until = wait.length().map(|length| Instant::now() + length);
         let limit = wait.length().unwrap_or(Duration::ZERO) + connection.io_timeout();

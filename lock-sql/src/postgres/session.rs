@@ -43,6 +43,7 @@ use super::pool::PooledPg;
 use super::table::millis;
 use super::PostgresBackend;
 use crate::queue_wait::{micros, Grant as QueueGrant, Wait};
+use crate::restart_delay;
 use crate::session_connection::SessionConnection;
 
 /// The server-side `lock_timeout` in ms (as text, for `set_config`) and the client-side limit of
@@ -71,6 +72,9 @@ impl PostgresBackend {
     /// Row kind: one attempt, waiting in the server's queue as `wait` says.
     pub(crate) fn row_acquire(&self, name: &LockName, ttl: Duration, wait: Wait) -> Result<Option<Granted>> {
         let connection = self.inner.pool.get_for(wait.checkout())?;
+        if !settled(&connection, ttl, wait)? {
+            return Ok(None);
+        }
         let mut attempt = self.row_lock(&connection, name, ttl, wait)?;
         if matches!(attempt.0, Grant::NoRow) {
             self.insert_row(&connection, name)?;
@@ -155,6 +159,9 @@ impl PostgresBackend {
         wait: Wait,
     ) -> Result<Option<Granted>> {
         let connection = self.inner.pool.get_for(wait.checkout())?;
+        if !settled(&connection, ttl, wait)? {
+            return Ok(None);
+        }
         let key = self.advisory_key(name);
         let tables = &self.inner.tables;
         let idle = idle_limit(ttl);
@@ -305,6 +312,33 @@ impl PostgresBackend {
         }
         Ok(())
     }
+}
+
+/// The server's sessions' age, by its clock: since the later of the postmaster's start and the
+/// last reset of the backends (crash recovery resets the statistics; see [`crate::restart_delay`]).
+const SESSIONS_AGE: &str =
+    "SELECT (extract(epoch FROM clock_timestamp() - greatest(pg_postmaster_start_time(), \
+                            (SELECT stats_reset FROM pg_stat_archiver))) * 1000000)::bigint";
+
+/// Whether a session lock for a lease of `ttl` may be granted on `connection` now (its server's
+/// sessions are at least a lease old), after sleeping as `wait` allows; see
+/// [`crate::restart_delay`]. Asks the server once per connection.
+pub(crate) fn settled(connection: &PooledPg, ttl: Duration, wait: Wait) -> Result<bool> {
+    let known = connection.sessions_age();
+    let mut age = known.get();
+    let settled = restart_delay::settled(&mut age, ttl, wait, || {
+        let row = connection.run("ask the server's age", |client| async move {
+            client.query_typed(SESSIONS_AGE, &[]).await
+        })?;
+        let micros = row
+            .first()
+            .and_then(|row| row.try_get::<_, Option<i64>>(0).ok().flatten())
+            .ok_or_else(|| PgFailure::Reply { operation: "ask the server's age", detail: "no age".into() })?;
+        // A clock stepped back since the start counts as a server just started.
+        Ok(Duration::from_micros(u64::try_from(micros).unwrap_or(0)))
+    });
+    known.set(age);
+    settled
 }
 
 /// The session's idle limit for a lease of `ttl`, in ms as `set_config` takes it: exactly the

@@ -49,12 +49,13 @@ impl SqlKind for MySqlLockKind {
         Ok((server.url(), Box::new(vec![server])))
     }
 
-    fn build(
+    fn build_client(
         self,
         url: &str,
         timeout: Duration,
         max_connections: u32,
         fair: bool,
+        restart_delay: bool,
     ) -> lock_core::Result<MySqlBackend> {
         MySqlBackend::builder(url)
             .kind(self)
@@ -62,6 +63,7 @@ impl SqlKind for MySqlLockKind {
             .io_timeout(timeout)
             .max_connections(max_connections)
             .fair(fair)
+            .restart_delay(restart_delay)
             .build()
     }
 

@@ -43,16 +43,18 @@ impl SqlKind for PostgresLockKind {
     }
 
     fn start_server() -> Result<(String, Box<dyn PausableServers>), String> {
-        let server = PostgresServer::start().map_err(|e| e.to_string())?;
+        // Durable commits: S17 restarts it and counts on what it committed.
+        let server = PostgresServer::start_durable().map_err(|e| e.to_string())?;
         Ok((server.url(), Box::new(vec![server])))
     }
 
-    fn build(
+    fn build_client(
         self,
         url: &str,
         timeout: Duration,
         max_connections: u32,
         fair: bool,
+        restart_delay: bool,
     ) -> lock_core::Result<PostgresBackend> {
         PostgresBackend::builder(url)
             .kind(self)
@@ -60,6 +62,7 @@ impl SqlKind for PostgresLockKind {
             .io_timeout(timeout)
             .max_connections(max_connections)
             .fair(fair)
+            .restart_delay(restart_delay)
             .build()
     }
 

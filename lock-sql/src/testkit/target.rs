@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use lock_core::{DistributedLock, Error, LockName};
-use lock_testkit::suite::{NotApplicable, OwnServers, PausableServers, SuiteTarget};
+use lock_testkit::suite::{NotApplicable, OwnServers, PausableServers, RestartableServers, SuiteTarget};
 use lock_testkit::workload::{RoundTripProbe, TimeOne};
 
 use super::TIMEOUT;
@@ -55,13 +55,28 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
     /// When the server cannot be started.
     fn shared_url() -> Result<String, String>;
 
-    /// A private server, and its URL.
+    /// A private server whose commits survive a kill of its processes (S15, S17), and its URL.
     ///
     /// # Errors
     /// When the server cannot be started.
     fn start_server() -> Result<(String, Box<dyn PausableServers>), String>;
 
-    /// A client of `url` with these timeouts and pool size; `fair` as the builder's.
+    /// A client of `url` with these timeouts and pool size; `fair` and `restart_delay` as the
+    /// builder's.
+    ///
+    /// # Errors
+    /// As the backend's `build`.
+    fn build_client(
+        self,
+        url: &str,
+        timeout: Duration,
+        max_connections: u32,
+        fair: bool,
+        restart_delay: bool,
+    ) -> lock_core::Result<Self::Backend>;
+
+    /// A client of `url` with these timeouts and pool size; `fair` as the builder's, the restart
+    /// delay on (the builder's default).
     ///
     /// # Errors
     /// As the backend's `build`.
@@ -71,7 +86,9 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
         timeout: Duration,
         max_connections: u32,
         fair: bool,
-    ) -> lock_core::Result<Self::Backend>;
+    ) -> lock_core::Result<Self::Backend> {
+        self.build_client(url, timeout, max_connections, fair, true)
+    }
 
     /// The backend's `ensure_schema`.
     ///
@@ -115,6 +132,9 @@ pub struct SqlTarget<K> {
     kind: K,
     /// Lock-table waiters served in arrival order ([`crate::SqlLockBuilder::fair`]).
     fair: bool,
+    /// [`crate::SqlLockBuilder::restart_delay`]: off on a server the harness started for this
+    /// run (no lock can predate it), on elsewhere.
+    restart_delay: bool,
     url: String,
 }
 
@@ -124,6 +144,7 @@ impl<K: Debug> Debug for SqlTarget<K> {
         f.debug_struct("SqlTarget")
             .field("kind", &self.kind)
             .field("fair", &self.fair)
+            .field("restart_delay", &self.restart_delay)
             .field("url", &lock_core::redact_url(&self.url))
             .finish()
     }
@@ -136,12 +157,23 @@ impl<K: SqlKind> SqlTarget<K> {
     /// When the shared server cannot be started (the harness error says why).
     pub fn new(kind: K) -> Self {
         let url = K::shared_url().unwrap_or_else(|error| panic!("the shared {} server: {error}", K::SCHEME));
-        Self::at(kind, url)
+        // A server the harness started for this run has held no lock before its start.
+        let restart_delay = std::env::var_os(K::URL_VARIABLE).is_some();
+        Self { restart_delay, ..Self::at(kind, url) }
     }
 
     /// `kind` on the server at `url` (tables are created on first use).
     pub fn at(kind: K, url: impl Into<String>) -> Self {
-        Self { kind, fair: true, url: url.into() }
+        Self { kind, fair: true, restart_delay: true, url: url.into() }
+    }
+
+    /// The same target without the session kinds' restart delay
+    /// ([`crate::SqlLockBuilder::restart_delay`]): for a server the harness started for this run,
+    /// which no lock can predate (with the delay, its session locks would be granted only once
+    /// it is a lease old).
+    pub fn without_restart_delay(mut self) -> Self {
+        self.restart_delay = false;
+        self
     }
 
     /// The same target with non-fair lock-table waiters (`fair(false)`): a released lock goes to
@@ -165,7 +197,17 @@ impl<K: SqlKind> SqlTarget<K> {
     }
 
     fn build(&self, url: &str, timeout: Duration, max_connections: u32) -> lock_core::Result<K::Backend> {
-        let backend = self.kind.build(url, timeout, max_connections, self.fair)?;
+        self.build_with(url, timeout, max_connections, self.restart_delay)
+    }
+
+    fn build_with(
+        &self,
+        url: &str,
+        timeout: Duration,
+        max_connections: u32,
+        restart_delay: bool,
+    ) -> lock_core::Result<K::Backend> {
+        let backend = self.kind.build_client(url, timeout, max_connections, self.fair, restart_delay)?;
         // Once per server and process: the tables exist from then on.
         static READY: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
         let ready = READY.get_or_init(Mutex::default);
@@ -249,7 +291,7 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
             return Ok(Err(Error::invalid_config("no server address")));
         };
         let url = format!("{}://distlock:distlock@{address}/distlock", K::SCHEME);
-        Ok(self.kind.build(&url, TIMEOUT, POOL, self.fair))
+        Ok(self.kind.build_client(&url, TIMEOUT, POOL, self.fair, false))
     }
 
     fn wrong_password_backend(&self) -> Result<lock_core::Result<K::Backend>, NotApplicable> {
@@ -257,7 +299,7 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
             Some(at) => format!("{}://{}:wrong-password{}", K::SCHEME, K::USER, &self.url[at..]),
             None => return Err(NotApplicable("the server's URL carries no credentials")),
         };
-        Ok(self.kind.build(&url, TIMEOUT, POOL, self.fair))
+        Ok(self.kind.build_client(&url, TIMEOUT, POOL, self.fair, false))
     }
 
     fn unreachable_report_bound(&self) -> Duration {
@@ -289,10 +331,26 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
             Ok(started) => started,
             Err(error) => return Ok(Err(Error::backend("harness", error))),
         };
-        let backend = self.build(&url, OWN_SERVER_TIMEOUT, POOL);
+        // A server of its own, started just now: no lock predates it.
+        let backend = self.build_with(&url, OWN_SERVER_TIMEOUT, POOL, false);
         // A call may open a connection (connect and handshake), then wait for its reply.
         let call_bound = 3 * OWN_SERVER_TIMEOUT + Duration::from_secs(1);
         Ok(backend.map(|backend| OwnServers { backend, servers, call_bound }))
+    }
+
+    fn restartable_servers(
+        &self,
+        clients: usize,
+    ) -> Result<lock_core::Result<RestartableServers<K::Backend>>, NotApplicable> {
+        let (url, servers) = match K::start_server() {
+            Ok(started) => started,
+            Err(error) => return Ok(Err(Error::backend("harness", error))),
+        };
+        // A session hold keeps its connection; more for a waiter's attempts. The restart delay
+        // on, whatever the target's: it is what S17 checks.
+        let clients: lock_core::Result<Vec<_>> =
+            (0..clients).map(|_| self.build_with(&url, TIMEOUT, 4, true)).collect();
+        Ok(clients.map(|clients| RestartableServers { clients, servers }))
     }
 
     fn clean_up(&self, prefix: &str) -> Result<u64, String> {

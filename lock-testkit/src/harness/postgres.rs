@@ -35,7 +35,7 @@ const UNPRIVILEGED_ACCOUNTS: [&str; 2] = ["postgres", "nobody"];
 ///
 /// TCP logins need the password (`scram-sha-256`), so tests can check that a wrong one is
 /// rejected. Durability is off (`fsync`, `synchronous_commit`, `full_page_writes`) since the
-/// data is thrown away; `max_connections` is [`MAX_CONNECTIONS`](Self::MAX_CONNECTIONS).
+/// data is thrown away ([`start_durable`](Self::start_durable) keeps `synchronous_commit`); `max_connections` is [`MAX_CONNECTIONS`](Self::MAX_CONNECTIONS).
 ///
 /// A server from [`start_tls`](Self::start_tls) speaks TLS only, with [`TestCa::shared`]'s
 /// server certificate (for `127.0.0.1` only): `pg_hba.conf` lets TCP logins in over TLS
@@ -82,7 +82,19 @@ impl PostgresServer {
     /// [`HarnessError::Exited`] or [`HarnessError::NotReady`] (with the log's tail) if the
     /// server does not come up; [`HarnessError::Io`] for temp dir and process failures.
     pub fn start() -> Result<Self, HarnessError> {
-        Self::start_with(None)
+        Self::start_with(None, false)
+    }
+
+    /// Like [`start`](Self::start), with `synchronous_commit` on: a commit is acknowledged once
+    /// its WAL is written, so it survives a kill of the server's processes (with `fsync` still
+    /// off, not a crash of the machine). For tests that restart the server and count on what it
+    /// committed.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_durable() -> Result<Self, HarnessError> {
+        Self::start_with(None, true)
     }
 
     /// Like [`start`](Self::start), a TLS-only server (see the type's docs), which also has
@@ -93,14 +105,14 @@ impl PostgresServer {
     ///
     /// As [`start`](Self::start); [`HarnessError::Io`] when the test CA cannot be made.
     pub fn start_tls() -> Result<Self, HarnessError> {
-        Self::start_with(Some(TestCa::shared()?))
+        Self::start_with(Some(TestCa::shared()?), false)
     }
 
-    fn start_with(ca: Option<&'static TestCa>) -> Result<Self, HarnessError> {
+    fn start_with(ca: Option<&'static TestCa>, durable: bool) -> Result<Self, HarnessError> {
         let initdb = binaries::find_postgres("initdb")?;
         let postgres = binaries::sibling(&initdb, "postgres", "postgresql")?;
         let account = unprivileged_account()?;
-        ports::retry_on_port_in_use(|| Self::start_once(&initdb, &postgres, account, ca))
+        ports::retry_on_port_in_use(|| Self::start_once(&initdb, &postgres, account, ca, durable))
     }
 
     fn start_once(
@@ -108,6 +120,7 @@ impl PostgresServer {
         postgres: &Path,
         account: Option<RunAs>,
         ca: Option<&'static TestCa>,
+        durable: bool,
     ) -> Result<Self, HarnessError> {
         let dir = dirs::create(KIND)?;
         let data = dir.path().join("data");
@@ -162,7 +175,7 @@ impl PostgresServer {
             .args(setting("max_connections", &Self::MAX_CONNECTIONS))
             .args(setting("shared_buffers", &"32MB"))
             .args(setting("fsync", &"off"))
-            .args(setting("synchronous_commit", &"off"))
+            .args(setting("synchronous_commit", if durable { &"on" } else { &"off" }))
             .args(setting("full_page_writes", &"off"))
             .args(tls_settings.iter().flat_map(|(name, value)| setting(name, value)))
             .current_dir(dir.path())

@@ -23,9 +23,11 @@ pub use fenced::{FencedResource, StaleToken};
 pub use outcome::{Failure, ScenarioResult, Verdict};
 pub use runner::{run, run_scenario, Scenario, SCENARIOS};
 pub use support::{set_name_namespace, unique_name};
-pub use target::{Abilities, MemoryTarget, NotApplicable, OwnServers, PausableServers, SuiteTarget};
+pub use target::{
+    Abilities, MemoryTarget, NotApplicable, OwnServers, PausableServers, RestartableServers, SuiteTarget,
+};
 
-/// Expands to one `#[test]` per scenario (S01–S16, ML01, RW01–RW04, SEM01–SEM03) in a module named `$module`, each running the
+/// Expands to one `#[test]` per scenario (S01–S17, ML01, RW01–RW04, SEM01–SEM03) in a module named `$module`, each running the
 /// scenario against the [`SuiteTarget`] that `$target` evaluates to (once per test: make it cheap,
 /// e.g. a handle to servers shared across the run).
 ///
@@ -56,6 +58,7 @@ macro_rules! conformance_tests {
                 s14_guard_life_cycle "S14",
                 s15_loss_on_time "S15",
                 s16_connection_cut "S16",
+                s17_server_restart "S17",
                 ml01_multi_lock "ML01",
                 rw01_read_write_exclusion "RW01",
                 rw02_writer_not_starved "RW02",

@@ -15,7 +15,7 @@ pub struct Scenario {
 }
 
 /// Every core scenario, in order.
-pub const SCENARIOS: [Scenario; 24] = [
+pub const SCENARIOS: [Scenario; 25] = [
     Scenario { id: "S01", title: "mutual exclusion under contention" },
     Scenario { id: "S02", title: "try-lock on a held lock" },
     Scenario { id: "S03", title: "timed wait" },
@@ -32,6 +32,7 @@ pub const SCENARIOS: [Scenario; 24] = [
     Scenario { id: "S14", title: "guard life cycle" },
     Scenario { id: "S15", title: "loss on time (a server stops answering)" },
     Scenario { id: "S16", title: "connection cut (the server frees the lock)" },
+    Scenario { id: "S17", title: "server restart (immediate, back at once) under holders and waiters" },
     Scenario { id: "ML01", title: "multi-lock {a, b} against {b, a}: no deadlock, all or nothing" },
     Scenario { id: "RW01", title: "read-write: readers share, a writer excludes" },
     Scenario { id: "RW02", title: "read-write: a writer is not starved by a stream of readers" },
@@ -62,6 +63,7 @@ pub fn run<T: SuiteTarget>(target: &T, id: &str, test_name: &str) -> ScenarioRes
         "S14" => scenarios::guard_life_cycle::run(target),
         "S15" => scenarios::loss_on_time::run(target),
         "S16" => scenarios::connection_cut::run(target),
+        "S17" => scenarios::server_restart::run(target),
         "ML01" => scenarios::multi_lock::run(target),
         "RW01" => scenarios::read_write_exclusion::run(target),
         "RW02" => scenarios::writer_not_starved::run(target),

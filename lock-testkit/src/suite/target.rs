@@ -143,6 +143,23 @@ pub trait SuiteTarget: Send + Sync + 'static {
         Err(NotApplicable("in-process backend: there is no server to stop answering"))
     }
 
+    /// S17: `clients` clients of servers of the scenario's own (one server, or each node of a
+    /// group), which it restarts in place — killed at once, started again on the same port and
+    /// data — while the clients hold and wait for locks.
+    ///
+    /// # Errors
+    /// [`NotApplicable`] when a restart cannot keep the locks and the backend says so by design
+    /// (the reason names the option that would), and for in-process backends.
+    fn restartable_servers(
+        &self,
+        clients: usize,
+    ) -> Result<lock_core::Result<RestartableServers<Self::Backend>>, NotApplicable> {
+        let _ = clients;
+        Err(NotApplicable(
+            "in-process backend: the locks live in the clients' process; there is no server to restart",
+        ))
+    }
+
     /// S16: a client whose every connection to the servers goes through `route`. The target calls
     /// `route` once per server address it would connect to and connects to the address it
     /// returns instead (the scenario's [`FaultProxy`](crate::FaultProxy), which it cuts). The
@@ -201,7 +218,7 @@ pub trait SuiteTarget: Send + Sync + 'static {
     }
 }
 
-/// S15: servers a scenario may stop and resume.
+/// S15 and S17: servers a scenario may stop, resume and restart.
 pub trait PausableServers: Send + Sync {
     /// Stops every server (SIGSTOP): connections stay open, nothing answers.
     ///
@@ -214,6 +231,16 @@ pub trait PausableServers: Send + Sync {
     /// # Errors
     /// When a server cannot be signalled.
     fn resume(&self) -> Result<(), String>;
+
+    /// Kills every server at once (SIGKILL, as a crash or an immediate shutdown: no client is
+    /// told) and starts it again on the same port with the same data, returning once it answers.
+    ///
+    /// # Errors
+    /// When a server cannot be killed or does not come back; by default, always (servers whose
+    /// restart S17 does not use).
+    fn restart(&self) -> Result<(), String> {
+        Err("these servers cannot be restarted in place".into())
+    }
 }
 
 impl<S: TestServer + Send + Sync> PausableServers for Vec<S> {
@@ -223,6 +250,10 @@ impl<S: TestServer + Send + Sync> PausableServers for Vec<S> {
 
     fn resume(&self) -> Result<(), String> {
         self.iter().try_for_each(|server| server.process().resume().map_err(|e| e.to_string()))
+    }
+
+    fn restart(&self) -> Result<(), String> {
+        self.iter().try_for_each(|server| server.process().restart().map_err(|e| e.to_string()))
     }
 }
 
@@ -241,6 +272,20 @@ pub struct OwnServers<B> {
 impl<B> std::fmt::Debug for OwnServers<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OwnServers").field("call_bound", &self.call_bound).finish_non_exhaustive()
+    }
+}
+
+/// S17: clients of servers of their own, and the servers.
+pub struct RestartableServers<B> {
+    /// Independent clients (connections of their own each) of `servers` only.
+    pub clients: Vec<B>,
+    /// The servers, kept running for as long as this value lives.
+    pub servers: Box<dyn PausableServers>,
+}
+
+impl<B> std::fmt::Debug for RestartableServers<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RestartableServers").field("clients", &self.clients.len()).finish_non_exhaustive()
     }
 }
 

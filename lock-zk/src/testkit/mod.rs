@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use lock_core::{Error, LockName};
 use lock_testkit::harness::shared::{self, ZOOKEEPER_VARIABLE};
 use lock_testkit::harness::ZooKeeperServer;
-use lock_testkit::suite::{NotApplicable, OwnServers, SuiteTarget};
+use lock_testkit::suite::{NotApplicable, OwnServers, RestartableServers, SuiteTarget};
 use lock_testkit::workload::RoundTripProbe;
 use zookeeper_client as zk;
 
@@ -241,6 +241,22 @@ impl SuiteTarget for ZooKeeperTarget {
         let backend = builder(&server.connect_string(), OWN_SERVER_TIMEOUT).namespace(&self.root).build();
         let call_bound = 2 * OWN_SERVER_TIMEOUT + Duration::from_secs(1);
         Ok(backend.map(|backend| OwnServers { backend, servers: Box::new(vec![server]), call_bound }))
+    }
+
+    fn restartable_servers(
+        &self,
+        clients: usize,
+    ) -> Result<lock_core::Result<RestartableServers<ZooKeeperBackend>>, NotApplicable> {
+        // A standalone server persists its sessions and their ephemeral nodes: restarted, it
+        // keeps the holds of every client that reconnects within its session timeout.
+        let server = match ZooKeeperServer::start() {
+            Ok(server) => server,
+            Err(error) => return Ok(Err(Error::backend("harness", error.to_string()))),
+        };
+        let clients: lock_core::Result<Vec<_>> = (0..clients)
+            .map(|_| builder(&server.connect_string(), TIMEOUT).namespace(&self.root).build())
+            .collect();
+        Ok(clients.map(|clients| RestartableServers { clients, servers: Box::new(vec![server]) }))
     }
 
     fn backend_routed(

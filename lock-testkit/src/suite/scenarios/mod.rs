@@ -21,6 +21,7 @@ pub(crate) mod read_write_exclusion;
 pub(crate) mod read_write_reentrancy;
 pub(crate) mod reentrancy;
 pub(crate) mod semaphore_bound;
+pub(crate) mod server_restart;
 pub(crate) mod timed_wait;
 pub(crate) mod try_lock_on_held_lock;
 pub(crate) mod writer_not_starved;
