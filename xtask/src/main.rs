@@ -39,9 +39,11 @@ enum Task {
     /// apt-get on Debian/Ubuntu, only what is missing); `cargo fmt --all -- --check`;
     /// `cargo clippy --workspace --all-targets --all-features -- -D warnings`, then clippy with
     /// each backend feature on its own and the CLI without `compare`; `cargo doc` with warnings
-    /// denied; `cargo package` of every published crate; `cargo install --path distlock-cli`;
-    /// `cargo test --workspace --all-features` (a test that cannot get its server fails; none
-    /// skips); then the seckill and reentrant examples. The first failing step stops the run.
+    /// denied; `cargo package` of every published crate; clippy of the CLI as `cargo install`
+    /// compiles it; every test of `cargo test --workspace --all-features`, the binaries run
+    /// side by side (a test that cannot get its server fails; none skips); then the seckill,
+    /// reentrant and metrics examples. The first failing step stops the run; a table of the
+    /// steps' times ends it.
     Test(TestArgs),
     /// Install the servers, build `distlock` in release mode and compare every backend kind:
     /// the docs' scenarios, the broken recipes and the workloads, as a matrix on the terminal and
@@ -58,7 +60,7 @@ pub struct TestArgs {
     /// Do not check for (or install) the server programs the tests start.
     #[arg(long)]
     pub no_install: bool,
-    /// Skip `cargo fmt --check`, `cargo clippy`, `cargo doc`, `cargo package` and `cargo install`,
+    /// Skip `cargo fmt --check`, `cargo clippy`, `cargo doc`, `cargo package` and the CLI's clippy,
     /// for quick local runs.
     #[arg(long)]
     pub skip_lint: bool,
