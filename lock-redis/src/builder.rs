@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use lock_core::{Error, Result, TlsOptions};
 
+use crate::backend::{Inner, RedisBackend, RedisLockKind, ReplicaWait};
 use crate::connection::PoolSettings;
 use crate::error;
-use crate::single_node::{Inner, RedisBackend, RedisLockKind, ReplicaWait};
 use crate::topology::{
     AddressMap, ClusterNodes, Connector, Heartbeat, Node, Nodes, SentinelResolver, Target,
 };

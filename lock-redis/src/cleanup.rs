@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::Value;
 
+use crate::backend::{RedisBackend, RedisLease, Shape, QUEUE_ENTRY_TTL};
 use crate::error;
 use crate::keys::RedisKeys;
 use crate::lua::LockScripts;
-use crate::single_node::{RedisBackend, RedisLease, Shape, QUEUE_ENTRY_TTL};
 use crate::topology::Node;
 
 /// The clean-up threads' name, one per backend with undos pending (Linux shows 15 bytes of a

@@ -316,6 +316,7 @@
 //! occasional double holder is tolerable — an efficiency lock.
 #![warn(missing_docs)]
 
+mod backend;
 mod builder;
 mod cleanup;
 mod connection;
@@ -326,7 +327,6 @@ mod millis;
 mod redlock;
 mod reentrant_hash;
 mod set_nx;
-mod single_node;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod tls;
@@ -335,6 +335,7 @@ mod transaction;
 mod wait_loop;
 mod waiter;
 
+pub use backend::{RedisBackend, RedisLease, RedisLockKind};
 pub use builder::{RedisLockBuilder, MAX_TIMEOUT};
 pub use connection::CONNECTOR_THREAD_NAME;
 pub use keys::RedisKeys;
@@ -342,5 +343,4 @@ use millis::millis;
 /// The Redis driver this backend is built on, for callers that need to reach the same server.
 pub use redis;
 pub use redlock::{RedlockBackend, RedlockBuilder, RedlockLease};
-pub use single_node::{RedisBackend, RedisLease, RedisLockKind};
 pub use waiter::SUBSCRIBER_THREAD_NAME;

@@ -10,6 +10,7 @@
 mod address;
 mod cluster;
 mod heartbeat;
+mod redirects;
 mod sentinel;
 
 pub(crate) use address::{AddressMap, Target};

@@ -11,7 +11,7 @@
 //! without ACL rights on the channels gets none at all (the server refuses the subscription; the
 //! thread logs that once per channel and does not report the channel subscribed). So waiters
 //! never rely on them alone; they also re-check on their own after a bounded time (see
-//! `single_node/wait.rs`). On a lost connection the thread (`subscriber.rs`) reconnects,
+//! `backend/wait.rs`). On a lost connection the thread (`subscriber.rs`) reconnects,
 //! resubscribes and wakes every waiter once to re-check.
 //!
 //! The thread starts with the first wait and exits (within [`TICK`]) once the last clone of its

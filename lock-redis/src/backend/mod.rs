@@ -1,14 +1,19 @@
-//! [`RedisBackend`]: the [`DistributedLock`] implementation over one Redis server. Its lease
-//! type lives in `lease.rs`, the wait loop in `wait.rs`, `WAIT` for replicas in `replication.rs`.
+//! [`RedisBackend`]: the [`DistributedLock`] implementation over Redis, one primary per name —
+//! a single server, a Sentinel-managed primary, or the primary of the name's slot in a Cluster
+//! (`topology/` says which node serves a name and follows its redirects). Here: the lock's
+//! commands. `attempt.rs` makes one acquisition attempt, `wait.rs` waits for a release,
+//! `renewal.rs` extends leases in batches, `replication.rs` waits for replicas (`WAIT`),
+//! `read_write_and_semaphores.rs` holds the shared modes, `lease.rs` the lease type.
 
+mod attempt;
 mod lease;
+mod read_write_and_semaphores;
 mod renewal;
 mod replication;
-mod shared_modes;
 mod uncontended;
 mod wait;
 
-use lease::LeaseWatch;
+use attempt::{Attempt, Route};
 pub use lease::RedisLease;
 pub(crate) use lease::Shape;
 pub(crate) use replication::ReplicaWait;
@@ -16,24 +21,23 @@ pub(crate) use wait::QUEUE_ENTRY_TTL;
 
 use std::fmt;
 use std::sync::Arc;
-use std::thread;
+
 use std::time::{Duration, Instant};
 
 use lock_core::{
-    check_lease, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind, LockName, NativeWait,
+    check_lease, DistributedLock, Extension, Fencing, FencingToken, HoldKind, LockName, NativeWait,
     OwnerToken, Result,
 };
 use redis::RedisResult;
 
 use crate::builder::RedisLockBuilder;
-use crate::cleanup::{self, Undo};
+use crate::cleanup;
 use crate::connection::PooledConnection;
 use crate::error::{self, BACKEND};
 use crate::keys::RedisKeys;
 use crate::lua::{LockScripts, LuaScript};
-use crate::topology::{Heartbeat, Hop, Next, Nodes};
+use crate::topology::{Heartbeat, Hop, Nodes};
 use crate::{millis, reentrant_hash, set_nx};
-use uncontended::Uncontended;
 
 /// Which data layout, and so which scripts, a [`RedisBackend`] uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -98,46 +102,6 @@ pub(crate) struct Inner {
     pub(crate) address: String,
 }
 
-/// The pause before the second retry of a redirected request (see [`RedisBackend::routed`]).
-const FIRST_REDIRECT_PAUSE: Duration = Duration::from_millis(5);
-
-/// The longest pause between retries of a redirected request: a cluster failover takes about a
-/// second, a Sentinel failover a few.
-const MAX_REDIRECT_PAUSE: Duration = Duration::from_millis(200);
-
-/// Which request an acquisition attempt sends ([`RedisBackend::attempt`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Route {
-    /// A first attempt: a transaction of plain commands where the kind allows (`SetNx`).
-    /// `waiting`: whether the caller queues if the queue turns out to decide.
-    Uncontended { waiting: bool, until: Option<Instant> },
-    /// The acquire script, which consults the wait queue; `waiting` joins it on a refusal.
-    Queued { waiting: bool, until: Option<Instant> },
-}
-
-impl Route {
-    /// The caller's deadline, if it has one: redirects are not retried past it (see
-    /// [`RedisBackend::routed_until`]).
-    fn until(self) -> Option<Instant> {
-        match self {
-            Route::Uncontended { until, .. } | Route::Queued { until, .. } => until,
-        }
-    }
-}
-
-/// The outcome of one acquisition attempt.
-// Unboxed: an attempt lives for one call, and boxing the lease would add an allocation to every
-// acquisition.
-#[allow(clippy::large_enum_variant)]
-enum Attempt {
-    Acquired(RedisLease),
-    /// Someone else holds the lock (or it is another waiter's turn); retry within this long at
-    /// the latest (`None`: no bound known).
-    Held {
-        retry_in: Option<Duration>,
-    },
-}
-
 impl RedisBackend {
     /// A builder for a backend on the server at `url` (`redis://[user][:password@]host[:port][/db]`
     /// or `rediss://…` for TLS), the primary Sentinel names (`redis+sentinel://s1,s2,…/<master>`)
@@ -151,7 +115,7 @@ impl RedisBackend {
     /// Connects lazily: an unreachable server is reported by the first lock operation.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for a URL that does not parse.
+    /// [`Error::InvalidConfig`](lock_core::Error::InvalidConfig) for a URL that does not parse.
     pub fn new(url: impl Into<String>) -> Result<Self> {
         Self::builder(url).build()
     }
@@ -182,7 +146,7 @@ impl RedisBackend {
     /// (`distlock inspect`).
     ///
     /// # Errors
-    /// [`Error::Connection`] and the like when the node cannot be reached; a cluster whose slot
+    /// [`Error::Connection`](lock_core::Error::Connection) and the like when the node cannot be reached; a cluster whose slot
     /// map cannot be read.
     pub fn node_connection(&self, name: &LockName) -> Result<redis::Connection> {
         let hop = self.inner.nodes.hop(&self.keys(name))?;
@@ -204,10 +168,7 @@ impl RedisBackend {
     }
 
     /// Runs `request` against the node serving `keys`, following what the deployment answers
-    /// (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `READONLY`: see [`Nodes::after_failure`]) for
-    /// one I/O timeout: no retry starts after that (one already under way runs to its own
-    /// connect and I/O timeouts). The first redirect is followed at once; later ones after a
-    /// pause that doubles up to [`MAX_REDIRECT_PAUSE`].
+    /// for one I/O timeout ([`Nodes::routed_until`]).
     pub(crate) fn routed<T>(&self, keys: &RedisKeys, request: impl FnMut(&Hop) -> Result<T>) -> Result<T> {
         self.routed_until(keys, None, request)
     }
@@ -219,221 +180,9 @@ impl RedisBackend {
         &self,
         keys: &RedisKeys,
         until: Option<Instant>,
-        mut request: impl FnMut(&Hop) -> Result<T>,
+        request: impl FnMut(&Hop) -> Result<T>,
     ) -> Result<T> {
-        let io_deadline = Instant::now() + self.inner.io_timeout;
-        let deadline = until.map_or(io_deadline, |until| until.min(io_deadline));
-        let mut pause = FIRST_REDIRECT_PAUSE;
-        let mut retries = 0_u32;
-        let mut hop = self.inner.nodes.hop(keys)?;
-        loop {
-            let failure = match request(&hop) {
-                Err(failure) => failure,
-                done => return done,
-            };
-            let Next::Retry { pause: wait, ask } = self.inner.nodes.after_failure(&hop, &failure, pause)
-            else {
-                return Err(failure);
-            };
-            // Only the first retry may go at once: two redirects in a row mean the deployment
-            // is changing, and a burst of requests would not help it.
-            let wait = if retries == 0 { wait } else { Some(wait.unwrap_or(pause)) };
-            if Instant::now() + wait.unwrap_or_default() >= deadline {
-                return Err(failure);
-            }
-            if let Some(wait) = wait {
-                thread::sleep(wait);
-                pause = (pause * 2).min(MAX_REDIRECT_PAUSE);
-            }
-            retries += 1;
-            hop = match ask {
-                Some(node) => Nodes::asking(node),
-                None => self.inner.nodes.hop(keys)?,
-            };
-        }
-    }
-
-    /// One acquisition attempt, one round trip when uncontended.
-    ///
-    /// How it goes to the server:
-    /// - [`Route::Uncontended`] (`SetNx` only; every other case is [`Route::Queued`]): the plain
-    ///   commands `EXISTS queue`, `SET lock <token> NX PX <lease>`, `INCR fence` in one
-    ///   `MULTI`/`EXEC` transaction, which costs the server a fraction of a script. A refusal
-    ///   costs a fencing number, which is harmless: tokens still increase with every grant.
-    ///   Only an uncontended attempt is one round trip; the rest follow the queue:
-    ///   - refused, a waiter makes the queued attempt next, which joins the queue: right after
-    ///     it subscribed to wake-ups if that is immediate (another waiter of this backend
-    ///     already did), else at once, before subscribing, so its place never waits for the
-    ///     subscription's round trips;
-    ///   - granted while waiters were queued (the lock was free but not the newcomer's: a
-    ///     holder's lease ran out under the queue, or a dead head's turn ended), the lock is
-    ///     handed back at once, as a release does, and the queued attempt follows: three round
-    ///     trips, on a path that needs a holder to have died or lost its lease.
-    /// - [`Route::Queued`]: the kind's acquire script. A `waiting` caller joins (or stays in) the
-    ///   wait queue when it does not get the lock; a non-waiting one never touches the queue.
-    fn attempt(
-        &self,
-        name: &LockName,
-        keys: &RedisKeys,
-        owner: &OwnerToken,
-        ttl: Duration,
-        route: Route,
-    ) -> Result<Attempt> {
-        self.routed_until(keys, route.until(), |hop| self.attempt_on(hop, name, keys, owner, ttl, route))
-    }
-
-    /// [`attempt`](Self::attempt) on one node.
-    fn attempt_on(
-        &self,
-        hop: &Hop,
-        name: &LockName,
-        keys: &RedisKeys,
-        owner: &OwnerToken,
-        ttl: Duration,
-        route: Route,
-    ) -> Result<Attempt> {
-        let token = owner.to_hex();
-        let mut connection = hop.connection()?;
-        let fence = match route {
-            Route::Uncontended { waiting, until } if self.kind() == RedisLockKind::SetNx => {
-                let reply = uncontended::acquire(&mut connection, keys, &token, ttl).map_err(|e| {
-                    self.undo_failed_attempt(&mut connection, name, keys, &token, ttl, false, e)
-                })?;
-                match reply {
-                    // A waiter whose wake-ups are already subscribed makes its queued attempt
-                    // right after subscribing, which is immediate; one that must subscribe first
-                    // (round trips) queues now, so its place does not wait for them.
-                    Uncontended::Refused
-                        if !waiting
-                            || self
-                                .inner
-                                .nodes
-                                .hub(hop, &self.inner.prefix)
-                                .is_subscribed(keys.channel()) =>
-                    {
-                        return Ok(Attempt::Held { retry_in: None });
-                    }
-                    Uncontended::Refused => {}
-                    Uncontended::Acquired(fence) => {
-                        return self.granted(
-                            hop,
-                            &mut connection,
-                            name,
-                            keys,
-                            token,
-                            fence,
-                            (ttl, Shape::Mutex),
-                        )
-                    }
-                    Uncontended::OutOfTurn(fence) => {
-                        let lease = RedisLease::granted(name, keys, token.clone(), fence, ttl);
-                        if let Err(e) = self.release_on(&mut connection, &lease) {
-                            // The grant is certain: whatever the error, the hold must not stay
-                            // in the queue's way for a whole lease.
-                            cleanup::release_in_background(
-                                self,
-                                lease,
-                                "handing a lock taken out of turn back failed",
-                            );
-                            // Detached: a redirect here must not send the attempt again under
-                            // the same token, which the clean-up above would then release.
-                            let error = error::map("hand a lock taken out of turn to the queue", e);
-                            return Err(error::detached(&error));
-                        }
-                    }
-                }
-                drop(connection);
-                return self.attempt(name, keys, owner, ttl, Route::Queued { waiting, until });
-            }
-            Route::Uncontended { waiting, .. } | Route::Queued { waiting, .. } => {
-                let script = &self.scripts().acquire;
-                let command = script
-                    .invoke(&[keys.lock(), keys.fence(), keys.queue(), keys.queue_timeouts()])
-                    .arg(&token)
-                    .arg(millis(ttl))
-                    .arg(if waiting { millis(QUEUE_ENTRY_TTL) } else { 0 })
-                    .arg(keys.channel())
-                    .to_owned();
-                let reply = script.exchange::<i64>(&mut connection, &command).map_err(|e| {
-                    self.undo_failed_attempt(&mut connection, name, keys, &token, ttl, waiting, e)
-                })?;
-                match reply {
-                    fence if fence >= 0 => fence,
-                    -1 => return Ok(Attempt::Held { retry_in: None }),
-                    refusal => {
-                        let ms = refusal.unsigned_abs() - 1;
-                        return Ok(Attempt::Held { retry_in: Some(Duration::from_millis(ms.max(1))) });
-                    }
-                }
-            }
-        };
-        self.granted(hop, &mut connection, name, keys, token, fence, (ttl, Shape::Mutex))
-    }
-
-    /// An acquisition request under `token` failed with `failure`: undoes what the server may
-    /// still do with it — grant the lock (kept for a whole lease by nobody) and, when `joined`,
-    /// queue the caller (an entry nobody refreshes, whose turn would hold the lock up) — and
-    /// returns the caller's error at once.
-    ///
-    /// A request that went out and timed out is followed on its own connection by the undo,
-    /// which the server runs right after it whenever it catches up (a stalled server runs both
-    /// on resuming: the lock is usable again at once, not after the orphan's lease and a turn
-    /// per abandoned waiter). Any other failure that may have reached the server leaves the undo
-    /// to the clean-up thread (`cleanup.rs`).
-    #[allow(clippy::too_many_arguments)]
-    fn undo_failed_attempt(
-        &self,
-        connection: &mut PooledConnection,
-        name: &LockName,
-        keys: &RedisKeys,
-        token: &str,
-        ttl: Duration,
-        joined: bool,
-        failure: redis::RedisError,
-    ) -> Error {
-        let error = error::map("acquire", failure);
-        let mut undos = vec![(Undo::Release, keys, token)];
-        if joined {
-            undos.push((Undo::LeaveQueue, keys, token));
-        }
-        let (request, _) = cleanup::undo_request(self.scripts(), &undos);
-        if connection.follow_unanswered(&request) || !error.is_retryable() {
-            return error;
-        }
-        // The request may have reached the server, and nothing can follow it there.
-        let why = "the acquisition's reply did not come";
-        cleanup::release_in_background(
-            self,
-            RedisLease::possible_grant(name, keys, token.to_owned(), ttl),
-            why,
-        );
-        if joined {
-            cleanup::leave_queue_in_background(self, keys, token.to_owned(), why);
-        }
-        error
-    }
-
-    /// The lease of a grant, once the replicas have it if the backend waits for them.
-    #[allow(clippy::too_many_arguments)]
-    fn granted(
-        &self,
-        hop: &Hop,
-        connection: &mut PooledConnection,
-        name: &LockName,
-        keys: &RedisKeys,
-        token: String,
-        fence: i64,
-        (ttl, shape): (Duration, Shape),
-    ) -> Result<Attempt> {
-        let mut lease = RedisLease::granted(name, keys, token, fence, ttl).with_shape(shape);
-        if let Some(wait) = self.inner.replicas {
-            self.confirm_replicated(connection, &lease, wait)?;
-        }
-        if self.inner.nodes.replicated() {
-            let signal = self.inner.heartbeat.watch(&hop.node);
-            lease.watch = Some(LeaseWatch { signal, node: Arc::clone(&hop.node) });
-        }
-        Ok(Attempt::Acquired(lease))
+        self.inner.nodes.routed_until(keys, self.inner.io_timeout, until, request)
     }
 
     fn release_on(&self, connection: &mut PooledConnection, lease: &RedisLease) -> RedisResult<i64> {
@@ -476,7 +225,7 @@ impl RedisBackend {
     /// The script and command that release `lease`, whatever it holds.
     fn release_command(&self, lease: &RedisLease) -> (&'static LuaScript, redis::Cmd) {
         if lease.shape != Shape::Mutex {
-            return shared_modes::release_command(lease, self.inner.nodes.cluster().is_some());
+            return read_write_and_semaphores::release_command(lease, self.inner.nodes.cluster().is_some());
         }
         self.mutex_release_command(lease, false)
     }
@@ -501,7 +250,7 @@ impl RedisBackend {
     /// The script and command that extend `lease` to `ttl`, whatever it holds.
     fn extend_command(&self, lease: &RedisLease, ttl: Duration) -> (&'static LuaScript, redis::Cmd) {
         if lease.shape != Shape::Mutex {
-            return shared_modes::extend_command(lease, ttl);
+            return read_write_and_semaphores::extend_command(lease, ttl);
         }
         let script = &self.scripts().extend;
         let command = script.invoke(&[lease.keys.lock()]).arg(&lease.token).arg(millis(ttl)).to_owned();
