@@ -96,6 +96,8 @@ pub use renewal::{MAX_RENEWAL_IO_THREADS, MAX_RENEWAL_THREADS, RENEWAL_THREAD_PR
 pub use rw_lock::ReadWriteLock;
 pub use semaphore::Semaphore;
 pub use state::HoldState;
+#[cfg(feature = "rustls")]
+pub use tls::install_ring_provider;
 pub use tls::{TlsMode, TlsOptions, Verification};
 pub use url::{redact_url, split_url_list, UrlParts};
 

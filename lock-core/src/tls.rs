@@ -10,6 +10,22 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
+/// Installs rustls's ring provider as the process's default crypto provider, once; a provider
+/// installed before (by the application or any library) stays.
+///
+/// Drivers that build their rustls configs with `ClientConfig::builder()` (redis-rs, the `mysql`
+/// crate, zookeeper-client) take the process default, and rustls panics there when more than
+/// one provider is compiled in (ring and aws-lc-rs, as zookeeper-client's TLS brings) and none
+/// is installed. Every backend calls this before its first TLS handshake.
+#[cfg(feature = "rustls")]
+pub fn install_ring_provider() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // Err: another provider was installed first, which is the application's choice.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// Whether to use TLS, and how much of the server's certificate to check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]

@@ -243,19 +243,11 @@ pub(crate) fn open_client(url: &str) -> Result<redis::Client, String> {
     redis::Client::open(info).map_err(|error| error.to_string())
 }
 
-/// rustls needs a process-wide crypto provider before the first TLS handshake, or it panics
-/// (redis-rs builds its configs with `ClientConfig::builder()`, which picks the process
-/// default). Installs ring's, once; if the application installed one already, that one stays.
-#[cfg(feature = "tls")]
+/// [`lock_core::install_ring_provider`] with TLS compiled in; nothing without.
 pub(crate) fn install_provider() {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
+    #[cfg(feature = "tls")]
+    lock_core::install_ring_provider();
 }
-
-#[cfg(not(feature = "tls"))]
-pub(crate) fn install_provider() {}
 
 /// The rustls error behind `error`, if a TLS handshake (or a later TLS record) failed.
 ///

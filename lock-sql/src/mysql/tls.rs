@@ -16,7 +16,6 @@
 //! The driver skips TLS on a Unix socket (silently), so a `socket=` URL parameter with a mode
 //! that requires TLS (or the driver's own TLS parameters) is refused at build too.
 
-use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use lock_core::{Error, Result, TlsMode, TlsOptions, Verification};
@@ -38,7 +37,7 @@ impl Connector {
     /// (else the URL's own driver parameters, such as `root_cert_path`, stand).
     ///
     /// Side effect, process-wide: installs rustls's ring provider as the process's default
-    /// crypto provider, unless one is installed already (see [`install_crypto_provider`]).
+    /// crypto provider, unless one is installed already (see [`lock_core::install_ring_provider`]).
     ///
     /// # Errors
     /// [`lock_core::Error::InvalidConfig`] when a file `tls` names cannot be read or parsed,
@@ -46,7 +45,7 @@ impl Connector {
     /// Unix socket (`socket=` with a mode other than `DISABLED`/`PREFERRED`, or with the
     /// driver's own TLS parameters).
     pub(crate) fn new(opts: OptsBuilder, tls: Option<&TlsOptions>) -> Result<Self> {
-        install_crypto_provider();
+        lock_core::install_ring_provider();
         let socket = Opts::from(opts.clone()).get_socket().is_some();
         let Some(tls) = tls else {
             let opts: Opts = opts.into();
@@ -165,19 +164,6 @@ fn tls_on_socket(what: &str) -> Error {
          (the connection would be plaintext); connect over TCP, or use ssl-mode=DISABLED or \
          PREFERRED on the socket"
     ))
-}
-
-/// Installs rustls's ring provider as the process's default, once (a provider installed
-/// before, by this crate or anyone, stays). The driver builds every rustls config on the
-/// process default (`ClientConfig::builder()`), whichever way TLS was asked for (these options,
-/// or its own URL parameters), and rustls panics there when the process has more than one
-/// provider compiled in (ring and aws-lc-rs, as with every feature of the workspace) and none
-/// installed.
-fn install_crypto_provider() {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
-        let _already_installed = rustls::crypto::ring::default_provider().install_default();
-    });
 }
 
 /// The driver's TLS options for `tls`.

@@ -4,7 +4,7 @@
 //! [`TlsOptions`] into `zookeeper-client`'s.
 
 use std::io::Read as _;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::{Error, Result, TlsOptions, Verification};
@@ -33,10 +33,7 @@ const REFUSAL_WAIT: Duration = Duration::from_millis(300);
 /// # Errors
 /// [`Error::InvalidConfig`] naming a file that cannot be read or holds no usable PEM.
 pub(crate) fn client_options(options: &TlsOptions) -> Result<zk::TlsOptions> {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
+    lock_core::install_ring_provider();
     let text = |pem: Vec<u8>, what: &str| {
         String::from_utf8(pem)
             .map_err(|_| Error::invalid_config(format!("the TLS {what} file is not PEM text")))
