@@ -94,7 +94,7 @@ pub use owner::OwnerToken;
 pub use profile::BackendProfile;
 pub use renewal::{MAX_RENEWAL_IO_THREADS, MAX_RENEWAL_THREADS, RENEWAL_THREAD_PREFIX};
 pub use rw_lock::ReadWriteLock;
-pub use semaphore::Semaphore;
+pub use semaphore::{check_permits, Semaphore};
 pub use state::HoldState;
 #[cfg(feature = "rustls")]
 pub use tls::install_ring_provider;

@@ -50,15 +50,25 @@ pub struct Semaphore<B: DistributedLock> {
     permits: u32,
 }
 
+/// Refuses a semaphore of zero permits: every [`Permits`](crate::Permits) backend checks the
+/// count it is asked for with this, as [`Semaphore::new`] does.
+///
+/// # Errors
+/// [`Error::InvalidConfig`] for zero permits.
+pub fn check_permits(permits: u32) -> Result<()> {
+    if permits == 0 {
+        return Err(Error::invalid_config("a semaphore needs at least one permit"));
+    }
+    Ok(())
+}
+
 impl<B: DistributedLock> Semaphore<B> {
     /// The semaphore called `name` of `client`, with `permits` permits.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for zero permits.
     pub fn new(client: &LockClient<B>, name: LockName, permits: u32) -> Result<Self> {
-        if permits == 0 {
-            return Err(Error::invalid_config("a semaphore needs at least one permit"));
-        }
+        check_permits(permits)?;
         Ok(Self { client: client.clone(), name, permits })
     }
 

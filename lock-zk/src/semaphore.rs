@@ -67,9 +67,7 @@ impl Permits for ZooKeeperBackend {
         permits: u32,
     ) -> Result<Option<Acquired<ZooKeeperLease>>> {
         check_lease(request.ttl)?;
-        if permits == 0 {
-            return Err(Error::invalid_config("a semaphore needs at least one permit"));
-        }
+        lock_core::check_permits(permits)?;
         refuse_async_context()?;
         let client = self.inner.session.client()?;
         let path = self.inner.root.semaphore_path(request.name);

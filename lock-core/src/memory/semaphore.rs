@@ -12,9 +12,7 @@ use crate::error::{Error, Result};
 impl Permits for MemoryBackend {
     fn acquire_permit(&self, request: &Request<'_>, permits: u32) -> Result<Option<Acquired<MemoryLease>>> {
         check(request)?;
-        if permits == 0 {
-            return Err(Error::invalid_config("a semaphore needs at least one permit"));
-        }
+        crate::semaphore::check_permits(permits)?;
         self.wait_for(
             request.deadline.instant(),
             |locks, now| try_permit(locks, request, permits, now),

@@ -276,9 +276,7 @@ impl Permits for RedisBackend {
     /// Tries `sem_acquire.lua` on every release message and at the client's backoff's pace.
     fn acquire_permit(&self, request: &Request<'_>, permits: u32) -> Result<Option<Acquired<RedisLease>>> {
         check_lease(request.ttl)?;
-        if permits == 0 {
-            return Err(Error::invalid_config("a semaphore needs at least one permit"));
-        }
+        lock_core::check_permits(permits)?;
         let keys: [String; 3] = self.keys(request.name).semaphore();
         let script = &scripts(false).sem_acquire;
         let channel = self.keys(request.name).semaphore_channel();

@@ -27,6 +27,7 @@ impl MySqlBackend {
         permits: u32,
     ) -> Result<Option<Acquired<MySqlLease>>> {
         check_lease(request.ttl)?;
+        lock_core::check_permits(permits)?;
         if i32::try_from(permits).is_err() {
             return Err(Error::invalid_config(format!("at most {} permits per semaphore", i32::MAX)));
         }

@@ -28,6 +28,7 @@ impl PostgresBackend {
         permits: u32,
     ) -> Result<Option<Acquired<PostgresLease>>> {
         check_lease(request.ttl)?;
+        lock_core::check_permits(permits)?;
         let count = i32::try_from(permits)
             .map_err(|_| Error::invalid_config(format!("at most {} permits per semaphore", i32::MAX)))?;
         poll_until(request, |_| self.permit_once(request.name, request.owner, request.ttl, count))
