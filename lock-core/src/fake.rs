@@ -34,6 +34,8 @@ pub(crate) struct Switches {
     /// `extend_many` hangs this many milliseconds, then fails every item (a server that stopped
     /// answering, behind a read timeout of that length).
     pub(crate) stall_extend_ms: AtomicU64,
+    /// `extend` of this lock takes this many milliseconds before it answers.
+    pub(crate) slow_extend: parking_lot::Mutex<Option<(LockName, u64)>>,
     /// `extends_independently`: the core then calls `extend` once per lease, concurrently.
     pub(crate) independent: AtomicBool,
     /// The lease margin, in milliseconds.
@@ -107,6 +109,10 @@ impl DistributedLock for FakeBackend {
 
     fn extend(&self, lease: &mut MemoryLease, ttl: Duration) -> Result<bool> {
         self.switches.extends.fetch_add(1, Ordering::SeqCst);
+        let slow = self.switches.slow_extend.lock().clone();
+        if let Some((_, ms)) = slow.filter(|(name, _)| *name == lease.name) {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
         if self.switches.fail_extend.load(Ordering::SeqCst) {
             return Err(broken());
         }

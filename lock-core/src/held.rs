@@ -45,6 +45,9 @@ pub(crate) struct HeldLease<B: DistributedLock> {
     /// Set while the last renewal of this hold got no answer (set under the `lease` mutex, so a
     /// release that waited for that renewal sees it).
     unanswered: AtomicBool,
+    /// Set when a renewal's answer was that the lock is gone (set under the `lease` mutex, so a
+    /// release that waited for that renewal reports the loss itself).
+    gone: AtomicBool,
     /// Until when the lease is known to be valid: the send time of the last request the server
     /// confirmed, plus `valid_for`. For [`HoldKind::Session`] holds the lease is the session
     /// timeout: how long liveness checks may keep failing before the hold is lost.
@@ -91,6 +94,7 @@ impl<B: DistributedLock> HeldLease<B> {
             in_doubt: AtomicBool::new(false),
             doubt,
             unanswered: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
             valid_until: Mutex::new(sent_at + valid_for),
             fencing,
             lost,
@@ -170,9 +174,13 @@ impl<B: DistributedLock> HeldLease<B> {
         self.metrics.in_doubt(doubted);
     }
 
-    /// Records whether the renewal just made (under the `lease` mutex) got an answer.
-    pub(crate) fn note_answer(&self, answered: bool) {
-        self.unanswered.store(!answered, Ordering::Release);
+    /// Records how the renewal just made (under the `lease` mutex) went: unanswered, or
+    /// answered that the lock is gone.
+    pub(crate) fn note_answer(&self, outcome: &Result<bool>) {
+        self.unanswered.store(outcome.is_err(), Ordering::Release);
+        if matches!(outcome, Ok(false)) {
+            self.gone.store(true, Ordering::Release);
+        }
     }
 
     /// Records a renewal that failed without an answer. Only a session-bound hold turns into
@@ -213,7 +221,12 @@ impl<B: DistributedLock> HeldLease<B> {
     /// Settles the signal of a hold that ends now; a loss the clock already counted is reported
     /// (once) before the hold counts as released, so the timer cannot skip it.
     fn settle(&self) {
-        if self.lost.settle() {
+        let expired = self.lost.settle();
+        if self.gone.load(Ordering::Acquire) {
+            // A renewal found the lock gone just before this release got the lease: the batch
+            // reports it only after the release, which would leave it unreported.
+            self.report_lost(GONE);
+        } else if expired {
             self.report_lost(lost_reason(self.hold_kind));
         }
         self.released.store(true, Ordering::Release);
@@ -282,6 +295,9 @@ impl<B: DistributedLock> HeldLease<B> {
         }
     }
 }
+
+/// Why a hold the server no longer has is lost.
+pub(crate) const GONE: &str = "the server says the lock is no longer held";
 
 /// Why a hold whose confirmed expiry passed is lost.
 pub(crate) fn lost_reason(hold_kind: HoldKind) -> &'static str {

@@ -40,7 +40,7 @@ struct State {
 /// A lease of the [`MemoryBackend`].
 #[derive(Debug)]
 pub struct MemoryLease {
-    name: LockName,
+    pub(crate) name: LockName,
     owner: OwnerToken,
     fence: FencingToken,
     kind: LeaseKind,

@@ -15,7 +15,7 @@ use super::timer::{timer, Scheduled};
 use super::workers;
 use crate::backend::{DistributedLock, Extension};
 use crate::error::{Error, Result};
-use crate::held::{lost_reason, HeldLease};
+use crate::held::{lost_reason, HeldLease, GONE};
 use crate::observe::Observer;
 
 /// Released entries tolerated in the queues before they are pruned.
@@ -171,7 +171,7 @@ impl<B: DistributedLock> LeaseTable<B> {
                 }
                 Some(Ok(false)) => {
                     observed.lost();
-                    lost.push((Arc::clone(&held), "the server says the lock is no longer held"));
+                    lost.push((Arc::clone(&held), GONE));
                 }
                 Some(Err(error)) => {
                     observed.failed();
@@ -240,7 +240,7 @@ impl<B: DistributedLock> LeaseTable<B> {
         // Recorded before the leases are unlocked: a release waiting for this batch sees it.
         for ((held, _), outcome) in batch.iter().zip(&outcomes) {
             if let Some(outcome) = outcome {
-                held.note_answer(outcome.is_ok());
+                held.note_answer(outcome);
             }
         }
         drop(guards);
@@ -261,7 +261,7 @@ impl<B: DistributedLock> LeaseTable<B> {
                     tracing::error!(backend = backend.backend_name(), "extend panicked");
                     Err(Error::backend(backend.backend_name(), "extend panicked"))
                 });
-            held.note_answer(outcome.is_ok());
+            held.note_answer(&outcome);
             Some(outcome)
         };
         thread::scope(|scope| {
