@@ -1,12 +1,14 @@
 //! The test step of `cargo xtask test`: builds every test target once, then runs the test
-//! binaries (and the doctests) several at a time, longest first.
+//! binaries (and the doctests) in three phases: the conformance suite alone with more test
+//! threads, the rest several at a time (longest first), and last, alone, the binaries that open
+//! a thousand sessions.
 //!
 //! Why not plain `cargo test`: it runs the binaries one after another, and most of distlock's
 //! tests wait — for leases to run out, sessions to time out, servers to start — rather than
 //! compute: the conformance binary alone used about a quarter of one core over its 7 minutes.
 //! Running binaries side by side (each still shares its servers across its own tests, as the
 //! harness does per process) and giving the wait-bound conformance binary more test threads
-//! turns that waiting into overlap. cargo-nextest would run every test in a process of its own,
+//! turns that waiting into overlap, as far as timing-sensitive tests on two cores allow. cargo-nextest would run every test in a process of its own,
 //! which would start the servers once per test instead of once per binary.
 //!
 //! Each binary's output is printed whole when it ends, so logs do not interleave; at the end a
@@ -30,21 +32,23 @@ const CONCURRENT_BINARIES: usize = 3;
 /// conformance suite (one test per scenario and kind, each waiting out leases and timeouts).
 const WAIT_BOUND: [(&str, &str, usize); 1] = [("distlock", "conformance", 6)];
 
-/// The binaries that take longest (measured on the CI machine), started first so the run does
-/// not end waiting for one of them; the rest follow in build order.
-const LONGEST_FIRST: [(&str, &str); 5] = [
-    ("distlock", "conformance"),
-    ("distlock-cli", "compare"),
+/// The binaries that take longest (measured on the CI machine), started first among those that
+/// run side by side, so the phase does not end waiting for one of them; the rest follow in
+/// build order.
+const LONGEST_FIRST: [(&str, &str); 4] = [
     ("distlock-cli", "url_forms"),
-    ("lock-redis", "deployments"),
     ("lock-redis", "slot_migration"),
+    ("distlock-cli", "compare"),
+    ("lock-redis", "deployments"),
 ];
 
-/// The binaries that load the machine themselves — a thousand server sessions or holds on one
-/// client, whose every call and loss is timed — run alone, after the others: beside other
-/// binaries their opening of 1,000 connections (each a server process) starves the rest, and
-/// the rest starve them (measured: pool checkouts of 1 s timing out on both sides).
-const ALONE: [(&str, &str); 3] =
+/// The binaries that run alone: the conformance suite first (its many test threads wait out
+/// 1 s leases on shared servers: beside other binaries' server start-ups and thousand-session
+/// runs, its PostgreSQL renewals missed their leases in 3 of 3 runs), and at the end the binaries
+/// that load the machine themselves — a thousand server sessions or holds on one client, whose
+/// every call and loss is timed (beside others, their 1 s pool checkouts timed out).
+const ALONE_FIRST: [(&str, &str); 1] = [("distlock", "conformance")];
+const ALONE_LAST: [(&str, &str); 3] =
     [("lock-sql", "session_limits"), ("lock-zk", "connection_cut"), ("lock-zk", "scenarios")];
 
 /// One test binary (or the doctests) to run.
@@ -52,8 +56,19 @@ struct Job {
     /// `package/target`, as the log names it.
     label: String,
     command: Command,
-    /// Runs alone, after the others ([`ALONE`]).
-    alone: bool,
+    /// When it runs.
+    phase: Phase,
+}
+
+/// The three phases of the run, in order.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    /// Alone, before the others ([`ALONE_FIRST`]).
+    First = 0,
+    /// Side by side, [`CONCURRENT_BINARIES`] at a time.
+    Together = 1,
+    /// Alone, after the others ([`ALONE_LAST`]).
+    Last = 2,
 }
 
 /// How one job ended.
@@ -80,10 +95,15 @@ struct Counts {
 /// When the build fails, a binary cannot be started, or any test fails (the message names the
 /// binaries that failed; their output is in the log above it).
 pub fn run() -> Result<(), Failure> {
-    let (alone, together): (Vec<_>, Vec<_>) = build()?.into_iter().partition(|job| job.alone);
+    let mut phases: [Vec<Job>; 3] = Default::default();
+    for job in build()? {
+        phases[job.phase as usize].push(job);
+    }
+    let [first, together, last] = phases;
     let started = Instant::now();
-    let mut ended = run_side_by_side(together, CONCURRENT_BINARIES);
-    ended.extend(run_side_by_side(alone, 1));
+    let mut ended = run_side_by_side(first, 1);
+    ended.extend(run_side_by_side(together, CONCURRENT_BINARIES));
+    ended.extend(run_side_by_side(last, 1));
     report(&ended, started.elapsed());
     let failed: Vec<_> = ended.iter().filter(|job| !job.passed).map(|job| job.label.as_str()).collect();
     if failed.is_empty() {
@@ -146,7 +166,7 @@ fn build() -> Result<Vec<Job>, Failure> {
     jobs.sort_by_key(|job| rank(job).unwrap_or(usize::MAX));
     let mut doctests = cmd::cargo();
     doctests.args(["test", "--workspace", "--all-features", "--doc"]);
-    jobs.push(Job { label: "doctests".to_owned(), command: doctests, alone: false });
+    jobs.push(Job { label: "doctests".to_owned(), command: doctests, phase: Phase::Together });
     Ok(jobs)
 }
 
@@ -169,8 +189,15 @@ fn test_job(message: &serde_json::Value) -> Option<Job> {
     // Per-test times for the report: libtest's `--report-time` is unstable, and
     // RUSTC_BOOTSTRAP=1 for running (not building) the binary lets stable libtest accept it.
     command.args(["-Z", "unstable-options", "--report-time"]).env("RUSTC_BOOTSTRAP", "1");
-    let alone = ALONE.iter().any(|(p, t)| *p == package && *t == target);
-    Some(Job { label: format!("{package}/{target}"), command, alone })
+    let named = |list: &[(&str, &str)]| list.iter().any(|(p, t)| *p == package && *t == target);
+    let phase = if named(&ALONE_FIRST) {
+        Phase::First
+    } else if named(&ALONE_LAST) {
+        Phase::Last
+    } else {
+        Phase::Together
+    };
+    Some(Job { label: format!("{package}/{target}"), command, phase })
 }
 
 /// A package's name from its id: `path+file:///…/lock-sql#0.1.0` or the older
@@ -239,8 +266,9 @@ fn report(ended: &[Ended], took: Duration) {
     let mut by_time: Vec<_> = ended.iter().collect();
     by_time.sort_by_key(|job| std::cmp::Reverse(job.took));
     println!(
-        "\n==> test binaries ({CONCURRENT_BINARIES} at a time, then {} alone), slowest first:",
-        ALONE.len()
+        "\n==> test binaries ({} alone, then {CONCURRENT_BINARIES} at a time, then {} alone), slowest first:",
+        ALONE_FIRST.len(),
+        ALONE_LAST.len()
     );
     for job in &by_time {
         let Counts { passed, failed, .. } = job.counts;

@@ -59,9 +59,10 @@ hostnossl all  all              0.0.0.0/0     reject
 ";
 
 impl PostgresServer {
-    /// The server's `max_connections`: room for one client holding 1,000 session locks (a
-    /// connection each) beside the rest of a test binary.
-    pub const MAX_CONNECTIONS: u32 = 1_200;
+    /// The server's `max_connections`: room for a client holding 1,000 session locks (a
+    /// connection each) while the 1,000 sessions of the one before are still ending, beside the
+    /// rest of a test binary (with 1,200, a second 1,000-hold run's connects timed out).
+    pub const MAX_CONNECTIONS: u32 = 2_500;
     /// The superuser that [`url`](Self::url) logs in as.
     pub const USER: &'static str = "distlock";
     /// [`USER`](Self::USER)'s password.
