@@ -44,9 +44,22 @@ impl RedisBackend {
         }
         // Leases of a slot being migrated whose keys moved already: one each, after `ASKING`,
         // on the importing node (`routed`), so no lease runs out however long the migration.
+        // Once one of them gets no answer, the rest fail at once (retryable: the renewal thread
+        // tries again soon): k leases against a silent importing node cost one timeout, not k.
+        let mut silent = false;
         for index in asked {
             let item = &mut batch[index];
-            outcomes[index] = Some(self.extend(item.lease, item.ttl));
+            outcomes[index] = Some(if silent {
+                Err(Error::Timeout {
+                    backend: BACKEND,
+                    operation: "extend",
+                    source: Some("the importing node did not answer an earlier lease of the batch".into()),
+                })
+            } else {
+                let outcome = self.extend(item.lease, item.ttl);
+                silent = matches!(outcome, Err(Error::Timeout { .. }));
+                outcome
+            });
         }
         outcomes.into_iter().map(|outcome| outcome.unwrap_or_else(|| Ok(false))).collect()
     }

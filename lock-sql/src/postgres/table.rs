@@ -64,6 +64,9 @@ impl PostgresBackend {
         let mut outcomes: Vec<Option<Result<bool>>> =
             batch.iter().map(|item| lock_core::check_lease(item.ttl).err().map(Err)).collect();
         let mut stalled = false;
+        let timeout = || -> lock_core::Error {
+            PgFailure::Timeout { operation: "extend", timeout: self.inner.pool.settings().io_timeout }.into()
+        };
         for permits in [false, true] {
             let valid: Vec<usize> = (0..batch.len())
                 .filter(|&index| {
@@ -83,10 +86,6 @@ impl PostgresBackend {
                 owners.push(owner.to_owned());
                 ms.push(millis(item.ttl));
             }
-            let timeout = || -> lock_core::Error {
-                PgFailure::Timeout { operation: "extend", timeout: self.inner.pool.settings().io_timeout }
-                    .into()
-            };
             if stalled {
                 for &index in &valid {
                     outcomes[index] = Some(Err(timeout()));
@@ -132,10 +131,14 @@ impl PostgresBackend {
                 }
             }
         }
-        // Read-write leases of the same client are extended one by one.
+        // Any other lease is extended on its own (none on this kind today: it has no read-write
+        // locks), unless the server stopped answering.
         for (item, outcome) in batch.iter_mut().zip(&mut outcomes) {
             if outcome.is_none() {
-                *outcome = Some(lock_core::DistributedLock::extend(self, item.lease, item.ttl));
+                *outcome = Some(match stalled {
+                    true => Err(timeout()),
+                    false => lock_core::DistributedLock::extend(self, item.lease, item.ttl),
+                });
             }
         }
         outcomes.into_iter().map(|outcome| outcome.unwrap_or(Ok(false))).collect()
