@@ -9,7 +9,11 @@
 //!   session, so a connection that may still hold one is never returned to the pool
 //!   (`SessionConnection`).
 //!
-//! Both take their fencing token from a sequence in the same statement as the grant. Renewal is a
+//! Both take their fencing token from a sequence in the same statement as the grant, and make it
+//! durable before the grant returns (a flushed commit after the `nextval`, see
+//! `schema::DURABLE`): the advisory statement commits durably itself; the row kind's holding
+//! transaction stays open, so another pooled connection commits one WAL record — one more round
+//! trip and a second connection for a moment. Renewal is a
 //! liveness check on the lease's connection: a session the server ended (killed connection,
 //! restart, idle limit) means the lock is gone — `Ok(false)`; no answer in time means in doubt —
 //! an error.
@@ -82,6 +86,7 @@ impl PostgresBackend {
         }
         match attempt {
             (Grant::Fence(fence, waited), sent) => {
+                self.make_fence_durable(Some(&connection))?;
                 let hold = Hold::Row { connection: SessionConnection::new(connection) };
                 Ok(Some((
                     PostgresLease::new(name, unsigned(fence), ttl, hold),
@@ -93,6 +98,23 @@ impl PostgresBackend {
                 Err(PgFailure::Reply { operation: "acquire", detail: "the lock row vanished".into() }.into())
             }
         }
+    }
+
+    /// Flushes the WAL past a token the holding transaction took (a commit with a WAL record
+    /// on another pooled connection flushes every record before it): after a crash the sequence
+    /// restarts above it. On failure the token is not handed out, and `holding` (the grant's
+    /// connection, when the grant is new) is dropped with its lock.
+    ///
+    /// # Errors
+    /// No pooled connection, or the statement failed.
+    pub(crate) fn make_fence_durable(&self, holding: Option<&PooledPg>) -> Result<()> {
+        let sql = self.inner.tables.make_durable.as_str();
+        let outcome =
+            self.inner.pool.get().and_then(|other| other.rows("make the fence durable", sql, &[]).map(drop));
+        if let (Err(_), Some(holding)) = (&outcome, holding) {
+            holding.discard();
+        }
+        outcome
     }
 
     fn insert_row(&self, connection: &PooledPg, name: &LockName) -> Result<()> {
