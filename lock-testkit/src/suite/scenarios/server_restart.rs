@@ -12,7 +12,6 @@
 //! believes its hold and is refused as stale means the server handed out a token again (or a
 //! lower one) after the restart — a fence counter whose last values were not durable — and fails
 //! the scenario: a fenced store that accepts `token >= highest` would take a stale write.
-//! [`NOT_YET_DURABLE`] lists the kinds that still do it (printed, not failed).
 //!
 //! The danger it looks for: a server that forgets its locks in a restart (session locks die with
 //! their sessions; a Redis without persistence loses its keys) while their holders still believe
@@ -48,9 +47,6 @@ const RESTARTS: usize = 2;
 const LOOK_EVERY: Duration = Duration::from_millis(2);
 /// How often a holder writes to the fenced resource.
 const WRITE_EVERY: Duration = Duration::from_millis(50);
-/// Kinds (by label) whose fencing tokens are known not to survive a crash yet (issue 28): their
-/// refused fenced writes are printed, not failed. Every other kind fails on one.
-const NOT_YET_DURABLE: [&str; 2] = ["mysql-advisory", "mysql-row"];
 /// How long a client waits before trying again after an error (the server is restarting).
 const RETRY_AFTER: Duration = Duration::from_millis(10);
 /// How soon after a restart every name must be acquired again: a lease (the session kinds grant
@@ -99,10 +95,9 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
         );
     }
     let stale: usize = names.iter().map(|contended| contended.stale.load(Ordering::SeqCst)).sum();
-    let label = target.label();
     let first_stale = names.iter().find_map(|contended| contended.first_stale.lock().clone());
     ensure!(
-        stale == 0 || NOT_YET_DURABLE.iter().any(|kind| label.ends_with(kind)),
+        stale == 0,
         "{stale} fenced writes of believing holders refused across {RESTARTS} restarts (a token handed \
          out again after a restart); the first: {}",
         first_stale.unwrap_or_default()
