@@ -11,8 +11,8 @@
 //!
 //! A grant's token is durable before the grant returns (see the flush table in `schema.rs`): the
 //! advisory round trip commits a write after its `NEXTVAL`; the row kind's holding transaction
-//! stays open, so another pooled connection commits one — one more round trip, and a second
-//! connection for a moment.
+//! stays open, so the client's flush connection (outside the pool, see `fence_flush.rs`) commits
+//! one after the grant — one more round trip, shared by concurrent grants.
 //!
 //! Renewal is a liveness check on the lease's connection: a session the server ended means the
 //! lock is gone (`Ok(false)`); no answer in time means in doubt (an error).
@@ -90,16 +90,19 @@ impl MySqlBackend {
     }
 
     /// Flushes the redo log past a token the holding transaction took (its `NEXTVAL`), with a
-    /// committed write on another pooled connection: after a crash the sequence restarts above
+    /// committed write on the flush connection: after a crash the sequence restarts above
     /// the token. On failure the token is not handed out, and `holding` (the grant's connection,
     /// when the grant is new) is ended with its lock.
     ///
     /// # Errors
-    /// No pooled connection, or the statement failed.
+    /// The flush connection could not be opened, or the statement failed.
     pub(crate) fn make_fence_durable(&self, holding: Option<&mut MyConnection>) -> Result<()> {
         let sql = self.inner.tables.make_durable("TRUE");
-        let outcome =
-            self.inner.pool.get().and_then(|mut other| other.run("make the fence durable", &sql).map(drop));
+        let outcome = self.inner.fence_flush.after(
+            Instant::now(),
+            || self.inner.flush_pool.get(),
+            |other| other.run("make the fence durable", &sql).map(drop),
+        );
         if let (Err(_), Some(holding)) = (&outcome, holding) {
             holding.poison();
         }
