@@ -93,40 +93,41 @@ fn check<B: DistributedLock>(label: &str, process: &ServerProcess, build: impl F
     repeated
 }
 
+/// Runs [`check`] for each of `kinds` (built by `build(kind, table)`, schema ensured) and fails
+/// with every case whose token did not increase.
+fn assert_durable<K: Copy, B: DistributedLock>(
+    process: &ServerProcess,
+    kinds: [K; 2],
+    label: impl Fn(K) -> &'static str,
+    build: impl Fn(K, &str) -> lock_core::Result<B>,
+) {
+    let repeated: Vec<String> = kinds
+        .into_iter()
+        .flat_map(|kind| {
+            check(label(kind), process, |table| build(kind, table).expect("a client and its schema"))
+        })
+        .collect();
+    assert!(repeated.is_empty(), "{repeated:#?}");
+}
+
 #[test]
 fn postgres_tokens_survive_a_crash_right_after_the_grant() {
     let server = PostgresServer::start_durable().expect("a PostgreSQL server");
-    let mut repeated = Vec::new();
-    for kind in [PostgresLockKind::Row, PostgresLockKind::Advisory] {
-        repeated.extend(check(kind.label(), server.process(), |table| {
-            let locks = PostgresBackend::builder(server.url())
-                .kind(kind)
-                .table(table)
-                .restart_delay(false)
-                .build()
-                .expect("a client");
-            locks.ensure_schema().expect("the schema");
-            locks
-        }));
-    }
-    assert!(repeated.is_empty(), "{repeated:#?}");
+    let kinds = [PostgresLockKind::Row, PostgresLockKind::Advisory];
+    assert_durable(server.process(), kinds, PostgresLockKind::label, |kind, table| {
+        let locks =
+            PostgresBackend::builder(server.url()).kind(kind).table(table).restart_delay(false).build()?;
+        locks.ensure_schema().map(|()| locks)
+    });
 }
 
 #[test]
 fn mariadb_tokens_survive_a_crash_right_after_the_grant() {
     let server = MariaDbServer::start().expect("a MariaDB server");
-    let mut repeated = Vec::new();
-    for kind in [MySqlLockKind::Row, MySqlLockKind::Advisory] {
-        repeated.extend(check(kind.label(), server.process(), |table| {
-            let locks = MySqlBackend::builder(server.url())
-                .kind(kind)
-                .table(table)
-                .restart_delay(false)
-                .build()
-                .expect("a client");
-            locks.ensure_schema().expect("the schema");
-            locks
-        }));
-    }
-    assert!(repeated.is_empty(), "{repeated:#?}");
+    let kinds = [MySqlLockKind::Row, MySqlLockKind::Advisory];
+    assert_durable(server.process(), kinds, MySqlLockKind::label, |kind, table| {
+        let locks =
+            MySqlBackend::builder(server.url()).kind(kind).table(table).restart_delay(false).build()?;
+        locks.ensure_schema().map(|()| locks)
+    });
 }
