@@ -130,6 +130,8 @@ pub mod testkit;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod builder;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+mod fence_flush;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod identifier;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod key_hash;

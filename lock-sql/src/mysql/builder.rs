@@ -57,15 +57,14 @@ impl MySqlLockBuilder {
         // One ringer per server and TLS setting (see the doorbell).
         let server = format!("{} {tls:?}", settings.url);
         let doorbell = Doorbell::new(server, connector.clone(), settings.io_timeout);
-        let pool = MyPool::new(
-            connector,
-            MySettings {
-                max_connections: settings.max_connections,
-                connect_timeout: settings.connect_timeout,
-                io_timeout: settings.io_timeout,
-                restart_delay: settings.restart_delay,
-            },
-        );
+        let pool_settings = MySettings {
+            max_connections: settings.max_connections,
+            connect_timeout: settings.connect_timeout,
+            io_timeout: settings.io_timeout,
+            restart_delay: settings.restart_delay,
+        };
+        let flush_pool = MyPool::new(connector.clone(), MySettings { max_connections: 1, ..pool_settings });
+        let pool = MyPool::new(connector, pool_settings);
         // Connect once now: a wrong password or an unreachable server is reported here.
         drop(pool.get()?);
         Ok(MySqlBackend {
@@ -78,6 +77,8 @@ impl MySqlLockBuilder {
                 namespace: self.settings.namespace,
                 address,
                 writers: Default::default(),
+                fence_flush: Default::default(),
+                flush_pool,
             }),
         })
     }

@@ -175,6 +175,10 @@ pub(crate) struct Inner {
     pub(crate) address: String,
     /// The sessions of this client's write leases, for their owners' reads (downgrades).
     pub(crate) writers: crate::shared_session::Writers<MyConnection>,
+    /// Row kinds: makes the tokens their holding transactions take durable, on the one
+    /// connection of `flush_pool` (outside `pool`, which held locks may fill).
+    pub(crate) fence_flush: crate::fence_flush::FenceFlush<MyConnection>,
+    pub(crate) flush_pool: MyPool,
 }
 
 /// The longest `GET_LOCK` name MySQL 8 takes (MariaDB takes 192 bytes).

@@ -81,6 +81,7 @@ impl MySqlBackend {
                 )
             }
         };
+        self.make_fence_durable(Some(&mut connection))?;
         let session = SharedSession::new(SessionConnection::new(connection));
         if access == Access::Write {
             self.inner.writers.insert(name.as_str(), &owner.to_hex(), &session);
@@ -148,6 +149,7 @@ impl MySqlBackend {
         let fence = fence.ok_or_else(|| {
             Error::from(MyFailure::Reply { operation: "acquire", detail: "no fence".into() })
         })?;
+        self.make_fence_durable(None)?;
         let hold = Hold::ReadWrite { access: Access::Read, owner: request.owner.to_hex(), session };
         Ok(Acquired::new(MySqlLease::new(request.name, fence, request.ttl, hold), sent))
     }

@@ -32,7 +32,16 @@
 //!     holder BIGINT UNSIGNED NULL) ENGINE=InnoDB;
 //! -- Fencing tokens of the row and advisory kinds (MariaDB >= 10.3). A sequence is not rolled
 //! -- back: a holder whose connection is killed cannot hand its token to the next holder.
+//! -- Nor is it durable by itself: see `_flush`.
 //! CREATE SEQUENCE IF NOT EXISTS distlock_locks_fence;
+//! -- A sequence's updates reach the redo log but nothing flushes it (they are no transaction's
+//! -- writes): a server killed soon after hands out its last tokens again (checked with kill -9
+//! -- and innodb_flush_log_at_trx_commit=1). So each grant commits a write here after its
+//! -- NEXTVAL: that commit flushes the redo log past the sequence's update. One row per slot
+//! -- (connection id mod 1024), so that concurrent grants rarely wait for each other's commit.
+//! CREATE TABLE IF NOT EXISTS distlock_locks_flush (
+//!     slot INT    NOT NULL PRIMARY KEY,
+//!     n    BIGINT NOT NULL) ENGINE=InnoDB;
 //! -- Read-write locks of the row kind: one row per name, apart from the mutex's rows (an RW
 //! -- lock "x" never contends with the mutex "x"), inserted before the name's first lock.
 //! CREATE TABLE IF NOT EXISTS distlock_locks_rw (
@@ -83,10 +92,11 @@ pub(crate) struct Tables {
     queue: String,
     rw: String,
     sem: String,
+    flush: String,
     /// Lock table: a free lock goes to the oldest waiter (else to whoever asks first).
     fair: bool,
-    /// The six names, unquoted (validated identifiers).
-    names: [String; 6],
+    /// The seven names, unquoted (validated identifiers).
+    names: [String; 7],
 }
 
 /// The current time on the database clock, constant within a statement.
@@ -103,6 +113,7 @@ impl Tables {
         let queue = table.derived("_queue", MAX_IDENTIFIER)?;
         let rw = table.derived("_rw", MAX_IDENTIFIER)?;
         let sem = table.derived("_sem", MAX_IDENTIFIER)?;
+        let flush = table.derived("_flush", MAX_IDENTIFIER)?;
         Ok(Self {
             locks: format!("`{t}`"),
             rows: format!("`{}`", rows.as_str()),
@@ -110,6 +121,7 @@ impl Tables {
             queue: format!("`{}`", queue.as_str()),
             rw: format!("`{}`", rw.as_str()),
             sem: format!("`{}`", sem.as_str()),
+            flush: format!("`{}`", flush.as_str()),
             fair,
             names: [
                 t.to_owned(),
@@ -118,27 +130,28 @@ impl Tables {
                 queue.as_str().to_owned(),
                 rw.as_str().to_owned(),
                 sem.as_str().to_owned(),
+                flush.as_str().to_owned(),
             ],
         })
     }
 
     /// How many rows [`existing`](Self::existing) lists when the schema is up to date.
-    pub(crate) const COUNT: usize = 7;
+    pub(crate) const COUNT: usize = 8;
 
     /// Which of the tables (and the sequence) exist in the current database (sequences are
     /// listed as tables), and the lock table's newest column.
     pub(crate) fn existing(&self) -> String {
-        let [locks, rows, fence, queue, rw, sem] = &self.names;
+        let [locks, rows, fence, queue, rw, sem, flush] = &self.names;
         format!(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() \
-             AND table_name IN ('{locks}', '{rows}', '{fence}', '{queue}', '{rw}', '{sem}') \
+             AND table_name IN ('{locks}', '{rows}', '{fence}', '{queue}', '{rw}', '{sem}', '{flush}') \
              UNION ALL SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() \
              AND table_name = '{locks}' AND column_name = 'ring_until'"
         )
     }
 
     pub(crate) fn ddl(&self) -> String {
-        let Self { locks, rows, fence, queue, rw, sem, .. } = self;
+        let Self { locks, rows, fence, queue, rw, sem, flush, .. } = self;
         format!(
             "CREATE TABLE IF NOT EXISTS {locks} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
              owner VARBINARY(64) NOT NULL, hold_count INT NOT NULL, fence BIGINT NOT NULL, \
@@ -155,7 +168,19 @@ impl Tables {
              CREATE TABLE IF NOT EXISTS {rw} (name VARBINARY(255) NOT NULL PRIMARY KEY) ENGINE=InnoDB; \
              CREATE TABLE IF NOT EXISTS {sem} (name VARBINARY(255) NOT NULL, owner VARBINARY(64) NOT NULL, \
              permits INT NOT NULL, fence BIGINT NOT NULL, expires_at DATETIME(6) NOT NULL, \
-             PRIMARY KEY (name, owner)) ENGINE=InnoDB"
+             PRIMARY KEY (name, owner)) ENGINE=InnoDB; \
+             CREATE TABLE IF NOT EXISTS {flush} (slot INT NOT NULL PRIMARY KEY, n BIGINT NOT NULL) ENGINE=InnoDB"
+        )
+    }
+
+    /// Commits a write to the flush table (in autocommit; `WHERE` the condition holds): the
+    /// commit flushes the redo log past every sequence update before it, so that a token taken
+    /// before it survives a crash (see the schema above).
+    pub(crate) fn make_durable(&self, condition: &str) -> String {
+        format!(
+            "INSERT INTO {flush} (slot, n) SELECT CONNECTION_ID() % 1024, 1 FROM DUAL WHERE {condition} \
+             ON DUPLICATE KEY UPDATE n = {flush}.n + 1",
+            flush = self.flush
         )
     }
 
@@ -423,14 +448,16 @@ impl Tables {
 
     /// `GET_LOCK`, waiting up to `wait` (MariaDB takes fractions of a second), and when granted
     /// the fence and the session's idle limit — one round trip. The row: the fence (`NULL` when
-    /// busy) and the µs waited.
+    /// busy) and the µs waited. A grant's token is made durable in the same round trip.
     pub(crate) fn get_lock(&self, key: &str, wait: Duration, idle_secs: u64) -> String {
         format!(
             "{START_CLOCK}; \
              SELECT @distlock_fence := IF(GET_LOCK({key}, {}) = 1, NEXTVAL({}), NULL), {WAITED}; \
-             SET SESSION wait_timeout = IF(@distlock_fence IS NULL, @@SESSION.wait_timeout, {idle_secs})",
+             SET SESSION wait_timeout = IF(@distlock_fence IS NULL, @@SESSION.wait_timeout, {idle_secs}); \
+             {durable}",
             seconds(wait),
-            self.fence
+            self.fence,
+            durable = self.make_durable("@distlock_fence IS NOT NULL"),
         )
     }
 }

@@ -9,6 +9,11 @@
 //!   one never serves anyone else (`SessionConnection`): an acquisition that fails after the
 //!   request was sent ends its session, and so does a release that did not release.
 //!
+//! A grant's token is durable before the grant returns (see the flush table in `schema.rs`): the
+//! advisory round trip commits a write after its `NEXTVAL`; the row kind's holding transaction
+//! stays open, so the client's flush connection (outside the pool, see `fence_flush.rs`) commits
+//! one after the grant — one more round trip, shared by concurrent grants.
+//!
 //! Renewal is a liveness check on the lease's connection: a session the server ended means the
 //! lock is gone (`Ok(false)`); no answer in time means in doubt (an error).
 //!
@@ -73,6 +78,7 @@ impl MySqlBackend {
         }
         match attempt {
             (Grant::Fence(fence, waited), sent) => {
+                self.make_fence_durable(Some(&mut connection))?;
                 let hold = Hold::Row { connection: SessionConnection::new(connection) };
                 Ok(Some((MySqlLease::new(name, fence, ttl, hold), QueueGrant::new(sent, micros(waited)))))
             }
@@ -81,6 +87,26 @@ impl MySqlBackend {
                 Err(MyFailure::Reply { operation: "acquire", detail: "the lock row vanished".into() }.into())
             }
         }
+    }
+
+    /// Flushes the redo log past a token the holding transaction took (its `NEXTVAL`), with a
+    /// committed write on the flush connection: after a crash the sequence restarts above
+    /// the token. On failure the token is not handed out, and `holding` (the grant's connection,
+    /// when the grant is new) is ended with its lock.
+    ///
+    /// # Errors
+    /// The flush connection could not be opened, or the statement failed.
+    pub(crate) fn make_fence_durable(&self, holding: Option<&mut MyConnection>) -> Result<()> {
+        let sql = self.inner.tables.make_durable("TRUE");
+        let outcome = self.inner.fence_flush.after(
+            Instant::now(),
+            || self.inner.flush_pool.get(),
+            |other| other.run("make the fence durable", &sql).map(drop),
+        );
+        if let (Err(_), Some(holding)) = (&outcome, holding) {
+            holding.poison();
+        }
+        outcome
     }
 
     /// Also returns when the statement was sent (at the latest).

@@ -73,6 +73,7 @@ impl PostgresLockBuilder {
                 namespace: self.settings.namespace,
                 address,
                 writers: Default::default(),
+                fence_flush: Default::default(),
             }),
         })
     }

@@ -157,6 +157,8 @@ pub(crate) struct Inner {
     pub(crate) address: String,
     /// The sessions of this client's write leases, for their owners' reads (downgrades).
     pub(crate) writers: crate::shared_session::Writers<PooledPg>,
+    /// Row kinds: makes the tokens their holding transactions take durable.
+    pub(crate) fence_flush: crate::fence_flush::FenceFlush<connection::PgConnection>,
 }
 
 impl PostgresBackend {

@@ -199,6 +199,7 @@ impl PostgresBackend {
             connection.run("roll back", |client| async move { client.batch_execute("ROLLBACK").await })?;
             return Ok(None);
         };
+        self.make_fence_durable(Some(&connection))?;
         let session = SharedSession::new(SessionConnection::new(connection));
         if access == Access::Write {
             self.inner.writers.insert(name.as_str(), &owner.to_hex(), &session);
@@ -223,6 +224,7 @@ impl PostgresBackend {
                 Error::from(PgFailure::Reply { operation: "acquire", detail: "no fence".into() })
             })?
         };
+        self.make_fence_durable(None)?;
         let hold = Hold::ReadWrite { access: Access::Read, owner: request.owner.to_hex(), session };
         Ok(Acquired::new(PostgresLease::new(request.name, unsigned(fence), request.ttl, hold), sent))
     }

@@ -16,7 +16,8 @@
 //! -- The row-lock kind's rows: one per name, inserted before its first lock.
 //! CREATE TABLE IF NOT EXISTS distlock_locks_rows (name text COLLATE "C" PRIMARY KEY);
 //! -- Fencing tokens of the row and advisory kinds. A sequence is never rolled back: a holder
-//! -- whose connection is killed cannot hand its token to the next holder.
+//! -- whose connection is killed cannot hand its token to the next holder. It is not durable by
+//! -- itself either (see `DURABLE`): each grant commits a WAL write after taking its token.
 //! CREATE SEQUENCE IF NOT EXISTS distlock_locks_fence;
 //! -- Semaphores (every kind): one row per name, with the count its holders use and their
 //! -- permits, `<expires, ms since the epoch>:<owner>` each (see `semaphore.rs`).
@@ -72,6 +73,9 @@ pub(crate) struct Tables {
     pub(crate) lock_row_nowait: String,
     pub(crate) lock_row_wait: String,
     pub(crate) row_holder_pid: String,
+    /// Run on another connection after a row-kind grant: flushes the WAL past the grant's
+    /// `nextval` (which the holding transaction, open until the release, cannot).
+    pub(crate) make_durable: String,
     // Advisory locks.
     pub(crate) try_advisory: String,
     pub(crate) wait_advisory: String,
@@ -273,17 +277,18 @@ impl Tables {
                  ON l.locktype = 'transactionid' AND l.transactionid = r.xmax AND l.granted \
                  WHERE r.name = $1"
             ),
+            make_durable: format!("SELECT {DURABLE}"),
             // $1 key, $2 the idle limit in ms (for the session: the release resets it). No row
             // when busy; the limit is set only when granted.
             try_advisory: format!(
                 "WITH g AS (SELECT pg_try_advisory_lock($1) AS granted) \
-                 SELECT nextval('{fence}'), 0::bigint, set_config('{IDLE_SESSION}', $2, false) \
+                 SELECT nextval('{fence}'), 0::bigint, set_config('{IDLE_SESSION}', $2, false), {DURABLE} \
                  FROM g WHERE g.granted"
             ),
             // $3 = lock_timeout in ms, for this statement only.
             wait_advisory: format!(
                 "WITH c AS (SELECT set_config('lock_timeout', $3, true) AS t, clock_timestamp() AS t0) \
-                 SELECT nextval('{fence}'), {WAITED}, set_config('{IDLE_SESSION}', $2, false) \
+                 SELECT nextval('{fence}'), {WAITED}, set_config('{IDLE_SESSION}', $2, false), {DURABLE} \
                  FROM c, LATERAL (SELECT pg_advisory_lock($1) WHERE c.t IS NOT NULL) AS g"
             ),
             idle_session_setting: IDLE_SESSION,
@@ -291,7 +296,7 @@ impl Tables {
                 try_lock: [Access::Read, Access::Write].map(|access| {
                     format!(
                         "WITH g AS (SELECT pg_try_advisory_lock{mode}($1, $2) AS granted) \
-                         SELECT nextval('{fence}'), 0::bigint, set_config('{IDLE_SESSION}', $3, false) \
+                         SELECT nextval('{fence}'), 0::bigint, set_config('{IDLE_SESSION}', $3, false), {DURABLE} \
                          FROM g WHERE g.granted",
                         mode = mode_suffix(access)
                     )
@@ -299,7 +304,7 @@ impl Tables {
                 wait_lock: [Access::Read, Access::Write].map(|access| {
                     format!(
                         "WITH c AS (SELECT set_config('lock_timeout', $4, true) AS t, clock_timestamp() AS t0) \
-                         SELECT nextval('{fence}'), {WAITED}, set_config('{IDLE_SESSION}', $3, false) \
+                         SELECT nextval('{fence}'), {WAITED}, set_config('{IDLE_SESSION}', $3, false), {DURABLE} \
                          FROM c, LATERAL (SELECT pg_advisory_lock{mode}($1, $2) WHERE c.t IS NOT NULL) AS g",
                         mode = mode_suffix(access)
                     )
@@ -371,6 +376,21 @@ fn permit_statements(sem: &str) -> PermitStatements {
         ),
     }
 }
+
+/// Select-list items that make the statement's transaction commit durably: a transactional WAL
+/// record (it gives the transaction an xid, so its commit is flushed before the reply) and
+/// `synchronous_commit` raised from `off` for this transaction only.
+///
+/// Why: `nextval` WAL-logs a sequence only every 32 values, and a transaction without an xid
+/// (one that only called `nextval`) commits without flushing — after a crash (`kill -9`, an
+/// immediate shutdown) the sequence restarts below tokens already handed out. A flushed commit
+/// after the `nextval` flushes every WAL record before it, the sequence's included (also the one
+/// another session wrote for the values it pre-logged). `pg_logical_emit_message` is open to
+/// every role and needs no `wal_level = logical`; it costs one fsync per grant (group commit
+/// shares it among concurrent grants).
+pub(crate) const DURABLE: &str = "pg_logical_emit_message(true, 'distlock', 'fence'), \
+    set_config('synchronous_commit', CASE current_setting('synchronous_commit') \
+    WHEN 'off' THEN 'local' ELSE current_setting('synchronous_commit') END, true)";
 
 /// The advisory kind's server-side limit (PostgreSQL 14+).
 const IDLE_SESSION: &str = "idle_session_timeout";

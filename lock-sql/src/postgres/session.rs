@@ -9,10 +9,16 @@
 //!   session, so a connection that may still hold one is never returned to the pool
 //!   (`SessionConnection`).
 //!
-//! Both take their fencing token from a sequence in the same statement as the grant. Renewal is a
-//! liveness check on the lease's connection: a session the server ended (killed connection,
-//! restart, idle limit) means the lock is gone — `Ok(false)`; no answer in time means in doubt —
-//! an error.
+//! Both take their fencing token from a sequence in the same statement as the grant, and make it
+//! durable before the grant returns (a flushed commit after the `nextval`, see
+//! `schema::DURABLE`): the advisory statement commits durably itself; the row kind's holding
+//! transaction stays open, so the client's flush connection (outside the pool, see
+//! `fence_flush.rs`) commits one WAL record after the grant — one more round trip, shared by
+//! concurrent grants.
+//!
+//! Renewal is a liveness check on the lease's connection: a session the server ended (killed
+//! connection, restart, idle limit) means the lock is gone — `Ok(false)`; no answer in time means
+//! in doubt — an error.
 //!
 //! # The server-side limit
 //! A holder cut off from the server is told it lost the lock once no check succeeded for a whole
@@ -82,6 +88,7 @@ impl PostgresBackend {
         }
         match attempt {
             (Grant::Fence(fence, waited), sent) => {
+                self.make_fence_durable(Some(&connection))?;
                 let hold = Hold::Row { connection: SessionConnection::new(connection) };
                 Ok(Some((
                     PostgresLease::new(name, unsigned(fence), ttl, hold),
@@ -93,6 +100,26 @@ impl PostgresBackend {
                 Err(PgFailure::Reply { operation: "acquire", detail: "the lock row vanished".into() }.into())
             }
         }
+    }
+
+    /// Flushes the WAL past a token the holding transaction took (a commit with a WAL record
+    /// on the flush connection flushes every record before it): after a crash the sequence
+    /// restarts above it. On failure the token is not handed out, and `holding` (the grant's
+    /// connection, when the grant is new) is dropped with its lock.
+    ///
+    /// # Errors
+    /// The flush connection could not be opened, or the statement failed.
+    pub(crate) fn make_fence_durable(&self, holding: Option<&PooledPg>) -> Result<()> {
+        let sql = self.inner.tables.make_durable.as_str();
+        let outcome = self.inner.fence_flush.after(
+            Instant::now(),
+            || self.inner.pool.open_unpooled(None),
+            |other| other.rows("make the fence durable", sql, &[]).map(drop),
+        );
+        if let (Err(_), Some(holding)) = (&outcome, holding) {
+            holding.discard();
+        }
+        outcome
     }
 
     fn insert_row(&self, connection: &PooledPg, name: &LockName) -> Result<()> {
@@ -399,6 +426,7 @@ mod server_tests {
                 namespace: "distlock".into(),
                 address: String::new(),
                 writers: Default::default(),
+                fence_flush: Default::default(),
             }),
         };
         let ttl = Duration::from_secs(10);

@@ -9,10 +9,9 @@
 //! after each restart.
 //!
 //! Each holder also writes to a [`FencedResource`] with its token. A write of a holder that
-//! believes its hold and is refused as stale means the server handed out a token again after the
-//! restart (a fence sequence whose last values were not durable). It is counted and printed, not
-//! yet failed: the SQL session kinds still do it (issue 28; see the scenario's row in
-//! `docs/scenarios.md`).
+//! believes its hold and is refused as stale means the server handed out a token again (or a
+//! lower one) after the restart — a fence counter whose last values were not durable — and fails
+//! the scenario: a fenced store that accepts `token >= highest` would take a stale write.
 //!
 //! The danger it looks for: a server that forgets its locks in a restart (session locks die with
 //! their sessions; a Redis without persistence loses its keys) while their holders still believe
@@ -95,6 +94,14 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
             overlap.unwrap_or_default()
         );
     }
+    let stale: usize = names.iter().map(|contended| contended.stale.load(Ordering::SeqCst)).sum();
+    let first_stale = names.iter().find_map(|contended| contended.first_stale.lock().clone());
+    ensure!(
+        stale == 0,
+        "{stale} fenced writes of believing holders refused across {RESTARTS} restarts (a token handed \
+         out again after a restart); the first: {}",
+        first_stale.unwrap_or_default()
+    );
     Ok(Verdict::Pass)
 }
 
