@@ -156,7 +156,8 @@ impl<K: SqlKind> SqlTarget<K> {
     /// # Panics
     /// When the shared server cannot be started (the harness error says why).
     pub fn new(kind: K) -> Self {
-        let url = K::shared_url().unwrap_or_else(|error| panic!("the shared {} server: {error}", K::SCHEME));
+        let url =
+            K::shared_url().unwrap_or_else(|error| panic!("the shared {} server: {error:?}", K::SCHEME));
         // A server the harness started for this run has held no lock before its start.
         let restart_delay = std::env::var_os(K::URL_VARIABLE).is_some();
         Self { restart_delay, ..Self::at(kind, url) }
