@@ -42,6 +42,19 @@ pub fn workspace_root() -> &'static Path {
         .expect("xtask lives one directory below the workspace root")
 }
 
+/// [`cargo`] whose compiles of workspace crates also run clippy, warnings denied: the test
+/// build doubles as the lint pass of `cargo clippy --workspace --all-targets --all-features`,
+/// which would type-check every crate a second time (about 90 s here). Every later build of the
+/// pipeline must use it too: cargo rebuilds the workspace crates when the wrapper changes.
+pub fn cargo_linting() -> Command {
+    let mut command = cargo();
+    // What `cargo clippy -- -D warnings` sets; clippy-driver accepts being a rustc wrapper.
+    command
+        .env("RUSTC_WORKSPACE_WRAPPER", "clippy-driver")
+        .env("CLIPPY_ARGS", "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__");
+    command
+}
+
 /// A `cargo` command run from the workspace root.
 ///
 /// Uses the cargo that runs the xtask (`$CARGO`, falling back to `cargo` on `PATH`) so that the

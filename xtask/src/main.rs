@@ -36,12 +36,13 @@ enum Task {
     /// Install the servers the tests need, then check formatting, lint and run all tests.
     ///
     /// The steps: make sure redis-server, PostgreSQL, MariaDB and ZooKeeper are installed (with
-    /// apt-get on Debian/Ubuntu, only what is missing); `cargo fmt --all -- --check`;
-    /// `cargo clippy --workspace --all-targets --all-features -- -D warnings`, then clippy with
-    /// each backend feature on its own and the CLI without `compare`; `cargo doc` with warnings
-    /// denied; `cargo package` of every published crate; clippy of the CLI as `cargo install`
-    /// compiles it; every test of `cargo test --workspace --all-features`, the binaries run
-    /// side by side (a test that cannot get its server fails; none skips); then the seckill,
+    /// apt-get on Debian/Ubuntu, only what is missing); `cargo fmt --all -- --check`; clippy
+    /// with each backend feature on its own and the CLI without `compare`; `cargo doc` with
+    /// warnings denied; `cargo package` of every published crate; clippy of the CLI as `cargo
+    /// install` compiles it; every test of `cargo test --workspace --all-features`, built with
+    /// clippy as the compiler's wrapper (so every target is linted with every feature, warnings
+    /// denied), the binaries run side by side (a test that cannot get its server fails; none
+    /// skips); then the seckill,
     /// reentrant and metrics examples. The first failing step stops the run; a table of the
     /// steps' times ends it.
     Test(TestArgs),

@@ -43,9 +43,9 @@ struct Step {
 enum Action {
     /// Make sure the server programs are installed ([`install::ensure_servers`]).
     InstallServers,
-    /// Build every test target, then run the test binaries several at a time
-    /// ([`test_runner::run`]).
-    RunTests,
+    /// Build every test target (linting it, unless `--skip-lint`), then run the test binaries
+    /// several at a time ([`test_runner::run`]).
+    RunTests { lint: bool },
     /// Run a command, which must succeed.
     Run(Command),
 }
@@ -67,7 +67,7 @@ pub fn run(args: &TestArgs) -> Result<(), Failure> {
         let step_started = Instant::now();
         let result = match step.action {
             Action::InstallServers => install::ensure_servers(),
-            Action::RunTests => test_runner::run(),
+            Action::RunTests { lint } => test_runner::run(lint),
             Action::Run(mut command) => cmd::run(&mut command),
         };
         let elapsed = step_started.elapsed();
@@ -107,10 +107,14 @@ fn plan(args: &TestArgs) -> Vec<Step> {
         let mut fmt = cmd::cargo();
         fmt.args(["fmt", "--all", "--", "--check"]);
         steps.push(Step { name: "fmt", action: Action::Run(fmt) });
-        let mut clippy = cmd::cargo();
-        clippy.args(["clippy", "--workspace", "--all-targets", "--all-features"]);
-        clippy.args(["--", "-D", "warnings"]);
-        steps.push(Step { name: "clippy", action: Action::Run(clippy) });
+        // Unfiltered, the test build lints every target with every feature (see
+        // `cmd::cargo_linting`); a filtered run builds only some, so clippy checks them all here.
+        if !args.test_args.is_empty() {
+            let mut clippy = cmd::cargo();
+            clippy.args(["clippy", "--workspace", "--all-targets", "--all-features"]);
+            clippy.args(["--", "-D", "warnings"]);
+            steps.push(Step { name: "clippy", action: Action::Run(clippy) });
+        }
         // Each feature on its own: code used only under another feature must not warn.
         for (package, features) in FEATURE_SETS {
             let mut clippy = cmd::cargo();
@@ -147,8 +151,11 @@ fn plan(args: &TestArgs) -> Vec<Step> {
     }
     // Not `--all-targets`: that would leave out the doctests. A test that cannot get its server
     // fails (the harness never skips), so a missing install shows here.
+    let lint = !args.skip_lint;
+    let cargo = if lint && args.test_args.is_empty() { cmd::cargo_linting } else { cmd::cargo };
     if args.test_args.is_empty() {
-        steps.push(Step { name: "test", action: Action::RunTests });
+        let name = if lint { "clippy + test" } else { "test" };
+        steps.push(Step { name, action: Action::RunTests { lint } });
     } else {
         // A filtered run (`-- redis`, `-- -p lock-sql`) is plain `cargo test`, as a developer types it.
         let mut test = cmd::cargo();
@@ -157,7 +164,8 @@ fn plan(args: &TestArgs) -> Vec<Step> {
     }
     // The examples are the README's main job: run them (in-memory), not just compile them.
     for example in ["seckill", "reentrant", "metrics"] {
-        let mut run = cmd::cargo();
+        // Built with the test build's wrapper, so its artefacts are reused.
+        let mut run = cargo();
         run.args(["run", "--quiet", "--all-features", "--example", example]);
         steps.push(Step { name: example, action: Action::Run(run) });
     }
@@ -174,7 +182,9 @@ mod tests {
             .into_iter()
             .map(|step| match step.action {
                 Action::InstallServers => (step.name, String::new()),
-                Action::RunTests => (step.name, "(test binaries, concurrently)".to_owned()),
+                Action::RunTests { lint } => {
+                    (step.name, format!("(test binaries, concurrently; lint: {lint})"))
+                }
                 Action::Run(command) => {
                     let args = command.get_args().map(|arg| arg.to_string_lossy().into_owned());
                     let envs = command.get_envs().filter_map(|(name, value)| {
@@ -186,6 +196,9 @@ mod tests {
             })
             .collect()
     }
+
+    const LINTING: &str =
+        "CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__ RUSTC_WORKSPACE_WRAPPER=clippy-driver";
 
     fn one_feature(package: &str, features: &str) -> String {
         format!("cargo clippy --package {package} --no-default-features --features {features} -- -D warnings")
@@ -199,7 +212,6 @@ mod tests {
             [
                 ("install servers", String::new()),
                 ("fmt", "cargo fmt --all -- --check".to_owned()),
-                ("clippy", "cargo clippy --workspace --all-targets --all-features -- -D warnings".to_owned()),
                 ("clippy (one feature)", one_feature("distlock", "redis")),
                 ("clippy (one feature)", one_feature("distlock", "postgres")),
                 ("clippy (one feature)", one_feature("distlock", "mysql")),
@@ -226,10 +238,10 @@ mod tests {
                     "clippy (as installed)",
                     "cargo clippy --package distlock-cli --locked -- -D warnings".to_owned()
                 ),
-                ("test", "(test binaries, concurrently)".to_owned()),
-                ("seckill", "cargo run --quiet --all-features --example seckill".to_owned()),
-                ("reentrant", "cargo run --quiet --all-features --example reentrant".to_owned()),
-                ("metrics", "cargo run --quiet --all-features --example metrics".to_owned()),
+                ("clippy + test", "(test binaries, concurrently; lint: true)".to_owned()),
+                ("seckill", format!("{LINTING} cargo run --quiet --all-features --example seckill")),
+                ("reentrant", format!("{LINTING} cargo run --quiet --all-features --example reentrant")),
+                ("metrics", format!("{LINTING} cargo run --quiet --all-features --example metrics")),
             ]
         );
     }

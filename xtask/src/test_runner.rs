@@ -89,14 +89,15 @@ struct Counts {
     ignored: u64,
 }
 
-/// Builds the tests of the whole workspace with every feature, then runs them concurrently.
+/// Builds the tests of the whole workspace with every feature (linting them with clippy when
+/// `lint`, see [`cmd::cargo_linting`]), then runs them concurrently.
 ///
 /// # Errors
 /// When the build fails, a binary cannot be started, or any test fails (the message names the
 /// binaries that failed; their output is in the log above it).
-pub fn run() -> Result<(), Failure> {
+pub fn run(lint: bool) -> Result<(), Failure> {
     let mut phases: [Vec<Job>; 3] = Default::default();
-    for job in build()? {
+    for job in build(lint)? {
         phases[job.phase as usize].push(job);
     }
     let [first, together, last] = phases;
@@ -131,8 +132,9 @@ fn run_side_by_side(jobs: Vec<Job>, at_once: usize) -> Vec<Ended> {
 
 /// `cargo test --no-run` of the workspace with every feature; a job per test binary, longest
 /// first, and one for the doctests.
-fn build() -> Result<Vec<Job>, Failure> {
-    let mut build = cmd::cargo();
+fn build(lint: bool) -> Result<Vec<Job>, Failure> {
+    let cargo = if lint { cmd::cargo_linting } else { cmd::cargo };
+    let mut build = cargo();
     build.args([
         "test",
         "--workspace",
@@ -164,7 +166,7 @@ fn build() -> Result<Vec<Job>, Failure> {
     let rank = |job: &Job| LONGEST_FIRST.iter().position(|(p, t)| job.label == format!("{p}/{t}"));
     // Stable: the rest keep the build's order.
     jobs.sort_by_key(|job| rank(job).unwrap_or(usize::MAX));
-    let mut doctests = cmd::cargo();
+    let mut doctests = cargo();
     doctests.args(["test", "--workspace", "--all-features", "--doc"]);
     jobs.push(Job { label: "doctests".to_owned(), command: doctests, phase: Phase::Together });
     Ok(jobs)
