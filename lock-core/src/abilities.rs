@@ -11,7 +11,51 @@ use crate::error::Result;
 use crate::name::LockName;
 use crate::owner::OwnerToken;
 
-/// How a read-write acquisition shares its name.
+/// Which of a name's locks a hold is. A name has one of each, and they never contend with each
+/// other: the mutex, a read-write lock's two sides, a semaphore's permits. Backends name their
+/// keys and scripts by it; metrics and spans label holds with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Primitive {
+    /// The exclusive lock ([`DistributedLock`]).
+    Mutex,
+    /// A read lock ([`Access::Read`]).
+    Read,
+    /// A write lock ([`Access::Write`]).
+    Write,
+    /// One permit of a counting semaphore ([`Permits`]).
+    Permit,
+}
+
+impl From<Access> for Primitive {
+    fn from(access: Access) -> Self {
+        match access {
+            Access::Read => Primitive::Read,
+            Access::Write => Primitive::Write,
+        }
+    }
+}
+
+impl Primitive {
+    /// `"mutex"`, `"read"`, `"write"` or `"permit"`: the `mode` label of the metrics and spans.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Mutex => "mutex",
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Permit => "permit",
+        }
+    }
+}
+
+impl fmt::Display for Primitive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The side of a read-write lock an acquisition asks for: the read-write part of
+/// [`Primitive`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Access {
     /// Shared with the other readers of the name; excludes writers.

@@ -13,9 +13,9 @@ use crate::held::HeldLease;
 use crate::name::LockName;
 use crate::observe::Attempt;
 use crate::owner::OwnerToken;
-use crate::reentrancy::{HoldMode, HoldTable, Reentry};
+use crate::reentrancy::{HoldSlot, HoldTable, Reentry};
 
-/// What the current thread already has of `name`'s `mode` lock: `Some(answer)` when that decides
+/// What the current thread already has of `name`'s `slot` lock: `Some(answer)` when that decides
 /// the acquisition (entered again, or refused), `None` when the backend must be asked.
 ///
 /// # Errors
@@ -24,15 +24,15 @@ use crate::reentrancy::{HoldMode, HoldTable, Reentry};
 pub(crate) fn reentered<B: DistributedLock>(
     shared: &Arc<Shared<B>>,
     name: &LockName,
-    mode: HoldMode,
+    slot: HoldSlot,
     deadline: Deadline,
 ) -> Result<Option<Option<LockGuard<B>>>> {
     if shared.is_closed() {
         return Err(Error::Closed);
     }
-    match shared.holds.reenter(name, mode, shared.options.reentrant) {
+    match shared.holds.reenter(name, slot, shared.options.reentrant) {
         Reentry::Entered(held) if !held.is_held() => {
-            shared.holds.exit(HoldTable::<B>::current_thread(), name, mode);
+            shared.holds.exit(HoldTable::<B>::current_thread(), name, slot);
             Err(Error::NotHeld { name: name.clone() })
         }
         Reentry::Entered(held) => Ok(Some(Some(LockGuard::new(Arc::clone(shared), held)))),
@@ -44,7 +44,7 @@ pub(crate) fn reentered<B: DistributedLock>(
     }
 }
 
-/// Records how the server acquisition of `name`'s `mode` lock by `owner` timed by `attempt`
+/// Records how the server acquisition of `name`'s `slot` lock by `owner` timed by `attempt`
 /// ended; a fresh hold is recorded for the current thread, renewed, and handed out as a guard.
 ///
 /// # Errors
@@ -52,7 +52,7 @@ pub(crate) fn reentered<B: DistributedLock>(
 /// acquisition is then released).
 pub(crate) fn record<B: DistributedLock>(
     shared: &Arc<Shared<B>>,
-    (name, mode, owner): (&LockName, HoldMode, OwnerToken),
+    (name, slot, owner): (&LockName, HoldSlot, OwnerToken),
     attempt: Attempt,
     acquired: Result<Option<Acquired<B::Lease>>>,
 ) -> Result<Option<LockGuard<B>>> {
@@ -73,7 +73,7 @@ pub(crate) fn record<B: DistributedLock>(
     let options = &shared.options;
     let observed = (Arc::clone(&shared.observer), attempt.hold_metrics());
     let held =
-        Arc::new(HeldLease::new((name.clone(), mode, owner), acquired, &*shared.backend, options, observed));
+        Arc::new(HeldLease::new((name.clone(), slot, owner), acquired, &*shared.backend, options, observed));
     // Recorded and checked against `close` in one step: a close either sees this hold (and
     // releases it) or has already refused it.
     if !shared.holds.insert_unless_closed(Arc::clone(&held)) {

@@ -127,7 +127,7 @@ impl<B: DistributedLock> LockGuard<B> {
             // Released under the guard by `LockClient::close` or `Lock::force_unlock`.
             return Ok(());
         }
-        if !self.shared.holds.exit(self.thread, &self.held.name, self.held.mode) {
+        if !self.shared.holds.exit(self.thread, &self.held.name, self.held.slot) {
             // A nested hold: the lock stays held by the outer guard, unless it is gone.
             return if self.held.is_held() {
                 Ok(())

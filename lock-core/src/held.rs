@@ -14,7 +14,7 @@ use crate::name::LockName;
 use crate::observe::{HoldMetrics, Observer, ShownName};
 use crate::options::{LockOptions, OnLost};
 use crate::owner::OwnerToken;
-use crate::reentrancy::HoldMode;
+use crate::reentrancy::HoldSlot;
 use crate::state::HoldState;
 
 /// One acquisition: the backend's lease plus what the holder believes about it.
@@ -23,7 +23,7 @@ use crate::state::HoldState;
 /// release waits for an in-flight renewal and a renewal never touches a released lease.
 pub(crate) struct HeldLease<B: DistributedLock> {
     pub(crate) name: LockName,
-    pub(crate) mode: HoldMode,
+    pub(crate) slot: HoldSlot,
     /// The owner token the lease is bound to (a writer's read lock is asked under it).
     pub(crate) owner: OwnerToken,
     /// The lease the holder may count on after each confirmation: the requested lease less the
@@ -60,12 +60,12 @@ pub(crate) struct HeldLease<B: DistributedLock> {
 }
 
 impl<B: DistributedLock> HeldLease<B> {
-    /// A hold of `name`'s `mode` lock by `owner`, won by `acquired` under `options`: its lease
+    /// A hold of `name`'s `slot` lock by `owner`, won by `acquired` under `options`: its lease
     /// counts from the winning request's send time, less the backend's
     /// [`lease_margin`](DistributedLock::lease_margin) and the clock-drift margin of the rest.
     /// It reports to its client's `observer` and its own `metrics`.
     pub(crate) fn new(
-        (name, mode, owner): (LockName, HoldMode, OwnerToken),
+        (name, slot, owner): (LockName, HoldSlot, OwnerToken),
         acquired: Acquired<B::Lease>,
         backend: &B,
         options: &LockOptions,
@@ -83,7 +83,7 @@ impl<B: DistributedLock> HeldLease<B> {
         lost.set_expiry(sent_at + valid_for);
         Self {
             name,
-            mode,
+            slot,
             owner,
             valid_for,
             ttl,
@@ -247,7 +247,7 @@ impl<B: DistributedLock> HeldLease<B> {
     /// [`Error::NotHeld`] when the backend says the lock was no longer held under this lease; the
     /// backend's error when it could not be asked (the server then expires the lease on its own).
     pub(crate) fn release(&self, backend: &B) -> Result<()> {
-        let span = self.observer.release_span(&self.name, self.mode, self.fencing);
+        let span = self.observer.release_span(&self.name, self.slot.primitive(), self.fencing);
         let _entered = span.enter();
         let outcome = self.release_lease(backend);
         // A hold that ended lost (reported by now, by whichever path saw it first) fails its

@@ -72,9 +72,11 @@ mod semaphore;
 mod state;
 mod thread_pool;
 mod tls;
+mod tls_url;
 mod url;
+mod write_holds;
 
-pub use abilities::{poll_until, Access, Deadline, Permits, ReadWrite, Request};
+pub use abilities::{poll_until, Access, Deadline, Permits, Primitive, ReadWrite, Request};
 pub use backend::{Acquired, DistributedLock, Extension, Fencing, FencingToken, HoldKind, NativeWait};
 pub use callbacks::{CALLBACK_THREAD_NAME, MAX_CALLBACK_THREADS};
 pub use client::LockClient;
@@ -99,7 +101,9 @@ pub use state::HoldState;
 #[cfg(feature = "rustls")]
 pub use tls::install_ring_provider;
 pub use tls::{TlsMode, TlsOptions, Verification};
+pub use tls_url::{TlsParameters, TlsVocabulary};
 pub use url::{redact_url, split_url_list, UrlParts};
+pub use write_holds::WriteHolds;
 
 #[cfg(test)]
 mod fake;

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::abilities::Deadline;
+use crate::abilities::{Deadline, Primitive};
 use crate::acquire;
 use crate::backend::{Acquired, DistributedLock};
 use crate::backoff::Backoff;
@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::guard::LockGuard;
 use crate::name::LockName;
 use crate::owner::OwnerToken;
-use crate::reentrancy::HoldMode;
+use crate::reentrancy::HoldSlot;
 
 /// One named lock of a [`LockClient`]. Cheap to clone; clones are the same lock.
 ///
@@ -84,12 +84,12 @@ impl<B: DistributedLock> Lock<B> {
 
     /// Whether the current thread holds this lock (through this client) and has not lost it.
     pub fn is_held_by_current_thread(&self) -> bool {
-        self.client.shared.holds.current(&self.name, HoldMode::Mutex).is_some_and(|(_, held)| held.is_held())
+        self.client.shared.holds.current(&self.name, HoldSlot::Mutex).is_some_and(|(_, held)| held.is_held())
     }
 
     /// How many times the current thread has locked this lock without unlocking it.
     pub fn hold_count(&self) -> usize {
-        self.client.shared.holds.current(&self.name, HoldMode::Mutex).map_or(0, |(count, _)| count)
+        self.client.shared.holds.current(&self.name, HoldSlot::Mutex).map_or(0, |(count, _)| count)
     }
 
     /// Releases this client's hold on the lock, whichever thread holds it and however many
@@ -106,7 +106,7 @@ impl<B: DistributedLock> Lock<B> {
     /// the server says the lock was no longer held under this client's token.
     pub fn force_unlock(&self) -> Result<bool> {
         let shared = &self.client.shared;
-        let holds = shared.holds.remove_all(&self.name, HoldMode::Mutex);
+        let holds = shared.holds.remove_all(&self.name, HoldSlot::Mutex);
         let mut outcome = Ok(!holds.is_empty());
         for held in holds {
             let released = held.release(&shared.backend);
@@ -120,17 +120,17 @@ impl<B: DistributedLock> Lock<B> {
 
     fn acquire(&self, deadline: Deadline) -> Result<Option<LockGuard<B>>> {
         let shared = &self.client.shared;
-        if let Some(answer) = acquire::reentered(shared, &self.name, HoldMode::Mutex, deadline)? {
+        if let Some(answer) = acquire::reentered(shared, &self.name, HoldSlot::Mutex, deadline)? {
             return Ok(answer);
         }
         let owner = OwnerToken::random();
-        let attempt = shared.observer.attempt(&self.name, HoldMode::Mutex);
+        let attempt = shared.observer.attempt(&self.name, Primitive::Mutex);
         let acquired = match deadline {
             Deadline::Now => self.try_acquire_once(&owner),
             Deadline::At(deadline) => self.acquire_waiting(&owner, Some(deadline)),
             Deadline::Never => self.acquire_waiting(&owner, None),
         };
-        acquire::record(shared, (&self.name, HoldMode::Mutex, owner), attempt, acquired)
+        acquire::record(shared, (&self.name, HoldSlot::Mutex, owner), attempt, acquired)
     }
 
     fn try_acquire_once(&self, owner: &OwnerToken) -> Result<Option<Acquired<B::Lease>>> {

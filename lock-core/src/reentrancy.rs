@@ -6,23 +6,35 @@ use std::thread::{self, ThreadId};
 
 use parking_lot::Mutex;
 
+use crate::abilities::Primitive;
 use crate::backend::DistributedLock;
 use crate::held::HeldLease;
 use crate::name::LockName;
 
-/// Which of a name's locks a hold is: the mutex, a read-write lock's read or write side, or one
-/// semaphore permit. Each is counted apart.
+/// Where the hold table counts a hold: by its [`Primitive`], and a permit also by its own
+/// number (permits are never re-entered: each acquisition is its own permit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum HoldMode {
+pub(crate) enum HoldSlot {
     Mutex,
     Read,
     Write,
-    /// Permits are never re-entered: each acquisition is its own permit, told apart by a
-    /// process-wide serial number.
+    /// A process-wide serial number tells the permits apart.
     Permit(u64),
 }
 
-type Key = (ThreadId, LockName, HoldMode);
+impl HoldSlot {
+    /// The primitive held.
+    pub(crate) fn primitive(self) -> Primitive {
+        match self {
+            Self::Mutex => Primitive::Mutex,
+            Self::Read => Primitive::Read,
+            Self::Write => Primitive::Write,
+            Self::Permit(_) => Primitive::Permit,
+        }
+    }
+}
+
+type Key = (ThreadId, LockName, HoldSlot);
 
 /// The locks each thread of one client holds, with Java `ReentrantLock` hold counts.
 ///
@@ -58,8 +70,8 @@ impl<B: DistributedLock> HoldTable<B> {
         Self { holds: Mutex::new(Holds { by_thread: HashMap::new(), closed: false }) }
     }
 
-    fn key(name: &LockName, mode: HoldMode) -> Key {
-        (thread::current().id(), name.clone(), mode)
+    fn key(name: &LockName, slot: HoldSlot) -> Key {
+        (thread::current().id(), name.clone(), slot)
     }
 
     /// The id under which the current thread's holds are kept; guards remember it, so releasing
@@ -68,9 +80,9 @@ impl<B: DistributedLock> HoldTable<B> {
         thread::current().id()
     }
 
-    /// Enters `name`'s `mode` lock again if the current thread holds it (and `reentrant` allows).
-    pub(crate) fn reenter(&self, name: &LockName, mode: HoldMode, reentrant: bool) -> Reentry<B> {
-        match self.holds.lock().by_thread.get_mut(&Self::key(name, mode)) {
+    /// Enters `name`'s `slot` lock again if the current thread holds it (and `reentrant` allows).
+    pub(crate) fn reenter(&self, name: &LockName, slot: HoldSlot, reentrant: bool) -> Reentry<B> {
+        match self.holds.lock().by_thread.get_mut(&Self::key(name, slot)) {
             None => Reentry::NotHeld,
             Some(_) if !reentrant => Reentry::Refused,
             Some(hold) => {
@@ -83,7 +95,7 @@ impl<B: DistributedLock> HoldTable<B> {
     /// Records a fresh acquisition by the current thread (count 1), unless the table was
     /// closed; returns whether it was recorded.
     pub(crate) fn insert_unless_closed(&self, held: Arc<HeldLease<B>>) -> bool {
-        let key = Self::key(&held.name, held.mode);
+        let key = Self::key(&held.name, held.slot);
         let mut holds = self.holds.lock();
         if holds.closed {
             return false;
@@ -97,10 +109,10 @@ impl<B: DistributedLock> HoldTable<B> {
         self.holds.lock().closed
     }
 
-    /// Lowers `thread`'s count for `name`'s `mode` lock; returns `true` when it reached zero (the
+    /// Lowers `thread`'s count for `name`'s `slot` lock; returns `true` when it reached zero (the
     /// entry is then gone and the caller must release the lease).
-    pub(crate) fn exit(&self, thread: ThreadId, name: &LockName, mode: HoldMode) -> bool {
-        let key = (thread, name.clone(), mode);
+    pub(crate) fn exit(&self, thread: ThreadId, name: &LockName, slot: HoldSlot) -> bool {
+        let key = (thread, name.clone(), slot);
         let mut holds = self.holds.lock();
         let Some(hold) = holds.by_thread.get_mut(&key) else {
             // Guards are !Send, so only a guard of this thread can get here; no entry means it
@@ -116,14 +128,14 @@ impl<B: DistributedLock> HoldTable<B> {
         }
     }
 
-    /// Forgets every thread's hold of `name`'s `mode` lock; returns their acquisitions (one for
+    /// Forgets every thread's hold of `name`'s `slot` lock; returns their acquisitions (one for
     /// the mutex, unless a thread kept a lost hold while another acquired anew).
-    pub(crate) fn remove_all(&self, name: &LockName, mode: HoldMode) -> Vec<Arc<HeldLease<B>>> {
+    pub(crate) fn remove_all(&self, name: &LockName, slot: HoldSlot) -> Vec<Arc<HeldLease<B>>> {
         let mut holds = self.holds.lock();
         let keys: Vec<_> = holds
             .by_thread
             .keys()
-            .filter(|(_, held, held_mode)| held == name && *held_mode == mode)
+            .filter(|(_, held, held_slot)| held == name && *held_slot == slot)
             .cloned()
             .collect();
         keys.into_iter().filter_map(|key| holds.by_thread.remove(&key)).map(|hold| hold.held).collect()
@@ -139,12 +151,12 @@ impl<B: DistributedLock> HoldTable<B> {
         Some(holds.by_thread.drain().map(|(_, hold)| hold.held).collect())
     }
 
-    /// The current thread's hold count and acquisition of `name`'s `mode` lock, if it holds it.
-    pub(crate) fn current(&self, name: &LockName, mode: HoldMode) -> Option<(usize, Arc<HeldLease<B>>)> {
+    /// The current thread's hold count and acquisition of `name`'s `slot` lock, if it holds it.
+    pub(crate) fn current(&self, name: &LockName, slot: HoldSlot) -> Option<(usize, Arc<HeldLease<B>>)> {
         self.holds
             .lock()
             .by_thread
-            .get(&Self::key(name, mode))
+            .get(&Self::key(name, slot))
             .map(|hold| (hold.count, Arc::clone(&hold.held)))
     }
 }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::abilities::{Access, Deadline, Request};
+use crate::abilities::{Access, Deadline, Primitive, Request};
 use crate::acquire;
 use crate::backend::DistributedLock;
 use crate::client::LockClient;
@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::name::LockName;
 use crate::owner::OwnerToken;
-use crate::reentrancy::HoldMode;
+use crate::reentrancy::HoldSlot;
 
 /// A named read-write lock of a [`LockClient`]: many readers at once, or one writer — Redisson's
 /// `RReadWriteLock`, Curator's `InterProcessReadWriteLock`. Cheap to clone; clones are the same
@@ -127,7 +127,7 @@ impl<B: DistributedLock> ReadWriteLock<B> {
 
     /// How many times the current thread holds the lock in `access` mode (through this client).
     pub fn hold_count(&self, access: Access) -> usize {
-        self.client.shared.holds.current(&self.name, mode(access)).map_or(0, |(count, _)| count)
+        self.client.shared.holds.current(&self.name, slot(access)).map_or(0, |(count, _)| count)
     }
 
     fn forever(&self, access: Access) -> Result<LockGuard<B>> {
@@ -142,34 +142,34 @@ impl<B: DistributedLock> ReadWriteLock<B> {
                 feature: "read-write locks",
             });
         };
-        if let Some(answer) = acquire::reentered(shared, &self.name, mode(access), deadline)? {
+        if let Some(answer) = acquire::reentered(shared, &self.name, slot(access), deadline)? {
             return Ok(answer);
         }
         let holds = &shared.holds;
         let owner = match access {
-            Access::Write if holds.current(&self.name, HoldMode::Read).is_some() => {
+            Access::Write if holds.current(&self.name, HoldSlot::Read).is_some() => {
                 return Err(Error::WouldDeadlock { name: self.name.clone() });
             }
             Access::Write => OwnerToken::random(),
             // A writer's read lock is asked under the write lease's owner, which the backend
             // admits past its own write lock.
             Access::Read => holds
-                .current(&self.name, HoldMode::Write)
+                .current(&self.name, HoldSlot::Write)
                 .filter(|(_, held)| held.is_held())
                 .map_or_else(OwnerToken::random, |(_, held)| held.owner),
         };
         let options = &shared.options;
         let request = Request::new(&self.name, &owner, options.lease, deadline, options.backoff());
-        let attempt = shared.observer.attempt(&self.name, mode(access));
+        let attempt = shared.observer.attempt(&self.name, Primitive::from(access));
         let acquired = backend.acquire_rw(&request, access);
-        acquire::record(shared, (&self.name, mode(access), owner), attempt, acquired)
+        acquire::record(shared, (&self.name, slot(access), owner), attempt, acquired)
     }
 }
 
-fn mode(access: Access) -> HoldMode {
+fn slot(access: Access) -> HoldSlot {
     match access {
-        Access::Read => HoldMode::Read,
-        Access::Write => HoldMode::Write,
+        Access::Read => HoldSlot::Read,
+        Access::Write => HoldSlot::Write,
     }
 }
 

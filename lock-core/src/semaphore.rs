@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::name::LockName;
 use crate::owner::OwnerToken;
-use crate::reentrancy::HoldMode;
+use crate::reentrancy::HoldSlot;
 use crate::rw_lock::deadline_after;
 
 /// Tells each permit's hold apart in the hold table: permits are never re-entered.
@@ -127,10 +127,10 @@ impl<B: DistributedLock> Semaphore<B> {
         let owner = OwnerToken::random();
         let options = &shared.options;
         let request = Request::new(&self.name, &owner, options.lease, deadline, options.backoff());
-        let mode = HoldMode::Permit(NEXT_PERMIT.fetch_add(1, Ordering::Relaxed));
-        let attempt = shared.observer.attempt(&self.name, mode);
+        let slot = HoldSlot::Permit(NEXT_PERMIT.fetch_add(1, Ordering::Relaxed));
+        let attempt = shared.observer.attempt(&self.name, slot.primitive());
         let acquired = backend.acquire_permit(&request, self.permits);
-        acquire::record(shared, (&self.name, mode, owner), attempt, acquired)
+        acquire::record(shared, (&self.name, slot, owner), attempt, acquired)
     }
 }
 

@@ -46,21 +46,27 @@ pub enum TlsMode {
 }
 
 impl TlsMode {
-    /// libpq's `sslmode` value: `disable`, `prefer`, `require`, `verify-ca` or `verify-full`
-    /// (`allow` is taken as `prefer`: both fall back to plaintext).
+    /// libpq's `sslmode` value: `disable`, `prefer`, `require`, `verify-ca` or `verify-full`.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] for any other value.
+    /// [`Error::InvalidConfig`] for any other value, `allow` included: it means plaintext first
+    /// and TLS only if the server insists, and reading it as `prefer` would do the opposite.
     pub fn from_libpq(value: &str) -> Result<Self> {
         Ok(match value {
             "disable" => TlsMode::Disable,
-            "allow" | "prefer" => TlsMode::Prefer,
+            "allow" => {
+                return Err(Error::invalid_config(
+                    "sslmode=allow (plaintext first, TLS only if the server insists) is not supported: \
+                     use sslmode=prefer (TLS where the server offers it), require or verify-full",
+                ))
+            }
+            "prefer" => TlsMode::Prefer,
             "require" => TlsMode::Require,
             "verify-ca" => TlsMode::VerifyCa,
             "verify-full" => TlsMode::VerifyFull,
             other => {
                 return Err(Error::invalid_config(format!(
-                    "sslmode={other}: expected disable, allow, prefer, require, verify-ca or verify-full"
+                    "sslmode={other}: expected disable, prefer, require, verify-ca or verify-full"
                 )))
             }
         })
@@ -233,6 +239,8 @@ mod tests {
         assert_eq!(TlsMode::from_mysql("verify_identity").unwrap(), TlsMode::VerifyFull);
         assert_eq!(TlsMode::from_mysql("REQUIRED").unwrap(), TlsMode::Require);
         assert!(matches!(TlsMode::from_libpq("on"), Err(Error::InvalidConfig { .. })));
+        let allow = TlsMode::from_libpq("allow").unwrap_err().to_string();
+        assert!(allow.contains("not supported"), "{allow}");
         assert!(matches!(TlsMode::from_mysql("verify-full"), Err(Error::InvalidConfig { .. })));
     }
 

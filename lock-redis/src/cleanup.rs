@@ -22,10 +22,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use lock_core::Primitive;
 use parking_lot::Mutex;
 use redis::Value;
 
-use crate::backend::{RedisBackend, RedisLease, Shape, QUEUE_ENTRY_TTL};
+use crate::backend::{RedisBackend, RedisLease, QUEUE_ENTRY_TTL};
 use crate::error;
 use crate::keys::RedisKeys;
 use crate::lua::LockScripts;
@@ -115,8 +116,8 @@ struct CleanupState {
 /// have run out anyway.
 pub(crate) fn release_in_background(backend: &RedisBackend, lease: RedisLease, why: &'static str) {
     let give_up_at = Instant::now() + lease.lease;
-    if lease.shape != Shape::Mutex {
-        release_shaped_in_background(backend, lease, give_up_at, why);
+    if lease.primitive != Primitive::Mutex {
+        release_shared_mode_in_background(backend, lease, give_up_at, why);
         return;
     }
     let job = Job { undo: Undo::Release, keys: lease.keys, token: lease.token, give_up_at, why };
@@ -138,7 +139,7 @@ pub(crate) fn leave_queue_in_background(
 
 /// A read-write or permit grant, given back by a thread of its own (a rare path: a failed
 /// acquisition or `WAIT`), with the same retries as the mutex's jobs.
-fn release_shaped_in_background(
+fn release_shared_mode_in_background(
     backend: &RedisBackend,
     lease: RedisLease,
     give_up_at: Instant,

@@ -21,15 +21,8 @@
 
 use std::fmt;
 
-use lock_core::{TlsMode, TlsOptions, Verification};
-use percent_encoding::percent_decode_str;
+use lock_core::{TlsMode, TlsOptions, TlsParameters, TlsVocabulary, Verification};
 use redis::{ConnectionAddr, ConnectionInfo, RedisError};
-
-/// The URL query parameters that are TLS settings.
-const CACERT: &str = "cacert";
-const CERT: &str = "cert";
-const KEY: &str = "key";
-const SSLMODE: &str = "sslmode";
 
 /// `url` without its TLS parameters (and `#insecure`), and the TLS options the URL gives:
 /// `None` for a plaintext scheme (`redis://…`), which must then have no TLS parameter.
@@ -39,81 +32,41 @@ const SSLMODE: &str = "sslmode";
 /// URL, a `cert` without `key` (or the reverse), an unknown or impossible `sslmode`, `cacert`
 /// with `#insecure`, a parameter that is not UTF-8 once decoded.
 pub(crate) fn split_url(url: &str) -> Result<(String, Option<TlsOptions>), String> {
+    let vocabulary = &TlsVocabulary::REDIS_CLI;
     let (scheme, _) = url.split_once("://").unwrap_or(("", url));
     let is_tls = matches!(
         scheme.to_ascii_lowercase().as_str(),
         "rediss" | "rediss+sentinel" | "rediss+cluster" | "valkeys"
     );
-    let (before_fragment, fragment) = match url.split_once('#') {
-        Some((before, fragment)) => (before, Some(fragment)),
-        None => (url, None),
+    // redis-rs knows no fragment but `#insecure`; it reports any other itself.
+    let (url, insecure) = match url.strip_suffix("#insecure") {
+        Some(url) => (url, true),
+        None => (url, false),
     };
-    let (base, query) = before_fragment.split_once('?').unwrap_or((before_fragment, ""));
-    let mut kept = Vec::new();
-    let (mut root, mut cert, mut key, mut mode) = (None, None, None, None);
-    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let slot = match name {
-            CACERT => &mut root,
-            CERT => &mut cert,
-            KEY => &mut key,
-            SSLMODE => &mut mode,
-            _ => {
-                kept.push(pair);
-                continue;
-            }
-        };
-        // Form encoding, as redis-rs (`url`'s `query_pairs`) reads the rest of the query.
-        let value = percent_decode_str(&value.replace('+', " "))
-            .decode_utf8()
-            .map_err(|_| format!("the URL's {name}= is not UTF-8 once percent-decoded"))?
-            .into_owned();
-        *slot = Some(value);
-    }
-    let insecure = match fragment {
-        Some("insecure") => true,
-        // redis-rs knows no other fragment; it reports that itself.
-        Some(_) | None => false,
-    };
-    let mut stripped = base.to_owned();
-    if !kept.is_empty() {
-        stripped.push('?');
-        stripped.push_str(&kept.join("&"));
-    }
-    if let (Some(other), false) = (fragment, insecure) {
-        stripped.push('#');
-        stripped.push_str(other);
-    }
+    let (stripped, taken) =
+        TlsParameters::take_from_url(url, vocabulary).map_err(|error| error.to_string())?;
     if !is_tls {
         if insecure {
             return Err("#insecure is a TLS setting: use a rediss:// URL".into());
         }
-        let given = [(CACERT, &root), (CERT, &cert), (KEY, &key), (SSLMODE, &mode)];
-        if let Some((name, _)) = given.iter().find(|(_, value)| value.is_some()) {
+        if !taken.is_empty() {
+            let [cacert, cert, key, sslmode] = vocabulary.names();
             return Err(format!(
-                "{name}= is a TLS setting: use a rediss:// URL (or rediss+sentinel://, rediss+cluster://)"
+                "{cacert}=, {cert}=, {key}= and {sslmode}= are TLS settings: use a rediss:// URL (or \
+                 rediss+sentinel://, rediss+cluster://)"
             ));
         }
         return Ok((stripped, None));
     }
-    let mode = match (mode, insecure) {
+    let default_mode = match (taken.mode, insecure) {
         (Some(_), true) => return Err("#insecure and sslmode= both set the TLS mode: keep one".into()),
-        (Some(mode), false) => TlsMode::from_libpq(&mode).map_err(|error| error.to_string())?,
         (None, true) => TlsMode::Require,
-        (None, false) => TlsMode::VerifyFull,
+        (_, false) => TlsMode::VerifyFull,
     };
-    if insecure && root.is_some() {
+    if insecure && taken.root.is_some() {
         return Err("#insecure checks no certificate, so cacert= would be ignored: drop one (sslmode=verify-ca checks the chain only)".into());
     }
-    let mut options = TlsOptions::new(mode);
-    if let Some(root) = root {
-        options = options.root_cert(root);
-    }
-    options = match (cert, key) {
-        (Some(cert), Some(key)) => options.client_cert(cert, key),
-        (None, None) => options,
-        _ => return Err("a client certificate needs both cert= and key=".into()),
-    };
+    let options = taken.into_options(vocabulary, default_mode).map_err(|error| error.to_string())?;
     check_mode(&options)?;
     Ok((stripped, Some(options)))
 }

@@ -1,7 +1,7 @@
 //! What the SQL backends' leases share: the [`Hold`] (lock-table owner, or a connection whose
 //! session holds the lock), and the public lease types' fields, accessors and `Debug` output.
 
-use lock_core::Access;
+use lock_core::{Access, OwnerToken};
 
 use crate::session_connection::{EndSession, SessionConnection};
 use crate::shared_session::SharedSession;
@@ -15,9 +15,9 @@ pub(crate) enum Hold<C: EndSession, K> {
     Row { connection: SessionConnection<C> },
     /// An advisory lock held by the connection's session.
     Advisory { key: K, connection: SessionConnection<C> },
-    /// A read-write lock held by a session (row or advisory kind), under this owner token (in
-    /// hex): a writer's session is shared with the read lease its owner asks for (a downgrade).
-    ReadWrite { access: Access, owner: String, session: SharedSession<C> },
+    /// A read-write lock held by a session (row or advisory kind), under this owner token: a
+    /// writer's session is shared with the read lease its owner asks for (a downgrade).
+    ReadWrite { access: Access, owner: OwnerToken, session: SharedSession<C> },
     /// A semaphore permit: this owner token's entry in the permits table.
     Permit { owner: String },
 }

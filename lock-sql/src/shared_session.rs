@@ -8,15 +8,13 @@
 //! is released, the session keeps the read alone — the write is never let go before the read is
 //! held, so no other writer can slip in between.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use lock_core::{LockName, OwnerToken, WriteHolds};
 
 use crate::session_connection::{EndSession, SessionConnection};
 
 type Cell<C> = Mutex<SessionConnection<C>>;
-
-/// Write leases' sessions by (name, owner token in hex).
-type BySessionKey<C> = HashMap<(String, String), Weak<Cell<C>>>;
 
 /// A session connection held by one or more read-write leases. The last lease to let go gives
 /// the connection back (or, dropped, ends the session, as [`SessionConnection`] does).
@@ -43,46 +41,33 @@ impl<C: EndSession> SharedSession<C> {
             .map(|cell| cell.into_inner().unwrap_or_else(PoisonError::into_inner))
             .map_err(Self)
     }
-
-    fn share(&self) -> Self {
-        Self(Arc::clone(&self.0))
-    }
 }
 
-/// The sessions of write leases by (name, owner token in hex): where a read asked under a write
-/// lease's owner finds the session to share. Holds no session alive by itself.
-pub(crate) struct Writers<C: EndSession>(Mutex<BySessionKey<C>>);
+/// The sessions of write leases by name and owner: where a read asked under a write lease's
+/// owner finds the session to share. Holds no session alive by itself.
+pub(crate) struct Writers<C: EndSession>(WriteHolds<Weak<Cell<C>>>);
 
 impl<C: EndSession> Default for Writers<C> {
     fn default() -> Self {
-        Self(Mutex::default())
+        Self(WriteHolds::default())
     }
 }
 
 impl<C: EndSession> Writers<C> {
-    fn map(&self) -> MutexGuard<'_, BySessionKey<C>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// Notes a write lease's session.
-    pub(crate) fn insert(&self, name: &str, owner: &str, session: &SharedSession<C>) {
-        let mut map = self.map();
+    pub(crate) fn insert(&self, name: &LockName, owner: &OwnerToken, session: &SharedSession<C>) {
         // Entries of leases gone without a release (dropped) go here.
-        map.retain(|_, weak| weak.strong_count() > 0);
-        map.insert((name.to_owned(), owner.to_owned()), Arc::downgrade(&session.0));
+        self.0.insert(name, owner, Arc::downgrade(&session.0), |weak| weak.strong_count() == 0);
     }
 
     /// The session of the write lease of `name` under `owner`, if it is still held.
-    pub(crate) fn find(&self, name: &str, owner: &str) -> Option<SharedSession<C>> {
-        let map = self.map();
-        map.get(&(name.to_owned(), owner.to_owned()))
-            .and_then(Weak::upgrade)
-            .map(|cell| SharedSession(cell).share())
+    pub(crate) fn find(&self, name: &LockName, owner: &OwnerToken) -> Option<SharedSession<C>> {
+        self.0.find(name, owner, Weak::upgrade).map(SharedSession)
     }
 
     /// Forgets a write lease's session (it is being released).
-    pub(crate) fn remove(&self, name: &str, owner: &str) {
-        self.map().remove(&(name.to_owned(), owner.to_owned()));
+    pub(crate) fn remove(&self, name: &LockName, owner: &OwnerToken) {
+        self.0.remove(name, owner);
     }
 }
 
@@ -101,22 +86,24 @@ mod tests {
     fn the_last_lease_gets_the_connection_and_writers_hold_nothing_alive() {
         let ended = std::rc::Rc::new(std::cell::Cell::new(false));
         let writers = Writers::default();
+        let (n, m) = (LockName::new("n").unwrap(), LockName::new("m").unwrap());
+        let (o, other) = (OwnerToken::random(), OwnerToken::random());
         let write = SharedSession::new(SessionConnection::new(Fake(ended.clone())));
-        writers.insert("n", "o", &write);
-        let read = writers.find("n", "o").expect("registered");
-        assert!(writers.find("n", "other").is_none());
+        writers.insert(&n, &o, &write);
+        let read = writers.find(&n, &o).expect("registered");
+        assert!(writers.find(&n, &other).is_none());
         assert!(write.is_shared());
         let Err(write) = write.into_only() else { panic!("the read shares it") };
-        writers.remove("n", "o");
+        writers.remove(&n, &o);
         drop(write);
         assert!(!read.is_shared());
         let only = read.into_only().ok().expect("last");
         only.give_back();
         assert!(!ended.get());
         let lone = SharedSession::new(SessionConnection::new(Fake(ended.clone())));
-        writers.insert("m", "o", &lone);
+        writers.insert(&m, &o, &lone);
         drop(lone);
         assert!(ended.get(), "dropped, the session ends");
-        assert!(writers.find("m", "o").is_none());
+        assert!(writers.find(&m, &o).is_none());
     }
 }

@@ -17,97 +17,29 @@
 
 use std::path::PathBuf;
 
-use lock_core::{Error, Result, TlsMode, TlsOptions};
+use lock_core::{Error, Result, TlsMode, TlsOptions, TlsParameters, TlsVocabulary};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::builder::Settings;
 
-/// One database's names for the TLS parameters.
+/// One database's names for the TLS parameters, and its advice for a refused plaintext client.
 #[derive(Debug)]
 pub(crate) struct Vocabulary {
-    /// The mode, then the root certificate file, the client certificate and its key (each
-    /// with its accepted spellings, the documented one first).
-    mode: &'static [&'static str],
-    root: &'static [&'static str],
-    cert: &'static [&'static str],
-    key: &'static [&'static str],
-    parse_mode: fn(&str) -> Result<TlsMode>,
-    /// The root value that means "the platform's roots" (libpq 16's `sslrootcert=system`).
-    system_roots: Option<&'static str>,
+    names: &'static TlsVocabulary,
     /// What to tell a user whose plaintext connection a TLS-only server refused.
     pub(crate) require_hint: &'static str,
 }
 
 /// libpq's names: `sslmode`, `sslrootcert`, `sslcert`, `sslkey`.
 #[cfg(feature = "postgres")]
-pub(crate) const LIBPQ: Vocabulary = Vocabulary {
-    mode: &["sslmode"],
-    root: &["sslrootcert"],
-    cert: &["sslcert"],
-    key: &["sslkey"],
-    parse_mode: libpq_mode,
-    system_roots: Some("system"),
-    require_hint: "connect with sslmode=require or stronger",
-};
+pub(crate) const LIBPQ: Vocabulary =
+    Vocabulary { names: &TlsVocabulary::LIBPQ, require_hint: "connect with sslmode=require or stronger" };
 
-/// libpq's `sslmode`, but `allow` refused (see the module docs).
-#[cfg(feature = "postgres")]
-fn libpq_mode(value: &str) -> Result<TlsMode> {
-    if value == "allow" {
-        return Err(Error::invalid_config(
-            "sslmode=allow (plaintext first, TLS only if the server insists) is not supported: use \
-             sslmode=prefer (TLS where the server offers it), require or verify-full",
-        ));
-    }
-    TlsMode::from_libpq(value)
-}
-
-/// The MySQL client's names: `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key` (MySQL takes `_` for
-/// `-` in option names; so does this).
+/// The MySQL client's names: `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key`.
 #[cfg(feature = "mysql")]
-pub(crate) const MYSQL: Vocabulary = Vocabulary {
-    mode: &["ssl-mode", "ssl_mode"],
-    root: &["ssl-ca", "ssl_ca"],
-    cert: &["ssl-cert", "ssl_cert"],
-    key: &["ssl-key", "ssl_key"],
-    parse_mode: TlsMode::from_mysql,
-    system_roots: None,
-    require_hint: "connect with ssl-mode=REQUIRED or stronger",
-};
-
-/// What a URL's TLS parameters said.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct UrlTls {
-    mode: Option<TlsMode>,
-    root: Option<PathBuf>,
-    /// `sslrootcert=system`: the platform's roots, explicitly.
-    system_roots: bool,
-    cert: Option<PathBuf>,
-    key: Option<PathBuf>,
-}
-
-impl UrlTls {
-    fn is_empty(&self) -> bool {
-        *self == UrlTls::default()
-    }
-
-    fn set(&mut self, vocabulary: &Vocabulary, key: &str, value: String) -> Result<bool> {
-        if vocabulary.mode.contains(&key) {
-            self.mode = Some((vocabulary.parse_mode)(&value)?);
-        } else if vocabulary.root.contains(&key) {
-            self.system_roots = vocabulary.system_roots == Some(value.as_str());
-            self.root = (!self.system_roots).then(|| value.into());
-        } else if vocabulary.cert.contains(&key) {
-            self.cert = Some(value.into());
-        } else if vocabulary.key.contains(&key) {
-            self.key = Some(value.into());
-        } else {
-            return Ok(false);
-        }
-        Ok(true)
-    }
-}
+pub(crate) const MYSQL: Vocabulary =
+    Vocabulary { names: &TlsVocabulary::MYSQL, require_hint: "connect with ssl-mode=REQUIRED or stronger" };
 
 /// The URL without its TLS parameters (for the driver), and the TLS settings of the URL and
 /// the builder together (`None`: neither says anything).
@@ -123,43 +55,18 @@ pub(crate) fn resolve(settings: &Settings, vocabulary: &Vocabulary) -> Result<(S
 }
 
 /// Takes the TLS parameters out of `url`: a `scheme://…?query` URL or libpq `key=value` pairs.
-fn take_parameters(url: &str, vocabulary: &Vocabulary) -> Result<(String, UrlTls)> {
-    let mut tls = UrlTls::default();
+fn take_parameters(url: &str, vocabulary: &Vocabulary) -> Result<(String, TlsParameters)> {
     if url.contains("://") {
-        let (before_fragment, fragment) = url.split_once('#').map_or((url, None), |(u, f)| (u, Some(f)));
-        let Some((base, query)) = before_fragment.split_once('?') else {
-            return Ok((url.to_owned(), tls));
-        };
-        let mut kept = Vec::new();
-        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            if !tls.set(vocabulary, &decode(key), decode(value))? {
-                kept.push(pair);
-            }
-        }
-        let mut rest = base.to_owned();
-        if !kept.is_empty() {
-            rest.push('?');
-            rest.push_str(&kept.join("&"));
-        }
-        if let Some(fragment) = fragment {
-            rest.push('#');
-            rest.push_str(fragment);
-        }
-        return Ok((rest, tls));
+        return TlsParameters::take_from_url(url, vocabulary.names);
     }
+    let mut tls = TlsParameters::default();
     let mut kept = Vec::new();
     for pair in key_value_pairs(url)? {
-        if !tls.set(vocabulary, &pair.key, pair.value)? {
+        if !tls.set(vocabulary.names, &pair.key, pair.value)? {
             kept.push(pair.text);
         }
     }
     Ok((kept.join(" "), tls))
-}
-
-/// A URL query's key or value, percent-decoded (`+` is a space).
-fn decode(text: &str) -> String {
-    percent_encoding::percent_decode_str(&text.replace('+', " ")).decode_utf8_lossy().into_owned()
 }
 
 /// One `key=value` of a libpq connection string: its text as written, and the value unquoted.
@@ -222,7 +129,11 @@ fn key_value_pairs(text: &str) -> Result<Vec<KeyValue<'_>>> {
 }
 
 /// The URL's settings and the builder's together (see the module docs for precedence).
-fn merge(url: UrlTls, builder: Option<&TlsOptions>, vocabulary: &Vocabulary) -> Result<Option<TlsOptions>> {
+fn merge(
+    url: TlsParameters,
+    builder: Option<&TlsOptions>,
+    vocabulary: &Vocabulary,
+) -> Result<Option<TlsOptions>> {
     if url.is_empty() && builder.is_none() {
         return Ok(None);
     }
@@ -236,27 +147,19 @@ fn merge(url: UrlTls, builder: Option<&TlsOptions>, vocabulary: &Vocabulary) -> 
         (None, None) => TlsMode::Prefer,
     };
     let mut tls = TlsOptions::new(mode);
-    let root = builder.and_then(TlsOptions::root_cert_path).map(PathBuf::from).or(url.root);
+    let names = vocabulary.names;
+    let root = builder.and_then(TlsOptions::root_cert_path).map(PathBuf::from).or_else(|| url.root.clone());
     if let Some(root) = root {
         tls = tls.root_cert(root);
     } else if url.system_roots && mode != TlsMode::VerifyFull {
         return Err(Error::invalid_config(format!(
             "{}=system needs {}=verify-full (a weaker mode would trust any certificate)",
-            vocabulary.root[0], vocabulary.mode[0]
+            names.root[0], names.mode[0]
         )));
     }
     let client = match builder.and_then(TlsOptions::client_cert_paths) {
         Some((cert, key)) => Some((cert.to_path_buf(), key.to_path_buf())),
-        None => match (url.cert, url.key) {
-            (Some(cert), Some(key)) => Some((cert, key)),
-            (None, None) => None,
-            _ => {
-                return Err(Error::invalid_config(format!(
-                    "{} and {} go together: the client certificate and its key",
-                    vocabulary.cert[0], vocabulary.key[0]
-                )))
-            }
-        },
+        None => url.client_cert(names)?,
     };
     if let Some((cert, key)) = client {
         tls = tls.client_cert(cert, key);
@@ -385,7 +288,7 @@ mod tests {
     #[test]
     fn the_builder_decides_the_mode_and_its_files_replace_the_url_s() {
         let url = |text: &str| take_parameters(text, &LIBPQ).unwrap().1;
-        assert_eq!(merge(UrlTls::default(), None, &LIBPQ).unwrap(), None);
+        assert_eq!(merge(TlsParameters::default(), None, &LIBPQ).unwrap(), None);
         // A root certificate without a mode: verified against it, host name included.
         let files = merge(url("postgres://h/d?sslrootcert=/ca.pem"), None, &LIBPQ).unwrap().unwrap();
         assert_eq!(files.mode(), TlsMode::VerifyFull);

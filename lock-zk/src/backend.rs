@@ -1,7 +1,6 @@
 //! [`ZooKeeperBackend`]: the [`DistributedLock`] over one session, its liveness checks and
 //! release.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures::future::{join, join_all};
 use lock_core::{
     check_lease, Acquired, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind, LockName,
-    NativeWait, OwnerToken, Permits, ReadWrite, Result,
+    NativeWait, OwnerToken, Permits, ReadWrite, Result, WriteHolds,
 };
 use zookeeper_client as zk;
 
@@ -67,9 +66,10 @@ pub(crate) struct Inner {
     pub(crate) acls: zk::Acls<'static>,
     /// How many times a waiter of this backend was woken by a watch.
     pub(crate) wake_ups: AtomicU64,
-    /// The read-write locks' write nodes held through this backend, by the owner token (hex)
-    /// they were taken with: a read asked with that owner is the writer's own (a downgrade).
-    pub(crate) writers: parking_lot::Mutex<HashMap<String, String>>,
+    /// The read-write locks' write nodes held through this backend, by name and the owner they
+    /// were taken with: a read of that name asked with that owner is the writer's own (a
+    /// downgrade).
+    pub(crate) writers: WriteHolds<String>,
 }
 
 impl ZooKeeperBackend {
@@ -88,7 +88,7 @@ impl ZooKeeperBackend {
                 root,
                 acls,
                 wake_ups: AtomicU64::new(0),
-                writers: parking_lot::Mutex::default(),
+                writers: WriteHolds::default(),
             }),
         };
         backend.create_root()?;
@@ -255,7 +255,7 @@ impl DistributedLock for ZooKeeperBackend {
     }
 
     fn release(&self, lease: ZooKeeperLease) -> Result<bool> {
-        self.forget_write(&lease.node);
+        self.forget_write(&lease.name, &lease.node);
         let session = &self.inner.session;
         // The session that owned the node has ended, and the node with it.
         let Some(client) = session.client_of(lease.session) else { return Ok(false) };

@@ -37,7 +37,7 @@
 
 use std::time::Instant;
 
-use lock_core::{check_lease, Access, Acquired, OwnerToken, ReadWrite, Request, Result};
+use lock_core::{check_lease, Access, Acquired, LockName, ReadWrite, Request, Result};
 use zookeeper_client as zk;
 
 use crate::blocking::refuse_async_context;
@@ -54,7 +54,9 @@ impl ReadWrite for ZooKeeperBackend {
         let client = self.inner.session.client()?;
         let path = self.inner.root.read_write_path(request.name);
         if access == Access::Read {
-            if let Some(writer) = self.held_write(request.owner) {
+            if let Some(writer) =
+                self.inner.writers.find(request.name, request.owner, |node| Some(node.clone()))
+            {
                 if let Some(acquired) = self.downgrade(&client, request, &path, &writer)? {
                     return Ok(Some(acquired));
                 }
@@ -74,7 +76,7 @@ impl ReadWrite for ZooKeeperBackend {
         };
         let lease = self.lease(request.name, &client, turn.node, turn.listing.pzxid);
         if access == Access::Write {
-            self.inner.writers.lock().insert(request.owner.to_hex(), lease.node.clone());
+            self.inner.writers.insert(request.name, request.owner, lease.node.clone(), |_| false);
         }
         Ok(Some(Acquired::new(lease, turn.listing.at).contended_if(turn.listing.after_wait)))
     }
@@ -87,17 +89,9 @@ fn reader_turn(children: &[String], ours: usize) -> Option<usize> {
 }
 
 impl ZooKeeperBackend {
-    /// The node of the write lease of `owner` held through this backend, if any.
-    fn held_write(&self, owner: &OwnerToken) -> Option<String> {
-        self.inner.writers.lock().get(&owner.to_hex()).cloned()
-    }
-
-    /// Forgets `node` if it is a write lease's (it is being released).
-    pub(crate) fn forget_write(&self, node: &str) {
-        let mut writers = self.inner.writers.lock();
-        if !writers.is_empty() {
-            writers.retain(|_, held| held != node);
-        }
+    /// Forgets `node` of `name` if it is a write lease's (it is being released).
+    pub(crate) fn forget_write(&self, name: &LockName, node: &str) {
+        self.inner.writers.remove_where(name, |held| held == node);
     }
 
     /// The downgraded reader of the held write node `writer`: created only if `writer` still

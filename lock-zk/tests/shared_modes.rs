@@ -66,3 +66,29 @@ fn a_name_is_three_separate_primitives() {
     let _write = second.read_write_lock(name.as_str()).unwrap().try_write().unwrap().expect("the write lock");
     let _permit = second.semaphore(name.as_str(), 1).unwrap().try_acquire().unwrap().expect("the permit");
 }
+
+/// A read asked under the owner of a write lock of *another* name is no downgrade: it waits for
+/// that name's writer like any reader (the downgrade map is keyed by name and owner).
+#[test]
+fn a_writer_s_owner_reading_another_name_gets_no_downgrade() {
+    use lock_core::{Access, Deadline, OwnerToken, ReadWrite, Request};
+
+    let target = ZooKeeperTarget::new();
+    let (mine, theirs) = (unique_name("downgrade-mine"), unique_name("downgrade-theirs"));
+    let ttl = Duration::from_secs(30);
+    let backoff = (Duration::from_millis(5), Duration::from_millis(50));
+    let backend = target.backend().unwrap();
+    let rival = target.backend().unwrap();
+    let (owner, rival_owner) = (OwnerToken::random(), OwnerToken::random());
+
+    let write = |backend: &ZooKeeperBackend, name, owner| {
+        let request = Request::new(name, owner, ttl, Deadline::Now, backoff);
+        backend.acquire_rw(&request, Access::Write).unwrap().expect("a free write lock")
+    };
+    let _my_write = write(&backend, &mine, &owner);
+    let _their_write = write(&rival, &theirs, &rival_owner);
+
+    let read = Request::new(&theirs, &owner, ttl, Deadline::Now, backoff);
+    let granted = backend.acquire_rw(&read, Access::Read).unwrap();
+    assert!(granted.is_none(), "a read of another client's write-locked name was granted");
+}

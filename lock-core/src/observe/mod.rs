@@ -23,11 +23,11 @@ use tracing::Span;
 
 use self::handles::{Counter, Histogram, Labels};
 pub(crate) use self::shown_name::ShownName;
+use crate::abilities::Primitive;
 use crate::backend::{DistributedLock, FencingToken, HoldKind};
 use crate::error::{Error, Result};
 use crate::name::LockName;
 use crate::options::{LockOptions, RedactionKey};
-use crate::reentrancy::HoldMode;
 
 /// One client's instruments and span settings.
 pub(crate) struct Observer {
@@ -101,18 +101,17 @@ impl Observer {
         }
     }
 
-    fn instruments(&self, name: &LockName, mode: HoldMode) -> Arc<HoldInstruments> {
-        let index = mode_index(mode);
+    fn instruments(&self, name: &LockName, primitive: Primitive) -> Arc<HoldInstruments> {
         let register = |name: Option<&LockName>| {
             let base = vec![("backend", self.backend.to_owned()), ("kind", self.kind.to_owned())];
             // A redacted name is a label only as its hash.
             let name = name.map(|name| self.shown(name).to_string());
-            Arc::new(HoldInstruments::new(&base, MODES[index], name))
+            Arc::new(HoldInstruments::new(&base, primitive.as_str(), name))
         };
         if !self.name_label {
-            return Arc::clone(self.by_mode[index].get_or_init(|| register(None)));
+            return Arc::clone(self.by_mode[index(primitive)].get_or_init(|| register(None)));
         }
-        let key = (name.clone(), MODES[index]);
+        let key = (name.clone(), primitive.as_str());
         // Acquisitions of names already seen share a read lock: no client-wide exclusion.
         if let Some(instruments) = self.by_name.read().map.get(&key) {
             return Arc::clone(instruments);
@@ -123,32 +122,41 @@ impl Observer {
         instruments
     }
 
-    /// Starts timing an acquisition of `name`'s `mode` lock from the server, inside an
+    /// Starts timing an acquisition of `name`'s `primitive` lock from the server, inside an
     /// `acquire` span.
-    pub(crate) fn attempt(&self, name: &LockName, mode: HoldMode) -> Attempt {
+    pub(crate) fn attempt(&self, name: &LockName, primitive: Primitive) -> Attempt {
         let span = tracing::debug_span!(
             target: "distlock",
             "acquire",
             backend = self.backend,
             kind = self.kind,
             name = %self.shown(name),
-            mode = MODES[mode_index(mode)],
+            mode = primitive.as_str(),
             outcome = Empty,
             wait_ms = Empty,
             token = Empty,
         );
-        Attempt { span: span.entered(), started: Instant::now(), instruments: self.instruments(name, mode) }
+        Attempt {
+            span: span.entered(),
+            started: Instant::now(),
+            instruments: self.instruments(name, primitive),
+        }
     }
 
     /// A `release` span for one hold.
-    pub(crate) fn release_span(&self, name: &LockName, mode: HoldMode, token: Option<FencingToken>) -> Span {
+    pub(crate) fn release_span(
+        &self,
+        name: &LockName,
+        primitive: Primitive,
+        token: Option<FencingToken>,
+    ) -> Span {
         let span = tracing::debug_span!(
             target: "distlock",
             "release",
             backend = self.backend,
             kind = self.kind,
             name = %self.shown(name),
-            mode = MODES[mode_index(mode)],
+            mode = primitive.as_str(),
             token = Empty,
             outcome = Empty,
         );
@@ -194,14 +202,13 @@ impl Observer {
     }
 }
 
-const MODES: [&str; 4] = ["mutex", "read", "write", "permit"];
-
-fn mode_index(mode: HoldMode) -> usize {
-    match mode {
-        HoldMode::Mutex => 0,
-        HoldMode::Read => 1,
-        HoldMode::Write => 2,
-        HoldMode::Permit(_) => 3,
+/// The index of `primitive`'s instruments among a name's.
+fn index(primitive: Primitive) -> usize {
+    match primitive {
+        Primitive::Mutex => 0,
+        Primitive::Read => 1,
+        Primitive::Write => 2,
+        Primitive::Permit => 3,
     }
 }
 
@@ -442,15 +449,15 @@ mod tests {
         let options = LockOptions::builder().name_label(true).build().unwrap();
         let observer = Observer::new(&MemoryBackend::new(), &options);
         let name = |i: usize| LockName::new(format!("order-{i}")).unwrap();
-        let in_use: Vec<_> = (0..10).map(|i| observer.instruments(&name(i), HoldMode::Mutex)).collect();
+        let in_use: Vec<_> = (0..10).map(|i| observer.instruments(&name(i), Primitive::Mutex)).collect();
         for i in 10..10_000 {
-            drop(observer.instruments(&name(i), HoldMode::Mutex));
+            drop(observer.instruments(&name(i), Primitive::Mutex));
         }
         let kept = observer.by_name.read().map.len();
         assert!(kept <= 2 * ByName::PRUNE_FROM, "{kept} handles kept for 10 names in use");
         // The handles in use survive every prune: the same ones are handed out again.
         for (i, instruments) in in_use.iter().enumerate() {
-            assert!(Arc::ptr_eq(instruments, &observer.instruments(&name(i), HoldMode::Mutex)));
+            assert!(Arc::ptr_eq(instruments, &observer.instruments(&name(i), Primitive::Mutex)));
         }
     }
 }

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::{Error, LockName, OwnerToken, Result};
+use lock_core::{Error, LockName, OwnerToken, Primitive, Result};
 
-use super::lease::{LeaseWatch, Shape};
+use super::lease::LeaseWatch;
 use super::uncontended::{self, Uncontended};
 use super::{RedisBackend, RedisLease, RedisLockKind, QUEUE_ENTRY_TTL};
 use crate::cleanup::{self, Undo};
@@ -120,7 +120,7 @@ impl RedisBackend {
                             keys,
                             token,
                             fence,
-                            (ttl, Shape::Mutex),
+                            (ttl, Primitive::Mutex),
                         )
                     }
                     Uncontended::OutOfTurn(fence) => {
@@ -165,7 +165,7 @@ impl RedisBackend {
                 }
             }
         };
-        self.granted(hop, &mut connection, name, keys, token, fence, (ttl, Shape::Mutex))
+        self.granted(hop, &mut connection, name, keys, token, fence, (ttl, Primitive::Mutex))
     }
 
     /// An acquisition request under `token` failed with `failure`: undoes what the server may
@@ -221,9 +221,9 @@ impl RedisBackend {
         keys: &RedisKeys,
         token: String,
         fence: i64,
-        (ttl, shape): (Duration, Shape),
+        (ttl, primitive): (Duration, Primitive),
     ) -> Result<Attempt> {
-        let mut lease = RedisLease::granted(name, keys, token, fence, ttl).with_shape(shape);
+        let mut lease = RedisLease::granted(name, keys, token, fence, ttl).with_primitive(primitive);
         if let Some(wait) = self.inner.replicas {
             self.confirm_replicated(connection, &lease, wait)?;
         }

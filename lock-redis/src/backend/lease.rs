@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{DoubtMark, DoubtSignal, FencingToken, LockName};
+use lock_core::{DoubtMark, DoubtSignal, FencingToken, LockName, Primitive};
 
 use crate::keys::RedisKeys;
 use crate::topology::{Heartbeat, Node};
@@ -18,19 +18,10 @@ pub struct RedisLease {
     pub(crate) fence: FencingToken,
     pub(crate) lease: Duration,
     /// Which primitive the lease holds (the scripts that extend and release it follow).
-    pub(crate) shape: Shape,
+    pub(crate) primitive: Primitive,
     /// Raised while the lease's primary is unreachable (replicated deployments only: see
     /// `topology/heartbeat.rs`).
     pub(crate) watch: Option<LeaseWatch>,
-}
-
-/// Which of a name's primitives a [`RedisLease`] holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Shape {
-    Mutex,
-    Read,
-    Write,
-    Permit,
 }
 
 /// A lease's doubt signal and the node whose failures raise it.
@@ -63,12 +54,20 @@ impl RedisLease {
         lease: Duration,
     ) -> Self {
         let fence = FencingToken::new(u64::try_from(fence).unwrap_or(0));
-        Self { name: name.clone(), keys: keys.clone(), token, fence, lease, shape: Shape::Mutex, watch: None }
+        Self {
+            name: name.clone(),
+            keys: keys.clone(),
+            token,
+            fence,
+            lease,
+            primitive: Primitive::Mutex,
+            watch: None,
+        }
     }
 
     /// The same grant, of another primitive.
-    pub(crate) fn with_shape(self, shape: Shape) -> Self {
-        Self { shape, ..self }
+    pub(crate) fn with_primitive(self, primitive: Primitive) -> Self {
+        Self { primitive, ..self }
     }
 
     /// Taken before sending a request that may confirm the lease (see [`confirmed`](Self::confirmed)).

@@ -15,7 +15,6 @@ mod wait;
 
 use attempt::{Attempt, Route};
 pub use lease::RedisLease;
-pub(crate) use lease::Shape;
 pub(crate) use replication::ReplicaWait;
 pub(crate) use wait::QUEUE_ENTRY_TTL;
 
@@ -26,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::{
     check_lease, DistributedLock, Extension, Fencing, FencingToken, HoldKind, LockName, NativeWait,
-    OwnerToken, Result,
+    OwnerToken, Primitive, Result,
 };
 use redis::RedisResult;
 
@@ -201,7 +200,7 @@ impl RedisBackend {
         let split = redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain);
         self.routed(&lease.keys, |hop| {
             match self.release_on(&mut hop.connection()?, lease) {
-                Err(e) if lease.shape == Shape::Mutex && e.kind() == split => {
+                Err(e) if lease.primitive == Primitive::Mutex && e.kind() == split => {
                     // A new connection from the hop: `ASKING` again where the hop needs it.
                     hop.connection()?.run(|c| {
                         let (script, command) = self.mutex_release_command(lease, true);
@@ -224,7 +223,7 @@ impl RedisBackend {
 
     /// The script and command that release `lease`, whatever it holds.
     fn release_command(&self, lease: &RedisLease) -> (&'static LuaScript, redis::Cmd) {
-        if lease.shape != Shape::Mutex {
+        if lease.primitive != Primitive::Mutex {
             return read_write_and_semaphores::release_command(lease, self.inner.nodes.cluster().is_some());
         }
         self.mutex_release_command(lease, false)
@@ -249,7 +248,7 @@ impl RedisBackend {
 
     /// The script and command that extend `lease` to `ttl`, whatever it holds.
     fn extend_command(&self, lease: &RedisLease, ttl: Duration) -> (&'static LuaScript, redis::Cmd) {
-        if lease.shape != Shape::Mutex {
+        if lease.primitive != Primitive::Mutex {
             return read_write_and_semaphores::extend_command(lease, ttl);
         }
         let script = &self.scripts().extend;

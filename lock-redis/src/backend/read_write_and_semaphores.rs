@@ -19,11 +19,12 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use lock_core::{
-    check_lease, poll_until, Access, Acquired, Deadline, Error, Permits, ReadWrite, Request, Result,
+    check_lease, poll_until, Access, Acquired, Deadline, Error, Permits, Primitive, ReadWrite, Request,
+    Result,
 };
 
 use super::wait::{NodeWaiter, Wakeups};
-use super::{Attempt, RedisBackend, RedisLease, Shape};
+use super::{Attempt, RedisBackend, RedisLease};
 use crate::error;
 use crate::lua::{self, LuaScript};
 use crate::millis;
@@ -65,8 +66,8 @@ fn scripts(sharded: bool) -> &'static SharedScripts {
 }
 
 /// The mode argument of the read-write scripts.
-fn mode(shape: Shape) -> &'static str {
-    if shape == Shape::Write {
+fn mode(primitive: Primitive) -> &'static str {
+    if primitive == Primitive::Write {
         "w"
     } else {
         "r"
@@ -78,7 +79,7 @@ fn mode(shape: Shape) -> &'static str {
 /// migrates (`TRYAGAIN`), and the other mode's key usually is absent.
 fn own_key(lease: &RedisLease) -> String {
     let [readers, writer, ..] = lease.keys.read_write();
-    if lease.shape == Shape::Write {
+    if lease.primitive == Primitive::Write {
         writer
     } else {
         readers
@@ -89,19 +90,19 @@ fn own_key(lease: &RedisLease) -> String {
 pub(super) fn extend_command(lease: &RedisLease, ttl: Duration) -> (&'static LuaScript, redis::Cmd) {
     // Extending publishes nothing: the classic scripts serve a cluster too.
     let scripts = scripts(false);
-    match lease.shape {
-        Shape::Permit => {
+    match lease.primitive {
+        Primitive::Permit => {
             let [holders, count, _] = lease.keys.semaphore();
             let command =
                 scripts.sem_extend.invoke(&[&holders, &count]).arg(&lease.token).arg(millis(ttl)).to_owned();
             (&scripts.sem_extend, command)
         }
-        shape => {
+        primitive => {
             let command = scripts
                 .rw_extend
                 .invoke(&[&own_key(lease)])
                 .arg(&lease.token)
-                .arg(mode(shape))
+                .arg(mode(primitive))
                 .arg(millis(ttl))
                 .to_owned();
             (&scripts.rw_extend, command)
@@ -113,8 +114,8 @@ pub(super) fn extend_command(lease: &RedisLease, ttl: Duration) -> (&'static Lua
 /// primitive's channel (`SPUBLISH` when `sharded`).
 pub(super) fn release_command(lease: &RedisLease, sharded: bool) -> (&'static LuaScript, redis::Cmd) {
     let scripts = scripts(sharded);
-    match lease.shape {
-        Shape::Permit => {
+    match lease.primitive {
+        Primitive::Permit => {
             let [holders, count, _] = lease.keys.semaphore();
             let command = scripts
                 .sem_release
@@ -124,12 +125,12 @@ pub(super) fn release_command(lease: &RedisLease, sharded: bool) -> (&'static Lu
                 .to_owned();
             (&scripts.sem_release, command)
         }
-        shape => {
+        primitive => {
             let command = scripts
                 .rw_release
                 .invoke(&[&own_key(lease)])
                 .arg(&lease.token)
-                .arg(mode(shape))
+                .arg(mode(primitive))
                 .arg(lease.keys.read_write_channel())
                 .to_owned();
             (&scripts.rw_release, command)
@@ -146,7 +147,7 @@ impl RedisBackend {
         &self,
         request: &Request<'_>,
         (script, command): (&LuaScript, redis::Cmd),
-        shape: Shape,
+        primitive: Primitive,
         read: impl Fn(T) -> Result<Option<i64>>,
     ) -> Result<Option<RedisLease>> {
         let keys = self.keys(request.name);
@@ -159,7 +160,7 @@ impl RedisBackend {
         let attempt = self.routed_until(&keys, until, |hop: &Hop| {
             let mut connection = hop.connection()?;
             let reply = script.exchange::<T>(&mut connection, &command).map_err(|failure| {
-                let possible = RedisLease::possible_grant(request.name, &keys, token.clone(), request.ttl).with_shape(shape);
+                let possible = RedisLease::possible_grant(request.name, &keys, token.clone(), request.ttl).with_primitive(primitive);
                 let (undo, undo_command) = release_command(&possible, self.inner.nodes.cluster().is_some());
                 let mut follow_up = undo.load();
                 follow_up.extend(undo_command.get_packed_command());
@@ -169,7 +170,7 @@ impl RedisBackend {
                 error::map("acquire", failure)
             })?;
             let Some(fence) = read(reply)? else { return Ok(Attempt::Held { retry_in: None }) };
-            self.granted(hop, &mut connection, request.name, &keys, token.clone(), fence, (request.ttl, shape))
+            self.granted(hop, &mut connection, request.name, &keys, token.clone(), fence, (request.ttl, primitive))
         })?;
         Ok(match attempt {
             Attempt::Acquired(lease) => Some(lease),
@@ -239,7 +240,7 @@ impl ReadWrite for RedisBackend {
     /// writer that gives up (its deadline passed, or an error the server answered) takes it back.
     fn acquire_rw(&self, request: &Request<'_>, access: Access) -> Result<Option<Acquired<RedisLease>>> {
         check_lease(request.ttl)?;
-        let shape = if access == Access::Write { Shape::Write } else { Shape::Read };
+        let primitive = Primitive::from(access);
         let keys: [String; 4] = self.keys(request.name).read_write();
         let script = &scripts(false).rw_acquire;
         let channel = self.keys(request.name).read_write_channel();
@@ -250,11 +251,11 @@ impl ReadWrite for RedisBackend {
             let command = script
                 .invoke(&keys.each_ref().map(String::as_str))
                 .arg(request.owner.to_hex())
-                .arg(mode(shape))
+                .arg(mode(primitive))
                 .arg(millis(request.ttl))
                 .arg(mark)
                 .to_owned();
-            let attempt = self.shared_attempt(request, (script, command), shape, |fence: i64| {
+            let attempt = self.shared_attempt(request, (script, command), primitive, |fence: i64| {
                 Ok((fence >= 0).then_some(fence))
             });
             marked |= mark > 0 && matches!(attempt, Ok(None));
@@ -287,16 +288,19 @@ impl Permits for RedisBackend {
                 .arg(permits)
                 .arg(millis(request.ttl))
                 .to_owned();
-            self.shared_attempt(request, (script, command), Shape::Permit, |(fence, count): (i64, i64)| {
-                match fence {
+            self.shared_attempt(
+                request,
+                (script, command),
+                Primitive::Permit,
+                |(fence, count): (i64, i64)| match fence {
                     -2 => Err(Error::PermitsMismatch {
                         name: request.name.clone(),
                         asked: permits,
                         held_with: u32::try_from(count).unwrap_or(0),
                     }),
                     fence => Ok((fence >= 0).then_some(fence)),
-                }
-            })
+                },
+            )
         })
     }
 }

@@ -41,7 +41,7 @@ impl RedisBackend {
                 // connection, and with a pool of one a second checkout here would wait in vain.
                 let copy =
                     RedisLease::possible_grant(&lease.name, &lease.keys, lease.token.clone(), lease.lease)
-                        .with_shape(lease.shape);
+                        .with_primitive(lease.primitive);
                 cleanup::release_in_background(self, copy, "WAIT failed");
                 return Err(error::map("wait for replicas", e));
             }

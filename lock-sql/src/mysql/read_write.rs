@@ -39,7 +39,7 @@ impl MySqlBackend {
     ) -> Result<Option<Acquired<MySqlLease>>> {
         check_lease(request.ttl)?;
         if access == Access::Read {
-            if let Some(session) = self.inner.writers.find(request.name.as_str(), &request.owner.to_hex()) {
+            if let Some(session) = self.inner.writers.find(request.name, request.owner) {
                 return self.row_downgrade(request, session).map(Some);
             }
         }
@@ -84,9 +84,9 @@ impl MySqlBackend {
         self.make_fence_durable(Some(&mut connection))?;
         let session = SharedSession::new(SessionConnection::new(connection));
         if access == Access::Write {
-            self.inner.writers.insert(name.as_str(), &owner.to_hex(), &session);
+            self.inner.writers.insert(name, owner, &session);
         }
-        let hold = Hold::ReadWrite { access, owner: owner.to_hex(), session };
+        let hold = Hold::ReadWrite { access, owner: *owner, session };
         Ok(Some((MySqlLease::new(name, fence, ttl, hold), Grant::new(sent, micros(waited)))))
     }
 
@@ -150,7 +150,7 @@ impl MySqlBackend {
             Error::from(MyFailure::Reply { operation: "acquire", detail: "no fence".into() })
         })?;
         self.make_fence_durable(None)?;
-        let hold = Hold::ReadWrite { access: Access::Read, owner: request.owner.to_hex(), session };
+        let hold = Hold::ReadWrite { access: Access::Read, owner: *request.owner, session };
         Ok(Acquired::new(MySqlLease::new(request.name, fence, request.ttl, hold), sent))
     }
 
@@ -176,7 +176,7 @@ impl MySqlBackend {
             unreachable!("a read-write lease")
         };
         if access == Access::Write {
-            self.inner.writers.remove(lease.name.as_str(), &owner);
+            self.inner.writers.remove(&lease.name, &owner);
         }
         if session.is_shared() {
             return Ok(true);

@@ -60,9 +60,8 @@ impl PostgresBackend {
         access: Access,
     ) -> Result<Option<Acquired<PostgresLease>>> {
         check_lease(request.ttl)?;
-        let owner = request.owner.to_hex();
         if access == Access::Read {
-            if let Some(session) = self.inner.writers.find(request.name.as_str(), &owner) {
+            if let Some(session) = self.inner.writers.find(request.name, request.owner) {
                 return self.advisory_downgrade(request, session).map(Some);
             }
         }
@@ -95,9 +94,9 @@ impl PostgresBackend {
         let Some((fence, waited, sent)) = granted else { return Ok(None) };
         let session = SharedSession::new(SessionConnection::new(connection));
         if access == Access::Write {
-            self.inner.writers.insert(name.as_str(), &owner.to_hex(), &session);
+            self.inner.writers.insert(name, owner, &session);
         }
-        let hold = Hold::ReadWrite { access, owner: owner.to_hex(), session };
+        let hold = Hold::ReadWrite { access, owner: *owner, session };
         Ok(Some((PostgresLease::new(name, unsigned(fence), ttl, hold), Grant::new(sent, micros(waited)))))
     }
 
@@ -161,7 +160,7 @@ impl PostgresBackend {
                 source: "the writer's own session was refused the read lock".into(),
             });
         };
-        let hold = Hold::ReadWrite { access: Access::Read, owner: request.owner.to_hex(), session };
+        let hold = Hold::ReadWrite { access: Access::Read, owner: *request.owner, session };
         let lease = PostgresLease::new(request.name, unsigned(fence), request.ttl, hold);
         Ok(Acquired::new(lease, granted_after(sent, micros(waited))))
     }
@@ -209,7 +208,7 @@ impl PostgresBackend {
         let (high, low) = self.rw_key(&lease.name);
         if access == Access::Write {
             // No read may join the session from here on.
-            self.inner.writers.remove(lease.name.as_str(), &owner);
+            self.inner.writers.remove(&lease.name, &owner);
         }
         let unlock = format!("SELECT pg_advisory_unlock{}($1, $2)", mode_suffix(access));
         let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 2] =

@@ -117,7 +117,7 @@ impl PostgresBackend {
     ) -> Result<Option<Acquired<PostgresLease>>> {
         check_lease(request.ttl)?;
         if access == Access::Read {
-            if let Some(session) = self.inner.writers.find(request.name.as_str(), &request.owner.to_hex()) {
+            if let Some(session) = self.inner.writers.find(request.name, request.owner) {
                 return self.row_downgrade(request, session).map(Some);
             }
         }
@@ -202,9 +202,9 @@ impl PostgresBackend {
         self.make_fence_durable(Some(&connection))?;
         let session = SharedSession::new(SessionConnection::new(connection));
         if access == Access::Write {
-            self.inner.writers.insert(name.as_str(), &owner.to_hex(), &session);
+            self.inner.writers.insert(name, owner, &session);
         }
-        let hold = Hold::ReadWrite { access, owner: owner.to_hex(), session };
+        let hold = Hold::ReadWrite { access, owner: *owner, session };
         Ok(Some((PostgresLease::new(name, unsigned(fence), ttl, hold), Grant::new(sent, micros(waited)))))
     }
 
@@ -225,7 +225,7 @@ impl PostgresBackend {
             })?
         };
         self.make_fence_durable(None)?;
-        let hold = Hold::ReadWrite { access: Access::Read, owner: request.owner.to_hex(), session };
+        let hold = Hold::ReadWrite { access: Access::Read, owner: *request.owner, session };
         Ok(Acquired::new(PostgresLease::new(request.name, unsigned(fence), request.ttl, hold), sent))
     }
 
@@ -238,7 +238,7 @@ impl PostgresBackend {
             unreachable!("a read-write lease")
         };
         if access == Access::Write {
-            self.inner.writers.remove(lease.name.as_str(), &owner);
+            self.inner.writers.remove(&lease.name, &owner);
         }
         let last = !session.is_shared();
         if !last && access == Access::Read {

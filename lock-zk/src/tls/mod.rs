@@ -27,13 +27,7 @@ mod probe;
 pub(crate) use diagnose::{client_options, diagnose};
 pub(crate) use probe::closed_before_session;
 
-use lock_core::{Error, Result, TlsMode, TlsOptions};
-
-/// The URL query parameters that are TLS settings (`redis-cli`'s names, as lock-redis's).
-const CACERT: &str = "cacert";
-const CERT: &str = "cert";
-const KEY: &str = "key";
-const SSLMODE: &str = "sslmode";
+use lock_core::{Error, Result, TlsMode, TlsOptions, TlsParameters, TlsVocabulary};
 
 /// The TLS options of a `zk+tls://` URL's query pairs.
 ///
@@ -41,31 +35,17 @@ const SSLMODE: &str = "sslmode";
 /// [`Error::InvalidConfig`] for an unknown parameter, a `cert` without `key` (or the reverse),
 /// or an `sslmode` that is not libpq's.
 pub(crate) fn from_query(pairs: Vec<(String, String)>) -> Result<TlsOptions> {
-    let (mut root, mut cert, mut key, mut mode) = (None, None, None, None);
+    let vocabulary = &TlsVocabulary::REDIS_CLI;
+    let mut taken = TlsParameters::default();
     for (name, value) in pairs {
-        let slot = match name.as_str() {
-            CACERT => &mut root,
-            CERT => &mut cert,
-            KEY => &mut key,
-            SSLMODE => &mut mode,
-            other => {
-                return Err(Error::invalid_config(format!(
-                    "unknown parameter {other:?} in a zk+tls:// URL (cacert, cert, key, sslmode)"
-                )))
-            }
-        };
-        *slot = Some(value);
+        if !taken.set(vocabulary, &name, value)? {
+            let [cacert, cert, key, sslmode] = vocabulary.names();
+            return Err(Error::invalid_config(format!(
+                "unknown parameter {name:?} in a zk+tls:// URL ({cacert}, {cert}, {key}, {sslmode})"
+            )));
+        }
     }
-    let mode = mode.as_deref().map_or(Ok(TlsMode::VerifyFull), TlsMode::from_libpq)?;
-    let mut options = TlsOptions::new(mode);
-    if let Some(root) = root {
-        options = options.root_cert(root);
-    }
-    match (cert, key) {
-        (Some(cert), Some(key)) => Ok(options.client_cert(cert, key)),
-        (None, None) => Ok(options),
-        _ => Err(Error::invalid_config("a client certificate needs both cert= and key=")),
-    }
+    taken.into_options(vocabulary, TlsMode::VerifyFull)
 }
 
 /// The options as the backend uses them: `None` for plaintext.
