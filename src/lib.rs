@@ -150,6 +150,7 @@ pub mod guide {
             #[doc = "[benchmarks.md]: crate::guide::benchmarks"]
             #[doc = "[cli.md]: crate::guide::cli"]
             #[doc = "[scenarios.md]: crate::guide::scenarios"]
+            #[doc = "[guarded-writes.md]: crate::guide::guarded_writes"]
             #[doc = ""]
             #[doc = include_str!(concat!("../docs/", $file))]
             pub mod $name {}
@@ -166,4 +167,5 @@ pub mod guide {
     guide!(benchmarks, "benchmarks.md");
     guide!(cli, "cli.md");
     guide!(scenarios, "scenarios.md");
+    guide!(guarded_writes, "guarded-writes.md");
 }

@@ -398,6 +398,8 @@ pub struct Properties {
     pub reentrancy: String,
     /// What a server failover, restart or crash does to a held lock.
     pub failover: String,
+    /// Which guarded writes the kind offers, or why none.
+    pub guarded_writes: String,
 }
 
 impl Properties {
@@ -423,6 +425,7 @@ impl Properties {
                 None => "per thread, in the client (the server sees one hold)".to_owned(),
             },
             failover: profile.failover.to_owned(),
+            guarded_writes: profile.guarded_writes.to_owned(),
         }
     }
 }

@@ -128,6 +128,17 @@ pub enum Error {
         /// The pool's size.
         size: u32,
     },
+    /// A fenced store refused a write: a higher fencing token has written the key, so this
+    /// writer's lock has passed to someone else (see [`FencedStore`](crate::FencedStore)).
+    #[error("write of {key} refused: fencing token {presented} is below {highest}, which already wrote it")]
+    StaleToken {
+        /// The key written.
+        key: String,
+        /// The token the refused write carried.
+        presented: crate::FencingToken,
+        /// The highest token that wrote the key.
+        highest: crate::FencingToken,
+    },
     /// The client was closed ([`LockClient::close`](crate::LockClient::close), or its last
     /// handle dropped): it hands out no more locks.
     #[error("the lock client is closed")]

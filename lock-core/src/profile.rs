@@ -19,12 +19,21 @@ pub struct BackendProfile {
     /// Reentrancy beyond the client's own per-thread hold counts (written once in this crate for
     /// every backend), if the server also counts holds.
     pub server_reentrancy: Option<&'static str>,
+    /// Which guarded writes the backend offers (its [`FencedStore`](crate::FencedStore) and
+    /// what makes the check atomic), or why it has none.
+    pub guarded_writes: &'static str,
 }
 
 impl BackendProfile {
     /// A profile; see the fields.
     pub const fn new(fencing: &'static str, wake_up: &'static str, failover: &'static str) -> Self {
-        Self { fencing, wake_up, failover, server_reentrancy: None }
+        Self { fencing, wake_up, failover, server_reentrancy: None, guarded_writes: "none" }
+    }
+
+    /// The same profile, saying which guarded writes the backend offers.
+    pub const fn with_guarded_writes(mut self, how: &'static str) -> Self {
+        self.guarded_writes = how;
+        self
     }
 
     /// The same profile, saying how the server also counts holds.

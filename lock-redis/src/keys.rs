@@ -61,6 +61,12 @@ impl RedisKeys {
         ["rw-readers", "rw-writer", "rw-waiting", "rw-fence"].map(|role| format!("{}{role}", self.base))
     }
 
+    /// The hash of the fenced store's key of the same name ([`RedisFencedStore`](crate::RedisFencedStore)):
+    /// its `fence` and `value`, in the lock's slot.
+    pub fn fenced(&self) -> String {
+        format!("{}fenced", self.base)
+    }
+
     /// The pub/sub channel a release of the name's read-write lock is announced on.
     pub fn read_write_channel(&self) -> String {
         format!("{}rw-released", self.base)

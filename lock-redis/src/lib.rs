@@ -321,6 +321,7 @@ mod builder;
 mod cleanup;
 mod connection;
 mod error;
+mod fenced;
 mod keys;
 mod lua;
 mod millis;
@@ -338,6 +339,7 @@ mod waiter;
 pub use backend::{RedisBackend, RedisLease, RedisLockKind};
 pub use builder::{RedisLockBuilder, MAX_TIMEOUT};
 pub use connection::CONNECTOR_THREAD_NAME;
+pub use fenced::RedisFencedStore;
 pub use keys::RedisKeys;
 use millis::millis;
 /// The Redis driver this backend is built on, for callers that need to reach the same server.

@@ -94,4 +94,8 @@ pub(crate) const SESSION_PROFILE: lock_core::BackendProfile = lock_core::Backend
     "the holding session ends with its server: the lock is released, the holder told; a holder \
      cut off from the server loses the lock there one lease after its last check (the session's \
      idle limit), not before it is told",
+)
+.with_guarded_writes(
+    "PostgresFencedStore / MySqlFencedStore: one upsert checks and raises the row's fence (any \
+     table, with a fence column)",
 );

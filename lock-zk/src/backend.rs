@@ -205,6 +205,9 @@ impl DistributedLock for ZooKeeperBackend {
             "a leader change is a short in-doubt blip; the ensemble keeps the nodes; a session the \
              ensemble expires loses its locks",
         )
+        .with_guarded_writes(
+            "ZooKeeperFencedStore: setData at the version read (compare-and-set on the znode)",
+        )
     }
 
     fn hold_kind(&self) -> HoldKind {

@@ -143,6 +143,7 @@ mod backend;
 mod blocking;
 mod builder;
 mod error;
+mod fenced;
 mod lease;
 mod path;
 mod read_write;
@@ -156,6 +157,7 @@ pub mod testkit;
 
 pub use backend::ZooKeeperBackend;
 pub use builder::ZooKeeperLockBuilder;
+pub use fenced::ZooKeeperFencedStore;
 pub use lease::ZooKeeperLease;
 pub use session::ZK_THREAD_NAME;
 pub use zookeeper_client;

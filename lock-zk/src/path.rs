@@ -30,6 +30,7 @@ const LEASE_NAME: &str = "lease-";
 /// The parents of read-write locks and of semaphores under the root: no name encodes to either.
 const READ_WRITE_DIR: &str = "%read-write";
 const SEMAPHORE_DIR: &str = "%semaphore";
+const FENCED_DIR: &str = "%fenced";
 
 /// The kinds of node of Curator's recipes, each with its name (after the protection prefix).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +103,11 @@ impl Root {
     /// `<root>/%read-write/<escaped name>`.
     pub(crate) fn read_write_path(&self, name: &LockName) -> String {
         format!("{}/{READ_WRITE_DIR}/{}", self.0, component(name.as_str()))
+    }
+
+    /// The node of the fenced store's key `key`: `<root>/%fenced/<escaped key>`.
+    pub(crate) fn fenced_path(&self, key: &str) -> String {
+        format!("{}/{FENCED_DIR}/{}", self.0, component(key))
     }
 
     /// The path of the semaphore `name` (Curator's `InterProcessSemaphoreV2` path):

@@ -122,6 +122,7 @@ impl DistributedLock for MemoryBackend {
             "a condition variable in the process",
             "none: the locks live and die with the process",
         )
+        .with_guarded_writes("MemoryFencedStore, in the process: the check and the write under one mutex")
     }
 
     fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<MemoryLease>> {

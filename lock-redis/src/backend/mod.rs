@@ -282,6 +282,10 @@ impl DistributedLock for RedisBackend {
             wake_up,
             "the counter and the lock replicate asynchronously: a failover may lose the lock \
              (WAIT option: acquire returns only once replicas have it)",
+        )
+        .with_guarded_writes(
+            "RedisFencedStore: one script compares the token with the key's fence and writes, on the \
+             key's node (its fence is as durable as the deployment)",
         );
         match self.kind() {
             RedisLockKind::ReentrantHash => {

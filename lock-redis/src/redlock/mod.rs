@@ -265,6 +265,10 @@ impl DistributedLock for RedlockBackend {
             "a quorum of independent nodes: survives a minority down; a node restarting without \
              persistence can hand the lock out twice",
         )
+        .with_guarded_writes(
+            "none on the lock's nodes: they are independent, so no single one can check a write \
+             atomically; fence the data's own store (a Redis or SQL fenced store)",
+        )
     }
 
     fn hold_kind(&self) -> HoldKind {

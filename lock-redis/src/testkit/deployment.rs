@@ -169,6 +169,12 @@ impl SuiteTarget for DeploymentTarget {
         }
     }
 
+    fn fenced_store(
+        &self,
+    ) -> Result<lock_core::Result<Box<dyn lock_core::FencedStore>>, lock_testkit::suite::NotApplicable> {
+        Ok(self.backend().map(|backend| Box::new(crate::RedisFencedStore::new(backend)) as _))
+    }
+
     fn backend(&self) -> lock_core::Result<RedisBackend> {
         self.builder(&self.url).build()
     }

@@ -130,6 +130,14 @@ impl SuiteTarget for RedlockTarget {
         lock_testkit::suite::Abilities::ALL
     }
 
+    fn fenced_store(&self) -> Result<lock_core::Result<Box<dyn lock_core::FencedStore>>, NotApplicable> {
+        Err(NotApplicable(
+            "Redlock's nodes are independent servers, none of them the store: fence the protected \
+             store itself (a Redis or SQL fenced store of the data's server; R02 shows a stale write \
+             refused)",
+        ))
+    }
+
     fn backend(&self) -> lock_core::Result<RedlockBackend> {
         self.builder().build()
     }

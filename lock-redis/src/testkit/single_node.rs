@@ -128,6 +128,12 @@ impl SuiteTarget for RedisTarget {
         }
     }
 
+    fn fenced_store(
+        &self,
+    ) -> Result<lock_core::Result<Box<dyn lock_core::FencedStore>>, lock_testkit::suite::NotApplicable> {
+        Ok(self.backend().map(|backend| Box::new(crate::RedisFencedStore::new(backend)) as _))
+    }
+
     fn backend(&self) -> lock_core::Result<RedisBackend> {
         RedisBackend::builder(self.url.as_str())
             .kind(self.kind)

@@ -75,6 +75,7 @@ mod builder;
 mod connection;
 mod doorbell;
 pub(crate) mod error;
+mod fenced;
 mod lease;
 mod pool;
 mod read_write;
@@ -87,6 +88,7 @@ mod wait;
 
 pub use builder::MySqlLockBuilder;
 pub use doorbell::{DOORBELL_THREAD_NAME, RINGER_THREAD_NAME};
+pub use fenced::MySqlFencedStore;
 pub use lease::MySqlLease;
 
 use std::fmt;
@@ -301,6 +303,10 @@ impl DistributedLock for MySqlBackend {
                 },
                 "the row is as durable as the database: a failover to a replica keeps it if the \
                  commit replicated",
+            )
+            .with_guarded_writes(
+                "PostgresFencedStore / MySqlFencedStore: one upsert checks and raises the row's \
+                 fence (any table, with a fence column)",
             ),
             _ => crate::lease::SESSION_PROFILE,
         }

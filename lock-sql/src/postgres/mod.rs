@@ -54,6 +54,7 @@
 mod builder;
 mod connection;
 pub(crate) mod error;
+mod fenced;
 mod lease;
 mod listener;
 mod pool;
@@ -69,6 +70,7 @@ mod wait;
 mod waiter_queue;
 
 pub use builder::PostgresLockBuilder;
+pub use fenced::PostgresFencedStore;
 pub use lease::PostgresLease;
 pub use listener::LISTENER_THREAD_NAME;
 pub use pool::CONNECTOR_THREAD_NAME;
@@ -269,6 +271,10 @@ impl DistributedLock for PostgresBackend {
                 },
                 "the row is as durable as the database: a failover to a replica keeps it if the \
                  commit replicated",
+            )
+            .with_guarded_writes(
+                "PostgresFencedStore / MySqlFencedStore: one upsert checks and raises the row's \
+                 fence (any table, with a fence column)",
             ),
             _ => crate::lease::SESSION_PROFILE,
         }

@@ -71,6 +71,12 @@ impl SqlKind for MySqlLockKind {
         backend.ensure_schema()
     }
 
+    fn fenced_store(backend: &MySqlBackend) -> lock_core::Result<Box<dyn lock_core::FencedStore>> {
+        let store = crate::mysql::MySqlFencedStore::new(backend.clone(), super::target::FENCED_TABLE)?;
+        store.ensure_table()?;
+        Ok(Box::new(store))
+    }
+
     fn remaining_lease(backend: &MySqlBackend, name: &LockName) -> lock_core::Result<Option<Duration>> {
         backend.remaining_lease(name)
     }

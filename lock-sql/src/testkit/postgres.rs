@@ -70,6 +70,12 @@ impl SqlKind for PostgresLockKind {
         backend.ensure_schema()
     }
 
+    fn fenced_store(backend: &PostgresBackend) -> lock_core::Result<Box<dyn lock_core::FencedStore>> {
+        let store = crate::postgres::PostgresFencedStore::new(backend.clone(), super::target::FENCED_TABLE)?;
+        store.ensure_table()?;
+        Ok(Box::new(store))
+    }
+
     fn remaining_lease(backend: &PostgresBackend, name: &LockName) -> lock_core::Result<Option<Duration>> {
         backend.remaining_lease(name)
     }

@@ -96,6 +96,12 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
     /// As the backend's `ensure_schema`.
     fn ensure_schema(backend: &Self::Backend) -> lock_core::Result<()>;
 
+    /// A fenced store on the backend's server, in [`FENCED_TABLE`], created if missing.
+    ///
+    /// # Errors
+    /// As the store's `ensure_table`.
+    fn fenced_store(backend: &Self::Backend) -> lock_core::Result<Box<dyn lock_core::FencedStore>>;
+
     /// The backend's `remaining_lease`.
     ///
     /// # Errors
@@ -125,6 +131,9 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
     /// A probe timing one `SELECT 1` per call on a connection checked out of the backend's pool.
     fn round_trip(backend: &Self::Backend) -> TimeOne;
 }
+
+/// The table of the suite's fenced stores (GW02).
+pub const FENCED_TABLE: &str = "distlock_fenced";
 
 /// One kind of an SQL backend on a server.
 #[derive(Clone)]
@@ -264,6 +273,10 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
         } else {
             format!("{} non-fair", self.kind.label())
         }
+    }
+
+    fn fenced_store(&self) -> Result<lock_core::Result<Box<dyn lock_core::FencedStore>>, NotApplicable> {
+        Ok(self.backend().and_then(|backend| K::fenced_store(&backend)))
     }
 
     fn backend(&self) -> lock_core::Result<K::Backend> {

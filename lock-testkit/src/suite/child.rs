@@ -24,6 +24,11 @@ pub const HOLD_VAR: &str = "DISTLOCK_S04_HOLD";
 const READY_LINE: &str = "DISTLOCK-CHILD-READY";
 /// What a contending child prints when done: the line, then its overlaps and rounds.
 const DONE_LINE: &str = "DISTLOCK-CHILD-DONE";
+/// What a fenced writer prints once it holds: the line, then its token.
+const TOKEN_LINE: &str = "DISTLOCK-CHILD-TOKEN";
+/// What a fenced writer prints after its late write: the line, then `accepted`, `stale` or
+/// `error <what>`.
+const WROTE_LINE: &str = "DISTLOCK-CHILD-WROTE";
 /// A child whose parent died exits on its own after this long.
 const CHILD_LIFETIME: Duration = Duration::from_secs(120);
 /// The lease a holder process takes.
@@ -43,6 +48,10 @@ pub(crate) enum Role {
     /// SEM01: `threads` threads take one of `permits` permits `rounds` times each, and check in
     /// `dir` that no more than `permits` holders are inside at once.
     Contend { name: LockName, permits: u32, threads: usize, rounds: usize, dir: String },
+    /// GW01: holds the mutex, writes to the target's fenced store under the lock's name, and
+    /// once the file `trigger` exists (the parent stopped it and let a rival in meanwhile)
+    /// writes again with its old token.
+    FencedWriter { name: LockName, trigger: String },
 }
 
 impl Role {
@@ -55,6 +64,7 @@ impl Role {
             Role::Contend { name, permits, threads, rounds, dir } => {
                 format!("contend {permits} {threads} {rounds} {name} {dir}")
             }
+            Role::FencedWriter { name, trigger } => format!("fenced {name} {trigger}"),
         }
     }
 
@@ -79,6 +89,7 @@ impl Role {
                 let dir = next()?.to_owned();
                 Role::Contend { name, permits, threads, rounds, dir }
             }
+            "fenced" => Role::FencedWriter { name: name(next()?)?, trigger: next()?.to_owned() },
             _ => return None,
         })
     }
@@ -116,6 +127,7 @@ fn play<T: SuiteTarget>(target: &T, role: Role) -> Result<(), Failure> {
             Semaphore::new(&client, name.clone(), *permits)?.try_acquire_for(ACQUIRE_BOUND),
             name,
         )?,
+        Role::FencedWriter { name, trigger } => return write_late(target, &client, name, Path::new(trigger)),
         Role::Contend { name, permits, threads, rounds, dir } => {
             println!("{READY_LINE}");
             let (overlaps, done) = contend(&client, name, *permits, *threads, *rounds, Path::new(dir))?;
@@ -127,6 +139,36 @@ fn play<T: SuiteTarget>(target: &T, role: Role) -> Result<(), Failure> {
     println!("{READY_LINE}");
     std::io::stdout().flush().map_err(|e| Failure(e.to_string()))?;
     thread::sleep(CHILD_LIFETIME);
+    drop(guard);
+    Ok(())
+}
+
+/// GW01's child: holds `name`, writes with its token, and writes again with it once `trigger`
+/// exists; prints the token and the late write's outcome.
+fn write_late<T: SuiteTarget>(
+    target: &T,
+    client: &lock_core::LockClient<T::Backend>,
+    name: &LockName,
+    trigger: &Path,
+) -> Result<(), Failure> {
+    let store = target.fenced_store().map_err(|why| Failure(why.0.into()))??;
+    let guard = acquire_within(Lock::new(client, name.clone()).try_lock_for(ACQUIRE_BOUND), name)?;
+    let token = guard.fencing_token().ok_or_else(|| Failure("no fencing token".into()))?;
+    store.write(name.as_str(), token, b"the holder, before its pause")?;
+    println!("{READY_LINE}");
+    println!("{TOKEN_LINE} {token}");
+    std::io::stdout().flush().map_err(|e| Failure(e.to_string()))?;
+    let deadline = Instant::now() + CHILD_LIFETIME;
+    while !trigger.exists() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(5));
+    }
+    let outcome = match store.write(name.as_str(), token, b"the holder, after its pause") {
+        Ok(()) => "accepted".to_owned(),
+        Err(lock_core::Error::StaleToken { .. }) => "stale".to_owned(),
+        Err(error) => format!("error {error}"),
+    };
+    println!("{WROTE_LINE} {outcome}");
+    std::io::stdout().flush().map_err(|e| Failure(e.to_string()))?;
     drop(guard);
     Ok(())
 }
@@ -239,6 +281,27 @@ impl Holder {
             [overlaps, done] => Ok((overlaps, done)),
             _ => Err(Failure(format!("a garbled result from the contending process: {rest:?}"))),
         }
+    }
+
+    /// GW01: the fenced writer's token, once it holds and has written.
+    pub(crate) fn token(&self) -> Result<lock_core::FencingToken, Failure> {
+        let rest = self.wait_for_line(TOKEN_LINE, 60 * SECOND)?;
+        rest.parse()
+            .map(lock_core::FencingToken::new)
+            .map_err(|_| Failure(format!("a garbled token: {rest:?}")))
+    }
+
+    /// GW01: the outcome of the fenced writer's late write (`accepted`, `stale`, `error …`).
+    pub(crate) fn late_write(&self, within: Duration) -> Result<String, Failure> {
+        self.wait_for_line(WROTE_LINE, within)
+    }
+
+    /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) the holder: a pause its threads cannot see, as
+    /// a long GC pause or a stopped VM.
+    pub(crate) fn signal(&self, signal: nix::sys::signal::Signal) -> Result<(), Failure> {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap_or(i32::MAX));
+        nix::sys::signal::kill(pid, signal)
+            .map_err(|e| Failure(format!("cannot send {signal} to the holder: {e}")))
     }
 
     /// Kills the holder with SIGKILL and reaps it; returns when it is gone.

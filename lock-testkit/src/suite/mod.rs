@@ -19,7 +19,7 @@ mod target;
 /// argument): a binary that is not a libtest harness (`distlock compare`) must recognise it and
 /// run S04 on the same target again, which then holds the lock until killed.
 pub use child::HOLD_VAR as S04_HOLD_VARIABLE;
-pub use fenced::{FencedResource, StaleToken};
+pub use fenced::FencedResource;
 pub use outcome::{Failure, ScenarioResult, Verdict};
 pub use runner::{run, run_scenario, Scenario, SCENARIOS};
 pub use support::{set_name_namespace, unique_name};
@@ -27,7 +27,7 @@ pub use target::{
     Abilities, MemoryTarget, NotApplicable, OwnServers, PausableServers, RestartableServers, SuiteTarget,
 };
 
-/// Expands to one `#[test]` per scenario (S01–S17, ML01, RW01–RW04, SEM01–SEM03) in a module named `$module`, each running the
+/// Expands to one `#[test]` per scenario (S01–S17, ML01, RW01–RW04, SEM01–SEM03, GW01, GW02) in a module named `$module`, each running the
 /// scenario against the [`SuiteTarget`] that `$target` evaluates to (once per test: make it cheap,
 /// e.g. a handle to servers shared across the run).
 ///
@@ -67,6 +67,8 @@ macro_rules! conformance_tests {
                 sem01_semaphore_bound "SEM01",
                 sem02_permit_crash "SEM02",
                 sem03_permits_mismatch "SEM03",
+                gw01_paused_writer "GW01",
+                gw02_fenced_writes "GW02",
             );
         }
     };

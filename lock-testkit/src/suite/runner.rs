@@ -15,7 +15,7 @@ pub struct Scenario {
 }
 
 /// Every core scenario, in order.
-pub const SCENARIOS: [Scenario; 25] = [
+pub const SCENARIOS: [Scenario; 27] = [
     Scenario { id: "S01", title: "mutual exclusion under contention" },
     Scenario { id: "S02", title: "try-lock on a held lock" },
     Scenario { id: "S03", title: "timed wait" },
@@ -41,6 +41,14 @@ pub const SCENARIOS: [Scenario; 25] = [
     Scenario { id: "SEM01", title: "semaphore: never more than N holders (2 processes)" },
     Scenario { id: "SEM02", title: "semaphore: a killed holder's permit returns" },
     Scenario { id: "SEM03", title: "semaphore: a mismatched count is refused" },
+    Scenario {
+        id: "GW01",
+        title: "guarded writes: a holder paused past its lease writes on resume, refused",
+    },
+    Scenario {
+        id: "GW02",
+        title: "guarded writes: a fenced store refuses every late write of an earlier holder",
+    },
 ];
 
 /// Runs scenario `id` against `target` without judging the result (negative controls need the
@@ -72,6 +80,8 @@ pub fn run<T: SuiteTarget>(target: &T, id: &str, test_name: &str) -> ScenarioRes
         "SEM01" => scenarios::semaphore_bound::run(target, test_name),
         "SEM02" => scenarios::permit_crash::run(target, test_name),
         "SEM03" => scenarios::permits_mismatch::run(target),
+        "GW01" => scenarios::paused_writer::run(target, test_name),
+        "GW02" => scenarios::fenced_writes::run(target),
         other => Err(crate::suite::Failure(format!("no scenario {other}"))),
     }
 }

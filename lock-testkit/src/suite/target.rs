@@ -198,6 +198,16 @@ pub trait SuiteTarget: Send + Sync + 'static {
         ))
     }
 
+    /// GW02: a fenced store on this kind's own servers (the backend crate's `FencedStore`), its
+    /// table or directory created; the in-memory kinds use
+    /// [`MemoryFencedStore`](lock_core::MemoryFencedStore).
+    ///
+    /// # Errors
+    /// [`NotApplicable`] when the kind has no store to fence writes in (the reason says why).
+    fn fenced_store(&self) -> Result<lock_core::Result<Box<dyn lock_core::FencedStore>>, NotApplicable> {
+        Err(NotApplicable("the kind has no fenced store"))
+    }
+
     /// `distlock compare` on a user's own servers: deletes what its runs left under lock names
     /// that start with `prefix` (keys, rows), and says how many it deleted. Defaults to none:
     /// in-process backends keep nothing, and ZooKeeper's servers remove empty lock parents.
@@ -311,6 +321,10 @@ impl SuiteTarget for MemoryTarget {
 
     fn abilities(&self) -> Abilities {
         Abilities::ALL.with_shared(true, true)
+    }
+
+    fn fenced_store(&self) -> Result<lock_core::Result<Box<dyn lock_core::FencedStore>>, NotApplicable> {
+        Ok(Ok(Box::new(lock_core::MemoryFencedStore::new())))
     }
 
     fn backend(&self) -> lock_core::Result<MemoryBackend> {

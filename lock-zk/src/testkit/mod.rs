@@ -183,6 +183,12 @@ impl SuiteTarget for ZooKeeperTarget {
         lock_testkit::suite::Abilities::ALL.with_shared(true, true)
     }
 
+    fn fenced_store(
+        &self,
+    ) -> Result<lock_core::Result<Box<dyn lock_core::FencedStore>>, lock_testkit::suite::NotApplicable> {
+        Ok(self.backend().map(|backend| Box::new(crate::ZooKeeperFencedStore::new(backend)) as _))
+    }
+
     fn backend(&self) -> lock_core::Result<ZooKeeperBackend> {
         self.builder().build()
     }

@@ -165,7 +165,7 @@ pub fn performance(report: &Report) -> Option<Footnoted> {
 
 /// One row per kind: what a client of it says about itself.
 pub fn properties(report: &Report) -> Table {
-    let header = ["kind", "hold", "fencing token", "wake-up", "reentrancy", "failover"];
+    let header = ["kind", "hold", "fencing token", "wake-up", "reentrancy", "failover", "guarded writes"];
     let rows = report
         .kinds
         .iter()
@@ -178,6 +178,7 @@ pub fn properties(report: &Report) -> Table {
                 p.wake_up.clone(),
                 p.reentrancy.clone(),
                 p.failover.clone(),
+                p.guarded_writes.clone(),
             ])
         })
         .collect();

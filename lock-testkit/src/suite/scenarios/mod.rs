@@ -3,6 +3,7 @@
 pub(crate) mod atomic_acquire_and_expiry;
 pub(crate) mod bad_configuration;
 pub(crate) mod connection_cut;
+pub(crate) mod fenced_writes;
 pub(crate) mod fencing_tokens;
 pub(crate) mod guard_life_cycle;
 pub(crate) mod handoff_latency;
@@ -14,6 +15,7 @@ pub(crate) mod loss_on_time;
 pub(crate) mod multi_lock;
 pub(crate) mod mutual_exclusion;
 pub(crate) mod owner_safe_release;
+pub(crate) mod paused_writer;
 pub(crate) mod permit_crash;
 pub(crate) mod permits_mismatch;
 pub(crate) mod read_write_crash;
