@@ -103,6 +103,23 @@ impl<B: DistributedLock> LockGuard<B> {
         }
     }
 
+    /// Runs `write` with this hold's backend and lease: for a write on the lock's own server
+    /// that the server makes conditional on the hold, in one atomic step (a backend's
+    /// `…_if_held`, such as `RedisBackend::set_if_held` or `ZooKeeperBackend::set_data_if_held`).
+    /// Renewal and release of the lease wait until `write` returns.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the hold is already known lost or was released; else what
+    /// `write` returns (the backends' `…_if_held` report a hold the server no longer has as
+    /// [`Error::NotHeld`] too).
+    pub fn with_lease<R>(&self, write: impl FnOnce(&B, &B::Lease) -> Result<R>) -> Result<R> {
+        let lease = self.held.lease.lock();
+        match lease.as_ref() {
+            Some(lease) if !self.held.is_lost() => write(&self.shared.backend, lease),
+            _ => Err(Error::NotHeld { name: self.held.name.clone() }),
+        }
+    }
+
     /// A handle that fires if the lock is lost while held.
     pub fn lost_signal(&self) -> LostSignal {
         self.held.lost.clone()

@@ -67,6 +67,12 @@ impl RedisKeys {
         format!("{}fenced", self.base)
     }
 
+    /// The data key `key` of the name, written by
+    /// [`RedisBackend::set_if_held`](crate::RedisBackend::set_if_held): in the lock's slot.
+    pub fn data(&self, key: &str) -> String {
+        format!("{}data:{key}", self.base)
+    }
+
     /// The pub/sub channel a release of the name's read-write lock is announced on.
     pub fn read_write_channel(&self) -> String {
         format!("{}rw-released", self.base)

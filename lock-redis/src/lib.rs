@@ -322,6 +322,7 @@ mod cleanup;
 mod connection;
 mod error;
 mod fenced;
+mod guarded;
 mod keys;
 mod lua;
 mod millis;

@@ -206,7 +206,8 @@ impl DistributedLock for ZooKeeperBackend {
              ensemble expires loses its locks",
         )
         .with_guarded_writes(
-            "ZooKeeperFencedStore: setData at the version read (compare-and-set on the znode)",
+            "ZooKeeperFencedStore: setData at the version read (compare-and-set); set_data_if_held: \
+             a multi of a check of the lock node and the write",
         )
     }
 

@@ -144,6 +144,7 @@ mod blocking;
 mod builder;
 mod error;
 mod fenced;
+mod guarded;
 mod lease;
 mod path;
 mod read_write;

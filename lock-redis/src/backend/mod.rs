@@ -284,8 +284,8 @@ impl DistributedLock for RedisBackend {
              (WAIT option: acquire returns only once replicas have it)",
         )
         .with_guarded_writes(
-            "RedisFencedStore: one script compares the token with the key's fence and writes, on the \
-             key's node (its fence is as durable as the deployment)",
+            "RedisFencedStore: one script compares the token with the key's fence and writes; \
+             set_if_held: one script checks the lock's owner and writes a key of its slot",
         );
         match self.kind() {
             RedisLockKind::ReentrantHash => {

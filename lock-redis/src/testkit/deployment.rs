@@ -175,6 +175,23 @@ impl SuiteTarget for DeploymentTarget {
         Ok(self.backend().map(|backend| Box::new(crate::RedisFencedStore::new(backend)) as _))
     }
 
+    fn write_if_held(
+        &self,
+        guard: &lock_core::LockGuard<RedisBackend>,
+        key: &str,
+        value: &[u8],
+    ) -> Result<lock_core::Result<()>, lock_testkit::suite::NotApplicable> {
+        Ok(guard.with_lease(|backend, lease| backend.set_if_held(lease, key, value)))
+    }
+
+    fn read_guarded(
+        &self,
+        name: &LockName,
+        key: &str,
+    ) -> Result<lock_core::Result<Option<Vec<u8>>>, lock_testkit::suite::NotApplicable> {
+        Ok(self.backend().and_then(|backend| backend.get_guarded(name, key)))
+    }
+
     fn backend(&self) -> lock_core::Result<RedisBackend> {
         self.builder(&self.url).build()
     }

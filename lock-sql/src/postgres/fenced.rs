@@ -44,7 +44,13 @@ impl PostgresFencedStore {
             self.table.double_quoted()
         );
         let connection = self.backend.inner.pool.get()?;
-        connection.run("create the fenced table", |client| async move { client.batch_execute(&ddl).await })
+        let ddl = ddl.as_str();
+        let create = || {
+            connection.run("create the fenced table", |client| async move { client.batch_execute(ddl).await })
+        };
+        // Two sessions creating the same table at once: the loser sees a unique violation on
+        // the catalog (`IF NOT EXISTS` does not cover the race); the table exists either way.
+        create().or_else(|_| create())
     }
 
     /// `ALTER TABLE … ADD COLUMN IF NOT EXISTS fence BIGINT NOT NULL DEFAULT 0`: the fence of a

@@ -26,8 +26,9 @@ const READY_LINE: &str = "DISTLOCK-CHILD-READY";
 const DONE_LINE: &str = "DISTLOCK-CHILD-DONE";
 /// What a fenced writer prints once it holds: the line, then its token.
 const TOKEN_LINE: &str = "DISTLOCK-CHILD-TOKEN";
-/// What a fenced writer prints after its late write: the line, then `accepted`, `stale` or
-/// `error <what>`.
+/// What a fenced writer prints after its late writes: the line, then the fenced store's outcome
+/// (`accepted`, `stale`, `error:<what>`) and the on-server write's (`written`, `not-held`, `n/a`,
+/// `error:<what>`).
 const WROTE_LINE: &str = "DISTLOCK-CHILD-WROTE";
 /// A child whose parent died exits on its own after this long.
 const CHILD_LIFETIME: Duration = Duration::from_secs(120);
@@ -155,6 +156,9 @@ fn write_late<T: SuiteTarget>(
     let guard = acquire_within(Lock::new(client, name.clone()).try_lock_for(ACQUIRE_BOUND), name)?;
     let token = guard.fencing_token().ok_or_else(|| Failure("no fencing token".into()))?;
     store.write(name.as_str(), token, b"the holder, before its pause")?;
+    if let Ok(written) = target.write_if_held(&guard, name.as_str(), b"the holder, before its pause") {
+        written?;
+    }
     println!("{READY_LINE}");
     println!("{TOKEN_LINE} {token}");
     std::io::stdout().flush().map_err(|e| Failure(e.to_string()))?;
@@ -162,12 +166,19 @@ fn write_late<T: SuiteTarget>(
     while !trigger.exists() && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(5));
     }
-    let outcome = match store.write(name.as_str(), token, b"the holder, after its pause") {
+    let late = b"the holder, after its pause";
+    let fenced = match store.write(name.as_str(), token, late) {
         Ok(()) => "accepted".to_owned(),
         Err(lock_core::Error::StaleToken { .. }) => "stale".to_owned(),
-        Err(error) => format!("error {error}"),
+        Err(error) => format!("error:{error}"),
     };
-    println!("{WROTE_LINE} {outcome}");
+    let on_server = match target.write_if_held(&guard, name.as_str(), late) {
+        Err(_) => "n/a".to_owned(),
+        Ok(Ok(())) => "written".to_owned(),
+        Ok(Err(lock_core::Error::NotHeld { .. })) => "not-held".to_owned(),
+        Ok(Err(error)) => format!("error:{error}"),
+    };
+    println!("{WROTE_LINE} {fenced} {}", on_server.replace(' ', "_"));
     std::io::stdout().flush().map_err(|e| Failure(e.to_string()))?;
     drop(guard);
     Ok(())
@@ -291,9 +302,12 @@ impl Holder {
             .map_err(|_| Failure(format!("a garbled token: {rest:?}")))
     }
 
-    /// GW01: the outcome of the fenced writer's late write (`accepted`, `stale`, `error …`).
-    pub(crate) fn late_write(&self, within: Duration) -> Result<String, Failure> {
-        self.wait_for_line(WROTE_LINE, within)
+    /// GW01: the outcomes of the fenced writer's late writes, through the fenced store and on
+    /// the lock's server (see [`WROTE_LINE`]).
+    pub(crate) fn late_writes(&self, within: Duration) -> Result<(String, String), Failure> {
+        let rest = self.wait_for_line(WROTE_LINE, within)?;
+        let (fenced, on_server) = rest.split_once(' ').unwrap_or((&rest, "?"));
+        Ok((fenced.to_owned(), on_server.to_owned()))
     }
 
     /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) the holder: a pause its threads cannot see, as

@@ -208,6 +208,36 @@ pub trait SuiteTarget: Send + Sync + 'static {
         Err(NotApplicable("the kind has no fenced store"))
     }
 
+    /// GW01: a write of `value` under `key` on the lock's own server, made by the server only
+    /// while `guard`'s hold is still its (the backend's `…_if_held`, through
+    /// [`LockGuard::with_lease`](lock_core::LockGuard::with_lease)).
+    ///
+    /// # Errors
+    /// [`NotApplicable`] when the kind has no such write (the reason says why).
+    fn write_if_held(
+        &self,
+        guard: &lock_core::LockGuard<Self::Backend>,
+        key: &str,
+        value: &[u8],
+    ) -> Result<lock_core::Result<()>, NotApplicable> {
+        let _ = (guard, key, value);
+        Err(NotApplicable("no write on the lock's own server conditional on the hold"))
+    }
+
+    /// GW01: what the last [`write_if_held`](Self::write_if_held) of `key` under the lock `name`
+    /// left, `None` if nothing.
+    ///
+    /// # Errors
+    /// [`NotApplicable`] as for [`write_if_held`](Self::write_if_held).
+    fn read_guarded(
+        &self,
+        name: &LockName,
+        key: &str,
+    ) -> Result<lock_core::Result<Option<Vec<u8>>>, NotApplicable> {
+        let _ = (name, key);
+        Err(NotApplicable("no write on the lock's own server conditional on the hold"))
+    }
+
     /// `distlock compare` on a user's own servers: deletes what its runs left under lock names
     /// that start with `prefix` (keys, rows), and says how many it deleted. Defaults to none:
     /// in-process backends keep nothing, and ZooKeeper's servers remove empty lock parents.

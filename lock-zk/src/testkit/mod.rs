@@ -172,6 +172,11 @@ fn builder(connect_string: &str, timeout: Duration) -> ZooKeeperLockBuilder {
         .io_timeout(timeout)
 }
 
+/// GW01's node for the data key `key` (lock names are valid node names once escaped).
+fn guarded_path(key: &str) -> String {
+    format!("/distlock-guarded/{}", crate::path::component(key))
+}
+
 impl SuiteTarget for ZooKeeperTarget {
     type Backend = ZooKeeperBackend;
 
@@ -187,6 +192,24 @@ impl SuiteTarget for ZooKeeperTarget {
         &self,
     ) -> Result<lock_core::Result<Box<dyn lock_core::FencedStore>>, lock_testkit::suite::NotApplicable> {
         Ok(self.backend().map(|backend| Box::new(crate::ZooKeeperFencedStore::new(backend)) as _))
+    }
+
+    fn write_if_held(
+        &self,
+        guard: &lock_core::LockGuard<ZooKeeperBackend>,
+        key: &str,
+        value: &[u8],
+    ) -> Result<lock_core::Result<()>, lock_testkit::suite::NotApplicable> {
+        let path = guarded_path(key);
+        Ok(guard.with_lease(|backend, lease| backend.set_data_if_held(lease, &path, value)))
+    }
+
+    fn read_guarded(
+        &self,
+        _name: &LockName,
+        key: &str,
+    ) -> Result<lock_core::Result<Option<Vec<u8>>>, lock_testkit::suite::NotApplicable> {
+        Ok(self.backend().and_then(|backend| backend.get_guarded(&guarded_path(key))))
     }
 
     fn backend(&self) -> lock_core::Result<ZooKeeperBackend> {

@@ -3,7 +3,9 @@
 //! GC pause), a rival acquires — after the lease on lease kinds; session kinds have their
 //! session ended as S09 does, since a stopped process keeps its connection — and writes; then
 //! the child resumes and writes with its old token. In every cycle the late write is refused
-//! as stale and the store keeps the rival's value.
+//! as stale and the store keeps the rival's value; where the kind has writes on the lock's own
+//! server conditional on the hold (Redis, ZooKeeper), the child's late one is refused as not
+//! held and the rival's stays.
 
 use lock_core::{DistributedLock, HoldKind, Lock};
 use nix::sys::signal::Signal;
@@ -47,14 +49,27 @@ pub(crate) fn run<T: SuiteTarget>(target: &T, test_name: &str) -> ScenarioResult
         let token = guard.fencing_token().ok_or_else(|| Failure("no fencing token".into()))?;
         ensure!(token > paused_token, "cycle {cycle}: the rival's token {token} is not above {paused_token}");
         store.write(name.as_str(), token, b"the rival")?;
+        let on_server =
+            target.write_if_held(&guard, name.as_str(), b"the rival").is_ok_and(|written| written.is_ok());
 
         std::fs::write(&trigger, b"").map_err(|e| Failure(format!("cannot write the trigger: {e}")))?;
         holder.signal(Signal::SIGCONT)?;
-        let outcome = holder.late_write(30 * SECOND)?;
+        let (fenced, late_on_server) = holder.late_writes(30 * SECOND)?;
         ensure!(
-            outcome == "stale",
-            "cycle {cycle}: the paused holder's late write with token {paused_token} after {token}: {outcome}"
+            fenced == "stale",
+            "cycle {cycle}: the paused holder's late write with token {paused_token} after {token}: {fenced}"
         );
+        ensure!(
+            late_on_server == "not-held" || (late_on_server == "n/a" && !on_server),
+            "cycle {cycle}: the paused holder's late write on the lock's server: {late_on_server}"
+        );
+        if on_server {
+            let left = target.read_guarded(&name, name.as_str()).map_err(|why| Failure(why.0.into()))??;
+            ensure!(
+                left.as_deref() == Some(b"the rival".as_slice()),
+                "cycle {cycle}: the lock's server holds {left:?}, not the rival's write"
+            );
+        }
         let stored = store.read(name.as_str())?;
         ensure!(
             stored == Some((token, b"the rival".to_vec())),
