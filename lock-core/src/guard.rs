@@ -112,9 +112,9 @@ impl<B: DistributedLock> LockGuard<B> {
     /// [`Error::NotHeld`] when the hold is already known lost or was released; else what
     /// `write` returns (the backends' `…_if_held` report a hold the server no longer has as
     /// [`Error::NotHeld`] too).
-    pub fn with_lease<R>(&self, write: impl FnOnce(&B, &B::Lease) -> Result<R>) -> Result<R> {
-        let lease = self.held.lease.lock();
-        match lease.as_ref() {
+    pub fn with_lease<R>(&self, write: impl FnOnce(&B, &mut B::Lease) -> Result<R>) -> Result<R> {
+        let mut lease = self.held.lease.lock();
+        match lease.as_mut() {
             Some(lease) if !self.held.is_lost() => write(&self.shared.backend, lease),
             _ => Err(Error::NotHeld { name: self.held.name.clone() }),
         }

@@ -1,7 +1,7 @@
 //! What the SQL backends' leases share: the [`Hold`] (lock-table owner, or a connection whose
 //! session holds the lock), and the public lease types' fields, accessors and `Debug` output.
 
-use lock_core::{Access, OwnerToken};
+use lock_core::{Access, Error, LockName, OwnerToken};
 
 use crate::session_connection::{EndSession, SessionConnection};
 use crate::shared_session::SharedSession;
@@ -32,6 +32,16 @@ impl<C: EndSession, K> Hold<C, K> {
             Hold::ReadWrite { access: Access::Write, .. } => "write",
             Hold::Permit { .. } => "permit",
         }
+    }
+}
+
+/// A guarded write on a session hold whose first step failed: a broken connection means the
+/// session, and the lock with it, is gone, and nothing was written ([`Error::NotHeld`]); other
+/// errors say nothing of the hold.
+pub(crate) fn session_gone(error: Error, name: &LockName) -> Error {
+    match error {
+        Error::Connection { .. } => Error::NotHeld { name: name.clone() },
+        other => other,
     }
 }
 
@@ -96,6 +106,6 @@ pub(crate) const SESSION_PROFILE: lock_core::BackendProfile = lock_core::Backend
      idle limit), not before it is told",
 )
 .with_guarded_writes(
-    "PostgresFencedStore / MySqlFencedStore: one upsert checks and raises the row's fence (any \
-     table, with a fence column)",
+    "fenced stores (one upsert checks and raises the row's fence); execute_if_held: inside the \
+     holding transaction (row kind) or on the holding session after a check (advisory kind)",
 );

@@ -76,6 +76,7 @@ mod connection;
 mod doorbell;
 pub(crate) mod error;
 mod fenced;
+mod guarded;
 mod lease;
 mod pool;
 mod read_write;
@@ -305,8 +306,8 @@ impl DistributedLock for MySqlBackend {
                  commit replicated",
             )
             .with_guarded_writes(
-                "PostgresFencedStore / MySqlFencedStore: one upsert checks and raises the row's \
-                 fence (any table, with a fence column)",
+                "fenced stores (one upsert checks and raises the row's fence); execute_if_held: one \
+                 transaction locks the lock row while the lease runs, then writes",
             ),
             _ => crate::lease::SESSION_PROFILE,
         }

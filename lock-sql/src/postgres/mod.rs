@@ -55,6 +55,7 @@ mod builder;
 mod connection;
 pub(crate) mod error;
 mod fenced;
+mod guarded;
 mod lease;
 mod listener;
 mod pool;
@@ -273,8 +274,8 @@ impl DistributedLock for PostgresBackend {
                  commit replicated",
             )
             .with_guarded_writes(
-                "PostgresFencedStore / MySqlFencedStore: one upsert checks and raises the row's \
-                 fence (any table, with a fence column)",
+                "fenced stores (one upsert checks and raises the row's fence); execute_if_held: one \
+                 transaction locks the lock row while the lease runs, then writes",
             ),
             _ => crate::lease::SESSION_PROFILE,
         }

@@ -62,6 +62,9 @@ pub(crate) struct Tables {
     pub(crate) extend_many: String,
     pub(crate) release: String,
     pub(crate) remaining: String,
+    /// A guarded write's check (`guarded.rs`): $1 name, $2 owner; a row while the owner's lease
+    /// runs, locked until the write's transaction ends.
+    pub(crate) lock_if_held: String,
     pub(crate) mark_free: String,
     /// Deletes the lock-table and row-table rows of names with a prefix (`distlock compare`'s
     /// clean-up on a user's server); returns how many.
@@ -243,6 +246,9 @@ impl Tables {
             remaining: format!(
                 "SELECT GREATEST(1, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint \
                  FROM {t} WHERE name = $1 AND expires_at > clock_timestamp()"
+            ),
+            lock_if_held: format!(
+                "SELECT 1 FROM {t} WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp() FOR UPDATE"
             ),
             mark_free: format!(
                 "WITH r AS (UPDATE {t} SET expires_at = '-infinity' WHERE name = $1 RETURNING waiters) \

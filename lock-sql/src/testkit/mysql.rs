@@ -9,6 +9,7 @@ use lock_testkit::suite::PausableServers;
 use lock_testkit::workload::TimeOne;
 
 use super::SqlKind;
+use crate::mysql::schema::hex;
 use crate::mysql::{MySqlBackend, MySqlLockKind};
 
 impl SqlKind for MySqlLockKind {
@@ -75,6 +76,30 @@ impl SqlKind for MySqlLockKind {
         let store = crate::mysql::MySqlFencedStore::new(backend.clone(), super::target::FENCED_TABLE)?;
         store.ensure_table()?;
         Ok(Box::new(store))
+    }
+
+    fn ensure_guarded_table(backend: &MySqlBackend) -> lock_core::Result<()> {
+        crate::mysql::MySqlFencedStore::new(backend.clone(), super::target::GUARDED_TABLE)?.ensure_table()
+    }
+
+    fn write_if_held(
+        backend: &MySqlBackend,
+        lease: &mut crate::mysql::MySqlLease,
+        key: &str,
+        value: &[u8],
+    ) -> lock_core::Result<()> {
+        let (table, key, value) = (super::target::GUARDED_TABLE, hex(key.as_bytes()), hex(value));
+        let sql = format!(
+            "INSERT INTO {table} (k, fence, value) VALUES ({key}, 0, {value}) \
+             ON DUPLICATE KEY UPDATE value = VALUES(value)"
+        );
+        backend.execute_if_held(lease, &sql).map(drop)
+    }
+
+    fn read_guarded(backend: &MySqlBackend, key: &str) -> lock_core::Result<Option<Vec<u8>>> {
+        use lock_core::FencedStore as _;
+        let table = crate::mysql::MySqlFencedStore::new(backend.clone(), super::target::GUARDED_TABLE)?;
+        Ok(table.read(key)?.map(|(_, value)| value))
     }
 
     fn remaining_lease(backend: &MySqlBackend, name: &LockName) -> lock_core::Result<Option<Duration>> {

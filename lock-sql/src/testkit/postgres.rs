@@ -76,6 +76,31 @@ impl SqlKind for PostgresLockKind {
         Ok(Box::new(store))
     }
 
+    fn ensure_guarded_table(backend: &PostgresBackend) -> lock_core::Result<()> {
+        crate::postgres::PostgresFencedStore::new(backend.clone(), super::target::GUARDED_TABLE)?
+            .ensure_table()
+    }
+
+    fn write_if_held(
+        backend: &PostgresBackend,
+        lease: &mut crate::postgres::PostgresLease,
+        key: &str,
+        value: &[u8],
+    ) -> lock_core::Result<()> {
+        let table = super::target::GUARDED_TABLE;
+        let sql = format!(
+            "INSERT INTO {table} (key, fence, value) VALUES ($1, 0, $2) \
+             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+        );
+        backend.execute_if_held(lease, &sql, &[&key, &value]).map(drop)
+    }
+
+    fn read_guarded(backend: &PostgresBackend, key: &str) -> lock_core::Result<Option<Vec<u8>>> {
+        use lock_core::FencedStore as _;
+        let table = crate::postgres::PostgresFencedStore::new(backend.clone(), super::target::GUARDED_TABLE)?;
+        Ok(table.read(key)?.map(|(_, value)| value))
+    }
+
     fn remaining_lease(backend: &PostgresBackend, name: &LockName) -> lock_core::Result<Option<Duration>> {
         backend.remaining_lease(name)
     }

@@ -102,6 +102,30 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
     /// As the store's `ensure_table`.
     fn fenced_store(backend: &Self::Backend) -> lock_core::Result<Box<dyn lock_core::FencedStore>>;
 
+    /// GW01: [`GUARDED_TABLE`] (the fenced store's layout, its fence unused), created if missing.
+    ///
+    /// # Errors
+    /// As the store's `ensure_table`.
+    fn ensure_guarded_table(backend: &Self::Backend) -> lock_core::Result<()>;
+
+    /// GW01: an upsert of `value` under `key` in [`GUARDED_TABLE`], through the backend's
+    /// `execute_if_held`.
+    ///
+    /// # Errors
+    /// As `execute_if_held`.
+    fn write_if_held(
+        backend: &Self::Backend,
+        lease: &mut <Self::Backend as DistributedLock>::Lease,
+        key: &str,
+        value: &[u8],
+    ) -> lock_core::Result<()>;
+
+    /// GW01: the value of `key` in [`GUARDED_TABLE`].
+    ///
+    /// # Errors
+    /// As any statement.
+    fn read_guarded(backend: &Self::Backend, key: &str) -> lock_core::Result<Option<Vec<u8>>>;
+
     /// The backend's `remaining_lease`.
     ///
     /// # Errors
@@ -134,6 +158,9 @@ pub trait SqlKind: Copy + Debug + Send + Sync + 'static {
 
 /// The table of the suite's fenced stores (GW02).
 pub const FENCED_TABLE: &str = "distlock_fenced";
+
+/// The table GW01's writes on the lock's own server go to.
+pub const GUARDED_TABLE: &str = "distlock_guarded";
 
 /// One kind of an SQL backend on a server.
 #[derive(Clone)]
@@ -277,6 +304,27 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
 
     fn fenced_store(&self) -> Result<lock_core::Result<Box<dyn lock_core::FencedStore>>, NotApplicable> {
         Ok(self.backend().and_then(|backend| K::fenced_store(&backend)))
+    }
+
+    fn write_if_held(
+        &self,
+        guard: &lock_core::LockGuard<K::Backend>,
+        key: &str,
+        value: &[u8],
+    ) -> Result<lock_core::Result<()>, NotApplicable> {
+        // Before the hold's statement: DDL would end a row kind's holding transaction.
+        if let Err(error) = self.backend().and_then(|backend| K::ensure_guarded_table(&backend)) {
+            return Ok(Err(error));
+        }
+        Ok(guard.with_lease(|backend, lease| K::write_if_held(backend, lease, key, value)))
+    }
+
+    fn read_guarded(
+        &self,
+        _name: &LockName,
+        key: &str,
+    ) -> Result<lock_core::Result<Option<Vec<u8>>>, NotApplicable> {
+        Ok(self.backend().and_then(|backend| K::read_guarded(&backend, key)))
     }
 
     fn backend(&self) -> lock_core::Result<K::Backend> {

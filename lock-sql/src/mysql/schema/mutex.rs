@@ -185,6 +185,16 @@ impl Tables {
         )
     }
 
+    /// A guarded write's check (`guarded.rs`): opens a transaction and locks the row of `name`
+    /// while `owner`'s lease runs; the last statement returns 1 then, else nothing.
+    pub(crate) fn lock_if_held(&self, name: &str, owner: &str) -> String {
+        format!(
+            "START TRANSACTION; SELECT 1 FROM {} WHERE name = {name} AND owner = {owner} AND expires_at > {NOW} \
+             FOR UPDATE",
+            self.locks
+        )
+    }
+
     pub(crate) fn remaining(&self, name: &str) -> String {
         format!(
             "SELECT GREATEST(1, CEIL(TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at) / 1000)) \

@@ -4,8 +4,8 @@
 //! session ended as S09 does, since a stopped process keeps its connection — and writes; then
 //! the child resumes and writes with its old token. In every cycle the late write is refused
 //! as stale and the store keeps the rival's value; where the kind has writes on the lock's own
-//! server conditional on the hold (Redis, ZooKeeper), the child's late one is refused as not
-//! held and the rival's stays.
+//! server conditional on the hold (Redis, SQL, ZooKeeper), the child's late one is refused as
+//! not held and the rival's stays.
 
 use lock_core::{DistributedLock, HoldKind, Lock};
 use nix::sys::signal::Signal;
@@ -63,6 +63,13 @@ pub(crate) fn run<T: SuiteTarget>(target: &T, test_name: &str) -> ScenarioResult
             late_on_server == "not-held" || (late_on_server == "n/a" && !on_server),
             "cycle {cycle}: the paused holder's late write on the lock's server: {late_on_server}"
         );
+        let stored = store.read(name.as_str())?;
+        ensure!(
+            stored == Some((token, b"the rival".to_vec())),
+            "cycle {cycle}: the store holds {stored:?}, not the rival's write"
+        );
+        // After the release: a row kind's write commits with its holding transaction.
+        guard.unlock()?;
         if on_server {
             let left = target.read_guarded(&name, name.as_str()).map_err(|why| Failure(why.0.into()))??;
             ensure!(
@@ -70,12 +77,6 @@ pub(crate) fn run<T: SuiteTarget>(target: &T, test_name: &str) -> ScenarioResult
                 "cycle {cycle}: the lock's server holds {left:?}, not the rival's write"
             );
         }
-        let stored = store.read(name.as_str())?;
-        ensure!(
-            stored == Some((token, b"the rival".to_vec())),
-            "cycle {cycle}: the store holds {stored:?}, not the rival's write"
-        );
-        guard.unlock()?;
     }
     Ok(Verdict::Pass)
 }
