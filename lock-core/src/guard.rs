@@ -106,17 +106,22 @@ impl<B: DistributedLock> LockGuard<B> {
     /// Runs `write` with this hold's backend and lease: for a write on the lock's own server
     /// that the server makes conditional on the hold, in one atomic step (a backend's
     /// `…_if_held`, such as `RedisBackend::set_if_held` or `ZooKeeperBackend::set_data_if_held`).
-    /// Renewal and release of the lease wait until `write` returns.
+    /// Renewal and release of this lease wait until `write` returns (the client's other leases
+    /// renew as usual): a write that outlasts the lease loses the hold. Calling `with_lease` of
+    /// the same guard inside `write` deadlocks.
+    ///
+    /// The server decides, not this process's belief: `write` runs also for a hold already
+    /// reported lost (the server refuses it then; a loss is reported a clock-drift margin early,
+    /// when the server may still have the lock and so may still take the write safely).
     ///
     /// # Errors
-    /// [`Error::NotHeld`] when the hold is already known lost or was released; else what
-    /// `write` returns (the backends' `…_if_held` report a hold the server no longer has as
-    /// [`Error::NotHeld`] too).
+    /// [`Error::NotHeld`] when the guard's lock was released; else what `write` returns (the
+    /// backends' `…_if_held` report a hold the server no longer has as [`Error::NotHeld`]).
     pub fn with_lease<R>(&self, write: impl FnOnce(&B, &mut B::Lease) -> Result<R>) -> Result<R> {
         let mut lease = self.held.lease.lock();
         match lease.as_mut() {
-            Some(lease) if !self.held.is_lost() => write(&self.shared.backend, lease),
-            _ => Err(Error::NotHeld { name: self.held.name.clone() }),
+            Some(lease) => write(&self.shared.backend, lease),
+            None => Err(Error::NotHeld { name: self.held.name.clone() }),
         }
     }
 

@@ -59,7 +59,12 @@ impl FencedStore for RedisFencedStore {
             backend: error::BACKEND,
             source: format!("fenced write: the key's fence is not a number: {highest:?}").into(),
         })?;
-        lock_core::admit(key, Some(highest), token)
+        lock_core::admit(key, Some(highest), token)?;
+        // Refused by a fence the rule would pass: not one this store wrote (not canonical decimal).
+        Err(lock_core::Error::Backend {
+            backend: error::BACKEND,
+            source: format!("fenced write: the key's fence {highest} refused token {token}").into(),
+        })
     }
 
     fn read(&self, key: &str) -> Result<Option<(FencingToken, Vec<u8>)>> {

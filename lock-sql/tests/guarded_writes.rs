@@ -85,3 +85,28 @@ fn a_failed_statement_keeps_the_hold_and_a_row_write_commits_with_the_release() 
         Some(b"committed".as_slice())
     );
 }
+
+/// A row kind's statement that ends the holding transaction (here `COMMIT`; a deadlock that
+/// rolls all of it back does the same) ends the hold: refused as not held, the session closed,
+/// so the next renewal reports the loss and a rival gets the lock.
+#[test]
+fn a_statement_that_ends_the_holding_transaction_ends_the_hold() {
+    let pg: PostgresBackend =
+        SqlTarget::new(PostgresLockKind::Row).without_restart_delay().backend().unwrap();
+    let name = unique_name("exec-if-held-commit");
+    let mut lease = pg.try_acquire(&name, &OwnerToken::random(), LEASE).unwrap().expect("free");
+    let refused = pg.execute_if_held(&mut lease, "COMMIT", &[]);
+    assert!(matches!(refused, Err(Error::NotHeld { .. })), "postgres: {refused:?}");
+    assert!(!pg.extend(&mut lease, LEASE).unwrap_or(false), "postgres: the hold was still renewed");
+    let rival = pg.try_acquire(&name, &OwnerToken::random(), LEASE).unwrap();
+    assert!(rival.is_some(), "postgres: the lock stayed taken");
+
+    let my: MySqlBackend = SqlTarget::new(MySqlLockKind::Row).without_restart_delay().backend().unwrap();
+    let name = unique_name("exec-if-held-commit");
+    let mut lease = my.try_acquire(&name, &OwnerToken::random(), LEASE).unwrap().expect("free");
+    let refused = my.execute_if_held(&mut lease, "COMMIT");
+    assert!(matches!(refused, Err(Error::NotHeld { .. })), "mysql: {refused:?}");
+    assert!(!my.extend(&mut lease, LEASE).unwrap_or(false), "mysql: the hold was still renewed");
+    let rival = my.try_acquire(&name, &OwnerToken::random(), LEASE).unwrap();
+    assert!(rival.is_some(), "mysql: the lock stayed taken");
+}

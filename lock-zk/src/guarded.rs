@@ -29,6 +29,12 @@ impl ZooKeeperBackend {
     /// nothing was written; the ensemble's errors otherwise.
     pub fn set_data_if_held(&self, lease: &ZooKeeperLease, path: &str, data: &[u8]) -> Result<()> {
         refuse_async_context()?;
+        if !crate::path::is_exclusive_node(&lease.node) {
+            return Err(Error::invalid_config(
+                "set_data_if_held needs an exclusive hold (a mutex or a write lock): shared holders \
+                 cannot tell their writes apart",
+            ));
+        }
         let session = &self.inner.session;
         let client = session.client()?;
         let fail = |error: zk::Error| Failure::Zk(error).into_error("guarded write");

@@ -177,6 +177,13 @@ pub(crate) fn read_write_order(a: &str, b: &str) -> Ordering {
     key(a).cmp(key(b)).then_with(|| a.cmp(b))
 }
 
+/// Whether the lock node at `path` is an exclusive hold: a mutex's or a write lock's node, not a
+/// reader's or a semaphore lease's.
+pub(crate) fn is_exclusive_node(path: &str) -> bool {
+    let child = path.rsplit('/').next().unwrap_or(path);
+    !path.contains(&format!("/{SEMAPHORE_DIR}/")) && !child.contains(READ_NAME)
+}
+
 /// Whether `child` is a writer's node (Curator's own test: the name contains `__WRIT__`).
 pub(crate) fn is_writer(child: &str) -> bool {
     child.contains(WRITE_NAME)

@@ -161,19 +161,29 @@ impl<B: DistributedLock> LeaseTable<B> {
         let mut rescheduled = Vec::new();
         let mut lost = Vec::new();
         for ((held, interval), outcome) in batch.into_iter().zip(outcomes) {
-            match outcome {
+            let outcome = match outcome {
                 // Released while the batch was being assembled: nothing more to do.
-                None => continue,
-                Some(Ok(true)) => {
+                Renewal::Released => continue,
+                // A guarded write or a release has the lease: again soon, as long as it lasts
+                // (the expiry timer reports the loss if it runs out first).
+                Renewal::Busy => {
+                    let at = (now + (interval / 4).max(MIN_RETRY)).min(held.valid_until());
+                    rescheduled.push(Due { at, held: Arc::clone(&held), interval });
+                    continue;
+                }
+                Renewal::Answered(outcome) => outcome,
+            };
+            match outcome {
+                Ok(true) => {
                     observed.confirmed();
                     held.confirm(sent_at);
                     rescheduled.push(Due { at: sent_at + interval, held: Arc::clone(&held), interval });
                 }
-                Some(Ok(false)) => {
+                Ok(false) => {
                     observed.lost();
                     lost.push((Arc::clone(&held), GONE));
                 }
-                Some(Err(error)) => {
+                Err(error) => {
                     observed.failed();
                     held.renewal_failed();
                     // Keep trying while the last confirmed lease (or session timeout) lasts; the
@@ -200,46 +210,58 @@ impl<B: DistributedLock> LeaseTable<B> {
         self.queues.lock().renewals.extend(rescheduled.into_iter().map(Reverse));
     }
 
-    /// One outcome per batch item; `None` for leases released before the batch was sent.
-    fn extend_batch(&self, batch: &[(Arc<HeldLease<B>>, Duration)]) -> Vec<Option<Result<bool>>> {
+    /// One outcome per batch item.
+    ///
+    /// A lease whose mutex is busy — a guarded write (`LockGuard::with_lease`) or a release in
+    /// progress — is left out and retried soon: waiting for it would stall the client's other
+    /// renewals behind the write (one batch per client is in flight), and holding the rest
+    /// while waiting could deadlock with a writer that takes another lease of the batch.
+    fn extend_batch(&self, batch: &[(Arc<HeldLease<B>>, Duration)]) -> Vec<Renewal> {
         if self.backend.extends_independently() && batch.len() > 1 {
             return self.extend_each_concurrently(batch);
         }
-        let mut guards: Vec<_> = batch.iter().map(|(held, _)| held.lease.lock()).collect();
-        let live: Vec<bool> = guards.iter().map(|guard| guard.is_some()).collect();
+        let mut guards: Vec<_> = batch.iter().map(|(held, _)| held.lease.try_lock()).collect();
         let mut extensions: Vec<_> = guards
             .iter_mut()
             .zip(batch)
-            .filter_map(|(guard, (held, _))| guard.as_mut().map(|lease| Extension::new(lease, held.ttl)))
+            .filter_map(|(guard, (held, _))| {
+                guard.as_mut()?.as_mut().map(|lease| Extension::new(lease, held.ttl))
+            })
             .collect();
         let expected = extensions.len();
         let backend = self.backend.backend_name();
         // A panicking backend must not take an I/O thread with it, and a result that cannot be
         // matched to its lease must not confirm the wrong one.
-        let results = match catch_unwind(AssertUnwindSafe(|| self.backend.extend_many(&mut extensions))) {
-            Ok(results) if results.len() == expected => results,
-            Ok(results) => {
-                tracing::error!(backend, expected, got = results.len(), "extend_many broke its contract");
-                Vec::new()
-            }
-            Err(_) => {
-                tracing::error!(backend, "extend_many panicked");
-                Vec::new()
+        let results = if expected == 0 {
+            Vec::new()
+        } else {
+            match catch_unwind(AssertUnwindSafe(|| self.backend.extend_many(&mut extensions))) {
+                Ok(results) if results.len() == expected => results,
+                Ok(results) => {
+                    tracing::error!(backend, expected, got = results.len(), "extend_many broke its contract");
+                    Vec::new()
+                }
+                Err(_) => {
+                    tracing::error!(backend, "extend_many panicked");
+                    Vec::new()
+                }
             }
         };
         drop(extensions);
         let mut results = results.into_iter();
-        let outcomes: Vec<_> = live
-            .into_iter()
-            .map(|live| {
-                live.then(|| {
-                    results.next().unwrap_or_else(|| Err(Error::backend(backend, "no renewal result")))
-                })
+        let outcomes: Vec<_> = guards
+            .iter()
+            .map(|guard| match guard {
+                None => Renewal::Busy,
+                Some(lease) if lease.is_none() => Renewal::Released,
+                Some(_) => Renewal::Answered(
+                    results.next().unwrap_or_else(|| Err(Error::backend(backend, "no renewal result"))),
+                ),
             })
             .collect();
         // Recorded before the leases are unlocked: a release waiting for this batch sees it.
         for ((held, _), outcome) in batch.iter().zip(&outcomes) {
-            if let Some(outcome) = outcome {
+            if let Renewal::Answered(outcome) = outcome {
                 held.note_answer(outcome);
             }
         }
@@ -247,23 +269,28 @@ impl<B: DistributedLock> LeaseTable<B> {
         outcomes
     }
 
+    /// Extends `held` on its own, unless its mutex is busy (see
+    /// [`extend_batch`](Self::extend_batch)).
+    fn extend_alone(&self, held: &HeldLease<B>) -> Renewal {
+        let backend = &*self.backend;
+        let Some(mut slot) = held.lease.try_lock() else { return Renewal::Busy };
+        let Some(lease) = slot.as_mut() else { return Renewal::Released };
+        let outcome =
+            catch_unwind(AssertUnwindSafe(|| backend.extend(lease, held.ttl))).unwrap_or_else(|_| {
+                tracing::error!(backend = backend.backend_name(), "extend panicked");
+                Err(Error::backend(backend.backend_name(), "extend panicked"))
+            });
+        held.note_answer(&outcome);
+        Renewal::Answered(outcome)
+    }
+
     /// [`extend_batch`](Self::extend_batch) for a backend whose leases are extended on
     /// connections of their own: one thread per lease, each locking only its lease, so a batch
     /// takes one call's time however many leases it has, and a release waits for its own
     /// lease's check only.
-    fn extend_each_concurrently(&self, batch: &[(Arc<HeldLease<B>>, Duration)]) -> Vec<Option<Result<bool>>> {
+    fn extend_each_concurrently(&self, batch: &[(Arc<HeldLease<B>>, Duration)]) -> Vec<Renewal> {
         let backend = &*self.backend;
-        let extend_one = |held: &HeldLease<B>| -> Option<Result<bool>> {
-            let mut slot = held.lease.lock();
-            let lease = slot.as_mut()?;
-            let outcome =
-                catch_unwind(AssertUnwindSafe(|| backend.extend(lease, held.ttl))).unwrap_or_else(|_| {
-                    tracing::error!(backend = backend.backend_name(), "extend panicked");
-                    Err(Error::backend(backend.backend_name(), "extend panicked"))
-                });
-            held.note_answer(&outcome);
-            Some(outcome)
-        };
+        let extend_one = |held: &HeldLease<B>| self.extend_alone(held);
         thread::scope(|scope| {
             let (first, rest) = batch.split_first().expect("a batch of more than one lease");
             let spawned: Vec<_> = rest
@@ -281,7 +308,10 @@ impl<B: DistributedLock> LeaseTable<B> {
             for handle in spawned {
                 outcomes.push(match handle {
                     Ok(handle) => handle.join().unwrap_or_else(|_| {
-                        Some(Err(Error::backend(backend.backend_name(), "a lease check panicked")))
+                        Renewal::Answered(Err(Error::backend(
+                            backend.backend_name(),
+                            "a lease check panicked",
+                        )))
                     }),
                     // No thread to be had: check it here, after the others started.
                     Err(held) => extend_one(held),
@@ -290,6 +320,16 @@ impl<B: DistributedLock> LeaseTable<B> {
             outcomes
         })
     }
+}
+
+/// What renewing one lease of a batch came to.
+enum Renewal {
+    /// Released before the batch was sent: nothing more to do.
+    Released,
+    /// Its mutex was taken (a guarded write, a release): retried soon.
+    Busy,
+    /// The server's answer: still held, gone, or an error.
+    Answered(Result<bool>),
 }
 
 /// Ends a client's batch: clears its in-flight flag and has the timer look at the table again

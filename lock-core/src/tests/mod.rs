@@ -311,3 +311,33 @@ fn unrepresentable_timeouts_mean_no_timeout() {
     signal.fire();
     assert!(waiter.join().unwrap());
 }
+
+/// A guarded write holds its lease's mutex for as long as it runs: the client's other leases
+/// keep renewing meanwhile (a busy lease is left out of the batch and retried), a write that
+/// takes another guard's lease inside it cannot deadlock with a renewal batch, and a write that
+/// outlasts its own lease loses the hold, which could not be renewed meanwhile.
+#[test]
+fn a_long_guarded_write_stalls_no_other_renewal_and_nests_without_deadlock() {
+    let backend = FakeBackend::default();
+    let client = LockClient::with_options(backend.clone(), options(300, true));
+    let first = client.lock_named(&name("write-first")).unwrap();
+    let second = client.lock_named(&name("write-second")).unwrap();
+    let (one, two) = (first.lock().unwrap(), second.lock().unwrap());
+    // Several renewal rounds (every 100 ms) pass inside the nested writes.
+    let written = one.with_lease(|_, _| {
+        two.with_lease(|_, _| {
+            thread::sleep(MS * 150);
+            Ok(())
+        })?;
+        thread::sleep(MS * 600);
+        Ok("written")
+    });
+    assert_eq!(written.unwrap(), "written");
+    assert!(two.is_held(), "the other lease was not renewed during the long write");
+    assert_eq!(one.state(), crate::HoldState::Lost, "a write outlasting its lease kept the hold");
+    drop(one);
+    let released = first.lock().unwrap();
+    assert!(matches!(released.with_lease(|_, _| Ok(())), Ok(())));
+    released.unlock().unwrap();
+    two.unlock().unwrap();
+}

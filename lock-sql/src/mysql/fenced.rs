@@ -85,9 +85,17 @@ impl FencedStore for MySqlFencedStore {
         let sql =
             format!("SELECT fence, value FROM `{}` WHERE k = {}", self.table.as_str(), hex(key.as_bytes()));
         let results = self.backend.inner.pool.get()?.run("fenced read", &sql)?;
-        Ok(results.first_row().map(|row| {
-            let fence: u64 = row.get(0).unwrap_or_default();
-            (FencingToken::new(fence), row.get(1).unwrap_or_default())
-        }))
+        // A table made before, with other column types, is an error, not a panic.
+        let Some(row) = results.first_row() else { return Ok(None) };
+        let fence: Option<u64> = row.get_opt(0).and_then(Result::ok);
+        let value: Option<Vec<u8>> = row.get_opt(1).and_then(Result::ok);
+        match (fence, value) {
+            (Some(fence), Some(value)) => Ok(Some((FencingToken::new(fence), value))),
+            _ => Err(Error::Backend {
+                backend: "mysql",
+                source: format!("fenced read of {key}: the table's columns are not (BIGINT UNSIGNED, BLOB)")
+                    .into(),
+            }),
+        }
     }
 }

@@ -11,6 +11,11 @@
 //!   still has it; only the end of that session can take it away, and that fails the statement
 //!   too.
 //!
+//! A row kind's statement that ends the holding transaction — a deadlock InnoDB resolves by
+//! rolling all of it back, a statement that commits implicitly (DDL) — ends the hold: the
+//! session is closed, the hold reported lost, and the call returns [`Error::NotHeld`] (a DDL
+//! statement's effect then stays: run none under a row lock).
+//!
 //! On the session kinds a connection that fails before the statement is sent ends the session,
 //! and so the hold: that is [`Error::NotHeld`]. A failure during the statement is reported as
 //! it is: the write may have been made, while the lock was held.
@@ -44,30 +49,44 @@ impl MySqlBackend {
             Hold::Table { owner } => {
                 let mut connection = self.inner.pool.get()?;
                 let check = self.inner.tables.lock_if_held(&hex(lease.name.as_str().as_bytes()), owner);
-                let held = connection.run("guarded write", &check)?.last_value::<i64>().is_some();
-                let written = if held { Some(connection.run("guarded write", statement)) } else { None };
-                let end = if matches!(written, Some(Ok(_))) { "COMMIT" } else { "ROLLBACK" };
-                connection.run("guarded write", end)?;
-                match written {
-                    Some(results) => Ok(results?.affected(0)),
-                    None => Err(not_held()),
+                // Any failure after START TRANSACTION still ends the transaction: the pooled
+                // connection must not carry it (and its row locks) to its next user.
+                let written =
+                    connection.run("guarded write", &check).and_then(|held| match held.last_value::<i64>() {
+                        Some(_) => connection
+                            .run("guarded write", statement)
+                            .map(|results| Some(results.affected(0))),
+                        None => Ok(None),
+                    });
+                let end = if matches!(written, Ok(Some(_))) { "COMMIT" } else { "ROLLBACK" };
+                if let Err(error) = connection.run("guarded write", end) {
+                    connection.poison();
+                    // A failed COMMIT leaves the write undecided: say so, not the statement's Ok.
+                    if end == "COMMIT" {
+                        return Err(error);
+                    }
                 }
+                written?.ok_or_else(not_held)
             }
             Hold::Row { connection } => {
                 let connection = connection.get();
                 connection
                     .run("guarded write", "SAVEPOINT distlock_guarded_write")
                     .map_err(|e| session_gone(e, &lease.name))?;
-                match connection.run("guarded write", statement) {
-                    Ok(results) => {
-                        connection.run("guarded write", "RELEASE SAVEPOINT distlock_guarded_write")?;
-                        Ok(results.affected(0))
-                    }
-                    Err(error) => {
-                        connection.run("guarded write", "ROLLBACK TO SAVEPOINT distlock_guarded_write")?;
-                        Err(error)
-                    }
+                let written = connection.run("guarded write", statement);
+                let end = match written {
+                    Ok(_) => "RELEASE SAVEPOINT distlock_guarded_write",
+                    Err(_) => "ROLLBACK TO SAVEPOINT distlock_guarded_write",
+                };
+                // Without its savepoint the holding transaction is gone: a deadlock or (with
+                // innodb_rollback_on_timeout) a lock wait rolled all of it back, or the statement
+                // committed it. The row lock went with it: the session is ended, so the hold is
+                // reported lost, and the write is refused.
+                if connection.run("guarded write", end).is_err() {
+                    connection.poison();
+                    return Err(not_held());
                 }
+                Ok(written?.affected(0))
             }
             Hold::Advisory { key, connection } => {
                 let connection = connection.get();

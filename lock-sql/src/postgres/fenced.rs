@@ -104,9 +104,15 @@ impl FencedStore for PostgresFencedStore {
         let sql = self.read.as_str();
         let row =
             connection.run("fenced read", |client| async move { client.query_opt(sql, &[&key]).await })?;
-        Ok(row.map(|row| {
-            let fence: i64 = row.get(0);
-            (FencingToken::new(fence.unsigned_abs()), row.get(1))
-        }))
+        // A table made before, with other column types, is an error, not a panic.
+        row.map(|row| {
+            let fence: i64 = row.try_get(0)?;
+            Ok((FencingToken::new(fence.unsigned_abs()), row.try_get(1)?))
+        })
+        .transpose()
+        .map_err(|error: tokio_postgres::Error| Error::Backend {
+            backend: "postgres",
+            source: format!("fenced read of {key}: the table's columns: {error}").into(),
+        })
     }
 }

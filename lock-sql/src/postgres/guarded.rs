@@ -70,18 +70,28 @@ impl PostgresBackend {
                         client.batch_execute("SAVEPOINT distlock_guarded_write").await
                     })
                     .map_err(|error| session_gone(error, &lease.name))?;
-                connection.run("guarded write", |client| async move {
-                    match client.execute(statement, params).await {
-                        Ok(rows) => {
-                            client.batch_execute("RELEASE SAVEPOINT distlock_guarded_write").await?;
-                            Ok(Some(rows))
-                        }
-                        Err(error) => {
-                            client.batch_execute("ROLLBACK TO SAVEPOINT distlock_guarded_write").await?;
-                            Err(error)
-                        }
-                    }
-                })?
+                let written = connection
+                    .run("guarded write", |client| async move { client.execute(statement, params).await });
+                let end = match written {
+                    Ok(_) => "RELEASE SAVEPOINT distlock_guarded_write",
+                    Err(_) => "ROLLBACK TO SAVEPOINT distlock_guarded_write",
+                };
+                // Without its savepoint the holding transaction is gone (the statement ended it,
+                // or the connection broke): the row lock with it. The session is ended, so the
+                // hold is reported lost, and the write is refused.
+                if connection
+                    .run("guarded write", |client| async move { client.batch_execute(end).await })
+                    .is_err()
+                {
+                    // Ended for good, so the next renewal sees it: the session terminates itself
+                    // (nothing to do on a connection already gone).
+                    let _ = connection.run("end the session", |client| async move {
+                        client.batch_execute("SELECT pg_terminate_backend(pg_backend_pid())").await
+                    });
+                    connection.discard();
+                    return Err(not_held);
+                }
+                Some(written?)
             }
             Hold::Advisory { key, connection } => {
                 let key = *key;

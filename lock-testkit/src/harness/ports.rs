@@ -32,6 +32,9 @@ const LOWEST_PORT: u16 = 16_384;
 /// starts higher, at 49152).
 const DEFAULT_EPHEMERAL_START: u16 = 32_768;
 
+/// The fewest ports a candidate range may have.
+const ROOM: u16 = 1_024;
+
 /// How many candidate ports are tried before giving up.
 const CANDIDATES: usize = 10_000;
 
@@ -65,13 +68,24 @@ pub fn free_port() -> Result<u16, HarnessError> {
     ))
 }
 
-/// Ports below the ephemeral range (read from `/proc/sys/net/ipv4/ip_local_port_range`).
+/// Ports outside the ephemeral range (read from `/proc/sys/net/ipv4/ip_local_port_range`):
+/// below it, or above it where it starts too low to leave room below (some containers use
+/// `1024 65535`; then no range is free of it, and the registry alone keeps test runs apart).
 fn candidate_range() -> Range<u16> {
-    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+    let (start, end) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
-        .and_then(|text| text.split_whitespace().next()?.parse().ok())
-        .unwrap_or(DEFAULT_EPHEMERAL_START);
-    LOWEST_PORT..ephemeral_start.max(LOWEST_PORT + 1_024)
+        .and_then(|text| {
+            let mut bounds = text.split_whitespace().map(|bound| bound.parse::<u16>().ok());
+            Some((bounds.next()??, bounds.next()??))
+        })
+        .unwrap_or((DEFAULT_EPHEMERAL_START, u16::MAX));
+    if start >= LOWEST_PORT + ROOM {
+        LOWEST_PORT..start
+    } else if end <= u16::MAX - ROOM {
+        end + 1..u16::MAX
+    } else {
+        LOWEST_PORT..u16::MAX
+    }
 }
 
 fn is_bindable(port: u16) -> bool {
@@ -88,7 +102,8 @@ fn claim(path: &Path, port: u16) -> Result<bool, HarnessError> {
         .truncate(false)
         .open(path)
         .map_err(|source| io("opening", source))?;
-    // Held for a read and a rewrite of a few hundred bytes; released on drop.
+    // Held for a read and a rewrite of a few hundred bytes; released on drop. No time limit: a
+    // holder stopped in those microseconds (SIGSTOP) stops the other test processes' starts too.
     let mut file = Flock::lock(file, FlockArg::LockExclusive)
         .map_err(|(_, errno)| io("locking", std::io::Error::from(errno)))?;
     let mut text = String::new();
@@ -114,8 +129,18 @@ fn live_entries(text: &str) -> Vec<(u16, u32)> {
             let (port, pid) = line.split_once(' ')?;
             Some((port.parse().ok()?, pid.parse().ok()?))
         })
-        .filter(|&(_, pid)| pid == std::process::id() || tree::is_alive(pid))
+        .filter(|&(_, pid)| pid == std::process::id() || is_alive(pid))
         .collect()
+}
+
+/// Whether process `pid` runs: from `/proc` where there is one (a zombie counts as gone), else
+/// by `kill(pid, 0)` (macOS), where only "no such process" means gone.
+fn is_alive(pid: u32) -> bool {
+    if std::path::Path::new("/proc/self").exists() {
+        return tree::is_alive(pid);
+    }
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    !matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Err(nix::errno::Errno::ESRCH))
 }
 
 fn rewrite(file: &mut File, entries: &[(u16, u32)]) -> std::io::Result<()> {

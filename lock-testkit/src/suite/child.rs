@@ -65,6 +65,7 @@ impl Role {
             Role::Contend { name, permits, threads, rounds, dir } => {
                 format!("contend {permits} {threads} {rounds} {name} {dir}")
             }
+            // The path last: the rest of the line, spaces and all.
             Role::FencedWriter { name, trigger } => format!("fenced {name} {trigger}"),
         }
     }
@@ -87,10 +88,14 @@ impl Role {
                 let (permits, threads, rounds) =
                     (next()?.parse().ok()?, next()?.parse().ok()?, next()?.parse().ok()?);
                 let name = name(next()?)?;
-                let dir = next()?.to_owned();
+                // The path last: the rest of the line, spaces and all.
+                let dir = fields.collect::<Vec<_>>().join(" ");
                 Role::Contend { name, permits, threads, rounds, dir }
             }
-            "fenced" => Role::FencedWriter { name: name(next()?)?, trigger: next()?.to_owned() },
+            "fenced" => {
+                let (name_text, trigger) = rest.split_once(' ')?;
+                Role::FencedWriter { name: name(name_text)?, trigger: trigger.to_owned() }
+            }
             _ => return None,
         })
     }
@@ -351,5 +356,23 @@ impl Drop for Holder {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_survive_their_encoding_paths_with_spaces_included() {
+        let name = LockName::new("gw01-x").unwrap();
+        for role in [
+            Role::Mutex(name.clone()),
+            Role::Permit { name: name.clone(), permits: 3 },
+            Role::FencedWriter { name: name.clone(), trigger: "/tmp/a dir/resume-0".into() },
+            Role::Contend { name, permits: 2, threads: 4, rounds: 9, dir: "/tmp/my tests/sem01".into() },
+        ] {
+            assert_eq!(Role::decode(&role.encode()), Some(role));
+        }
     }
 }

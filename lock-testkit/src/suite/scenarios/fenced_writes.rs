@@ -41,8 +41,9 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
             "holder {round}: token {token} is not above {earlier:?}"
         );
         let value = format!("holder {round}");
-        for attempt in ["first", "repeated", "identical"] {
-            let written = if attempt == "identical" { value.clone() } else { format!("{value}, {attempt}") };
+        // The last two are identical: the second changes no row.
+        for attempt in ["first", "second", "identical"] {
+            let written = if attempt == "first" { format!("{value}, first") } else { value.clone() };
             store.write(key, token, written.as_bytes()).map_err(|error| {
                 Failure(format!("holder {round}'s {attempt} write with token {token} was refused: {error}"))
             })?;

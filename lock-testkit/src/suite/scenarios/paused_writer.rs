@@ -49,8 +49,15 @@ pub(crate) fn run<T: SuiteTarget>(target: &T, test_name: &str) -> ScenarioResult
         let token = guard.fencing_token().ok_or_else(|| Failure("no fencing token".into()))?;
         ensure!(token > paused_token, "cycle {cycle}: the rival's token {token} is not above {paused_token}");
         store.write(name.as_str(), token, b"the rival")?;
-        let on_server =
-            target.write_if_held(&guard, name.as_str(), b"the rival").is_ok_and(|written| written.is_ok());
+        let on_server = match target.write_if_held(&guard, name.as_str(), b"the rival") {
+            Ok(written) => {
+                written.map_err(|e| {
+                    Failure(format!("cycle {cycle}: the rival's write on the lock's server: {e}"))
+                })?;
+                true
+            }
+            Err(NotApplicable(_)) => false,
+        };
 
         std::fs::write(&trigger, b"").map_err(|e| Failure(format!("cannot write the trigger: {e}")))?;
         holder.signal(Signal::SIGCONT)?;
