@@ -44,7 +44,7 @@ enum Action {
     /// Make sure the server programs are installed ([`install::ensure_servers`]).
     InstallServers,
     /// Build every test target (linting it, unless `--skip-lint`), then run the test binaries
-    /// several at a time ([`test_runner::run`]).
+    /// and the examples several at a time ([`test_runner::run`]).
     RunTests { lint: bool },
     /// Run a command, which must succeed.
     Run(Command),
@@ -152,7 +152,6 @@ fn plan(args: &TestArgs) -> Vec<Step> {
     // Not `--all-targets`: that would leave out the doctests. A test that cannot get its server
     // fails (the harness never skips), so a missing install shows here.
     let lint = !args.skip_lint;
-    let cargo = if lint && args.test_args.is_empty() { cmd::cargo_linting } else { cmd::cargo };
     if args.test_args.is_empty() {
         let name = if lint { "clippy + test" } else { "test" };
         steps.push(Step { name, action: Action::RunTests { lint } });
@@ -162,10 +161,11 @@ fn plan(args: &TestArgs) -> Vec<Step> {
         test.args(["test", "--workspace", "--all-features"]).args(&args.test_args);
         steps.push(Step { name: "test", action: Action::Run(test) });
     }
-    // The examples are the README's main job: run them (in-memory), not just compile them.
-    for example in ["seckill", "reentrant", "metrics"] {
-        // Built with the test build's wrapper, so its artefacts are reused.
-        let mut run = cargo();
+    // The examples are the README's main job: run them (in-memory), not just compile them. The
+    // unfiltered test step runs them from its own build.
+    let examples = if args.test_args.is_empty() { &[][..] } else { &test_runner::EXAMPLES[..] };
+    for example in examples {
+        let mut run = cmd::cargo();
         run.args(["run", "--quiet", "--all-features", "--example", example]);
         steps.push(Step { name: example, action: Action::Run(run) });
     }
@@ -183,7 +183,7 @@ mod tests {
             .map(|step| match step.action {
                 Action::InstallServers => (step.name, String::new()),
                 Action::RunTests { lint } => {
-                    (step.name, format!("(test binaries, concurrently; lint: {lint})"))
+                    (step.name, format!("(test binaries and examples, concurrently; lint: {lint})"))
                 }
                 Action::Run(command) => {
                     let args = command.get_args().map(|arg| arg.to_string_lossy().into_owned());
@@ -196,9 +196,6 @@ mod tests {
             })
             .collect()
     }
-
-    const LINTING: &str =
-        "CLIPPY_ARGS=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__ RUSTC_WORKSPACE_WRAPPER=clippy-driver";
 
     fn one_feature(package: &str, features: &str) -> String {
         format!("cargo clippy --package {package} --no-default-features --features {features} -- -D warnings")
@@ -238,10 +235,7 @@ mod tests {
                     "clippy (as installed)",
                     "cargo clippy --package distlock-cli --locked -- -D warnings".to_owned()
                 ),
-                ("clippy + test", "(test binaries, concurrently; lint: true)".to_owned()),
-                ("seckill", format!("{LINTING} cargo run --quiet --all-features --example seckill")),
-                ("reentrant", format!("{LINTING} cargo run --quiet --all-features --example reentrant")),
-                ("metrics", format!("{LINTING} cargo run --quiet --all-features --example metrics")),
+                ("clippy + test", "(test binaries and examples, concurrently; lint: true)".to_owned()),
             ]
         );
     }

@@ -1,7 +1,7 @@
 //! The test step of `cargo xtask test`: builds every test target once, then runs the test
-//! binaries (and the doctests) in three phases: the conformance suite alone with more test
-//! threads, the rest several at a time (longest first), and last, alone, the binaries that open
-//! a thousand sessions.
+//! binaries (and the doctests and the README's examples) in three phases: the conformance suite
+//! alone with more test threads, the rest several at a time (longest first), and last, alone,
+//! the binaries that open a thousand sessions.
 //!
 //! Why not plain `cargo test`: it runs the binaries one after another, and most of distlock's
 //! tests wait — for leases to run out, sessions to time out, servers to start — rather than
@@ -48,6 +48,11 @@ const LONGEST_FIRST: [(&str, &str); 4] = [
 /// that load the machine themselves — a thousand server sessions or holds on one client, whose
 /// every call and loss is timed (beside others, their 1 s pool checkouts timed out).
 const ALONE_FIRST: [(&str, &str); 1] = [("distlock", "conformance")];
+/// The examples run after being built with the tests (the README's demos, in memory): run
+/// here, they reuse the test build (`cargo run --example` resolves features for the root package
+/// alone and builds the workspace again, about 20 s).
+pub const EXAMPLES: [&str; 3] = ["seckill", "reentrant", "metrics"];
+
 const ALONE_LAST: [(&str, &str); 3] =
     [("lock-sql", "session_limits"), ("lock-zk", "connection_cut"), ("lock-zk", "scenarios")];
 
@@ -156,7 +161,7 @@ fn build(lint: bool) -> Result<Vec<Job>, Failure> {
     let mut jobs = Vec::new();
     for message in String::from_utf8_lossy(&output.stdout).lines() {
         let Ok(message) = serde_json::from_str::<serde_json::Value>(message) else { continue };
-        if let Some(job) = test_job(&message) {
+        if let Some(job) = test_job(&message).or_else(|| example_job(&message)) {
             jobs.push(job);
         }
     }
@@ -200,6 +205,22 @@ fn test_job(message: &serde_json::Value) -> Option<Job> {
         Phase::Together
     };
     Some(Job { label: format!("{package}/{target}"), command, phase })
+}
+
+/// The job for a `compiler-artifact` message of one of [`EXAMPLES`]: run from the workspace root,
+/// as `cargo run --example` would.
+fn example_job(message: &serde_json::Value) -> Option<Job> {
+    let kinds = message["target"]["kind"].as_array()?;
+    if message["reason"] != "compiler-artifact" || !kinds.iter().any(|kind| kind == "example") {
+        return None;
+    }
+    let name = message["target"]["name"].as_str()?;
+    if !EXAMPLES.contains(&name) {
+        return None;
+    }
+    let mut command = Command::new(message["executable"].as_str()?);
+    command.current_dir(cmd::workspace_root());
+    Some(Job { label: format!("example {name}"), command, phase: Phase::Together })
 }
 
 /// A package's name from its id: `path+file:///…/lock-sql#0.1.0` or the older
