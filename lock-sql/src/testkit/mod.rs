@@ -13,7 +13,7 @@ pub mod primary_key_lock;
 pub mod scenarios;
 mod target;
 
-pub use target::{SqlKind, SqlTarget, FENCED_TABLE};
+pub use target::{SqlKind, SqlTarget, FENCED_TABLE, GUARDED_TABLE};
 
 /// The PostgreSQL kinds as suite targets: `PostgresTarget::new(PostgresLockKind::Row)`.
 #[cfg(feature = "postgres")]
