@@ -156,6 +156,41 @@ impl AnyBackend {
             _ => Ok(()),
         }
     }
+
+    /// A [`FencedStore`](lock_core::FencedStore) on this backend's own servers (SQL kinds: in
+    /// `table`, created if missing; the others ignore `table`): the guarded-write store of
+    /// `docs/guarded-writes.md` for a backend made from a URL.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](lock_core::Error::Unsupported) for Redlock (its nodes are
+    /// independent: fence the data's own store); an invalid `table`; what creating it reports.
+    pub fn fenced_store(&self, table: &str) -> Result<Box<dyn lock_core::FencedStore>> {
+        // Only the SQL kinds name a table.
+        let _ = table;
+        Ok(match self {
+            AnyBackend::Memory(_) => Box::new(lock_core::MemoryFencedStore::new()),
+            #[cfg(feature = "redis")]
+            AnyBackend::Redis(backend) => Box::new(lock_redis::RedisFencedStore::new(backend.clone())),
+            #[cfg(feature = "redis")]
+            AnyBackend::Redlock(_) => {
+                return Err(lock_core::Error::Unsupported { backend: "redlock", feature: "a fenced store" })
+            }
+            #[cfg(feature = "postgres")]
+            AnyBackend::Postgres(backend) => {
+                let store = lock_sql::postgres::PostgresFencedStore::new(backend.clone(), table)?;
+                store.ensure_table()?;
+                Box::new(store)
+            }
+            #[cfg(feature = "mysql")]
+            AnyBackend::MySql(backend) => {
+                let store = lock_sql::mysql::MySqlFencedStore::new(backend.clone(), table)?;
+                store.ensure_table()?;
+                Box::new(store)
+            }
+            #[cfg(feature = "zookeeper")]
+            AnyBackend::ZooKeeper(backend) => Box::new(lock_zk::ZooKeeperFencedStore::new(backend.clone())),
+        })
+    }
 }
 
 /// Extends a batch of [`AnyLease`]s on `backend`, whose own lease `pick` finds in each: one
@@ -398,5 +433,14 @@ mod tests {
         let results = backend.extend_many(&mut [Extension::new(&mut lease, ttl)]);
         assert!(matches!(results.as_slice(), [Ok(true)]), "{results:?}");
         assert!(backend.release(lease).unwrap());
+    }
+
+    #[test]
+    fn a_url_backend_gives_its_fenced_store() {
+        let backend = AnyBackend::Memory(MemoryBackend::new());
+        let store = backend.fenced_store("unused").unwrap();
+        store.write("k", lock_core::FencingToken::new(2), b"v").unwrap();
+        let stale = store.write("k", lock_core::FencingToken::new(1), b"late");
+        assert!(matches!(stale, Err(lock_core::Error::StaleToken { .. })), "{stale:?}");
     }
 }
