@@ -168,7 +168,7 @@ impl AnyBackend {
         // Only the SQL kinds name a table.
         let _ = table;
         Ok(match self {
-            AnyBackend::Memory(_) => Box::new(lock_core::MemoryFencedStore::new()),
+            AnyBackend::Memory(backend) => Box::new(backend.fenced_store()),
             #[cfg(feature = "redis")]
             AnyBackend::Redis(backend) => Box::new(lock_redis::RedisFencedStore::new(backend.clone())),
             #[cfg(feature = "redis")]
@@ -440,7 +440,8 @@ mod tests {
         let backend = AnyBackend::Memory(MemoryBackend::new());
         let store = backend.fenced_store("unused").unwrap();
         store.write("k", lock_core::FencingToken::new(2), b"v").unwrap();
-        let stale = store.write("k", lock_core::FencingToken::new(1), b"late");
+        let again = backend.clone().fenced_store("unused").unwrap();
+        let stale = again.write("k", lock_core::FencingToken::new(1), b"late");
         assert!(matches!(stale, Err(lock_core::Error::StaleToken { .. })), "{stale:?}");
     }
 }

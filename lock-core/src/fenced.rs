@@ -34,6 +34,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
@@ -76,10 +77,14 @@ pub fn admit(key: &str, highest: Option<FencingToken>, presented: FencingToken) 
     }
 }
 
-/// A [`FencedStore`] in this process: for tests, and for the in-memory backend's suite.
-#[derive(Default)]
+/// Each key's highest token and value.
+type Keys = HashMap<String, (FencingToken, Vec<u8>)>;
+
+/// A [`FencedStore`] in this process: for tests, and for the in-memory backend. Clones share
+/// their keys.
+#[derive(Default, Clone)]
 pub struct MemoryFencedStore {
-    keys: Mutex<HashMap<String, (FencingToken, Vec<u8>)>>,
+    keys: Arc<Mutex<Keys>>,
 }
 
 impl MemoryFencedStore {

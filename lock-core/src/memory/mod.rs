@@ -33,6 +33,8 @@ pub struct MemoryBackend {
 #[derive(Default)]
 struct State {
     locks: Mutex<Locks>,
+    /// The backend's fenced store ([`MemoryBackend::fenced_store`]).
+    fenced: crate::MemoryFencedStore,
     /// Notified on every release, so waiters retry at once.
     released: Condvar,
 }
@@ -58,6 +60,12 @@ impl MemoryBackend {
     /// An empty lock space.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The fenced store of this backend's lock space: every clone of the backend gets the same
+    /// keys, as the clients of one server would.
+    pub fn fenced_store(&self) -> crate::MemoryFencedStore {
+        self.state.fenced.clone()
     }
 
     /// Deletes `name`'s lock whoever holds it, as an operator deleting a key would; returns

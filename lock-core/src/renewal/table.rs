@@ -156,7 +156,9 @@ impl<B: DistributedLock> LeaseTable<B> {
         let mut observed = self.observer.renewal_batch(batch.len());
         let sent_at = Instant::now();
         let outcomes = self.extend_batch(&batch);
-        observed.answered();
+        if outcomes.iter().any(|outcome| matches!(outcome, Renewal::Answered(_))) {
+            observed.answered();
+        }
         let now = Instant::now();
         let mut rescheduled = Vec::new();
         let mut lost = Vec::new();
@@ -213,9 +215,10 @@ impl<B: DistributedLock> LeaseTable<B> {
     /// One outcome per batch item.
     ///
     /// A lease whose mutex is busy — a guarded write (`LockGuard::with_lease`) or a release in
-    /// progress — is left out and retried soon: waiting for it would stall the client's other
-    /// renewals behind the write (one batch per client is in flight), and holding the rest
-    /// while waiting could deadlock with a writer that takes another lease of the batch.
+    /// progress — is left out of the batch call: holding the others while waiting for it could
+    /// deadlock with a writer that takes another lease of the batch inside its write. It is then
+    /// extended on its own, waiting for its mutex a bounded time with no other lease held (a
+    /// holder writing in a loop must not starve its renewal), and retried soon if still busy.
     fn extend_batch(&self, batch: &[(Arc<HeldLease<B>>, Duration)]) -> Vec<Renewal> {
         if self.backend.extends_independently() && batch.len() > 1 {
             return self.extend_each_concurrently(batch);
@@ -249,7 +252,7 @@ impl<B: DistributedLock> LeaseTable<B> {
         };
         drop(extensions);
         let mut results = results.into_iter();
-        let outcomes: Vec<_> = guards
+        let mut outcomes: Vec<_> = guards
             .iter()
             .map(|guard| match guard {
                 None => Renewal::Busy,
@@ -266,14 +269,20 @@ impl<B: DistributedLock> LeaseTable<B> {
             }
         }
         drop(guards);
+        for ((held, interval), outcome) in batch.iter().zip(&mut outcomes) {
+            if matches!(outcome, Renewal::Busy) {
+                *outcome = self.extend_alone(held, *interval);
+            }
+        }
         outcomes
     }
 
-    /// Extends `held` on its own, unless its mutex is busy (see
-    /// [`extend_batch`](Self::extend_batch)).
-    fn extend_alone(&self, held: &HeldLease<B>) -> Renewal {
+    /// Extends `held` on its own, waiting for its mutex a bounded time (a quarter of `interval`,
+    /// and never past the lease's validity); [`Renewal::Busy`] if it stays taken.
+    fn extend_alone(&self, held: &HeldLease<B>, interval: Duration) -> Renewal {
         let backend = &*self.backend;
-        let Some(mut slot) = held.lease.try_lock() else { return Renewal::Busy };
+        let wait = (interval / 4).min(held.valid_until().saturating_duration_since(Instant::now()));
+        let Some(mut slot) = held.lease.try_lock_for(wait) else { return Renewal::Busy };
         let Some(lease) = slot.as_mut() else { return Renewal::Released };
         let outcome =
             catch_unwind(AssertUnwindSafe(|| backend.extend(lease, held.ttl))).unwrap_or_else(|_| {
@@ -290,21 +299,21 @@ impl<B: DistributedLock> LeaseTable<B> {
     /// lease's check only.
     fn extend_each_concurrently(&self, batch: &[(Arc<HeldLease<B>>, Duration)]) -> Vec<Renewal> {
         let backend = &*self.backend;
-        let extend_one = |held: &HeldLease<B>| self.extend_alone(held);
+        let extend_one =
+            |(held, interval): &(Arc<HeldLease<B>>, Duration)| self.extend_alone(held, *interval);
         thread::scope(|scope| {
             let (first, rest) = batch.split_first().expect("a batch of more than one lease");
             let spawned: Vec<_> = rest
                 .iter()
-                .map(|(held, _)| {
-                    let held = &**held;
+                .map(|item| {
                     thread::Builder::new()
                         .name(CHECK_THREAD_NAME.into())
                         .stack_size(CHECK_THREAD_STACK)
-                        .spawn_scoped(scope, move || extend_one(held))
-                        .map_err(|_| held)
+                        .spawn_scoped(scope, move || extend_one(item))
+                        .map_err(|_| item)
                 })
                 .collect();
-            let mut outcomes = vec![extend_one(&first.0)];
+            let mut outcomes = vec![extend_one(first)];
             for handle in spawned {
                 outcomes.push(match handle {
                     Ok(handle) => handle.join().unwrap_or_else(|_| {
@@ -314,7 +323,7 @@ impl<B: DistributedLock> LeaseTable<B> {
                         )))
                     }),
                     // No thread to be had: check it here, after the others started.
-                    Err(held) => extend_one(held),
+                    Err(item) => extend_one(item),
                 });
             }
             outcomes

@@ -341,3 +341,23 @@ fn a_long_guarded_write_stalls_no_other_renewal_and_nests_without_deadlock() {
     released.unlock().unwrap();
     two.unlock().unwrap();
 }
+
+/// A holder writing in a loop (one short guarded write after another) keeps its lock: renewal
+/// waits a bounded time for the lease between two writes instead of giving up at once.
+#[test]
+fn back_to_back_guarded_writes_do_not_starve_renewal() {
+    let client = LockClient::with_options(FakeBackend::default(), options(300, true));
+    let lock = client.lock_named(&name("write-loop")).unwrap();
+    let guard = lock.lock().unwrap();
+    let until = Instant::now() + MS * 1_500;
+    while Instant::now() < until {
+        guard
+            .with_lease(|_, _| {
+                thread::sleep(MS * 3);
+                Ok(())
+            })
+            .unwrap();
+    }
+    assert!(guard.is_held(), "renewal was starved by back-to-back guarded writes");
+    guard.unlock().unwrap();
+}

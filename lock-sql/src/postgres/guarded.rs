@@ -84,10 +84,12 @@ impl PostgresBackend {
                     .is_err()
                 {
                     // Ended for good, so the next renewal sees it: the session terminates itself
-                    // (nothing to do on a connection already gone).
-                    let _ = connection.run("end the session", |client| async move {
-                        client.batch_execute("SELECT pg_terminate_backend(pg_backend_pid())").await
-                    });
+                    // (not on a connection already gone, or still busy with the statement).
+                    if !connection.is_stalled() && !connection.is_broken() {
+                        let _ = connection.run("end the session", |client| async move {
+                            client.batch_execute("SELECT pg_terminate_backend(pg_backend_pid())").await
+                        });
+                    }
                     connection.discard();
                     return Err(not_held);
                 }

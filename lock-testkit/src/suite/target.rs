@@ -354,7 +354,7 @@ impl SuiteTarget for MemoryTarget {
     }
 
     fn fenced_store(&self) -> Result<lock_core::Result<Box<dyn lock_core::FencedStore>>, NotApplicable> {
-        Ok(Ok(Box::new(lock_core::MemoryFencedStore::new())))
+        Ok(Ok(Box::new(self.space.fenced_store())))
     }
 
     fn backend(&self) -> lock_core::Result<MemoryBackend> {
