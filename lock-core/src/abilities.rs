@@ -25,6 +25,8 @@ pub enum Primitive {
     Write,
     /// One permit of a counting semaphore ([`Permits`]).
     Permit,
+    /// The leadership of an election ([`Elections`](crate::Elections)).
+    Leader,
 }
 
 impl From<Access> for Primitive {
@@ -37,13 +39,14 @@ impl From<Access> for Primitive {
 }
 
 impl Primitive {
-    /// `"mutex"`, `"read"`, `"write"` or `"permit"`: the `mode` label of the metrics and spans.
+    /// `"mutex"`, `"read"`, `"write"`, `"permit"` or `"leader"`: the `mode` label of the metrics and spans.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Mutex => "mutex",
             Self::Read => "read",
             Self::Write => "write",
             Self::Permit => "permit",
+            Self::Leader => "leader",
         }
     }
 }

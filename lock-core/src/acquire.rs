@@ -30,7 +30,7 @@ pub(crate) fn reentered<B: DistributedLock>(
     if shared.is_closed() {
         return Err(Error::Closed);
     }
-    match shared.holds.reenter(name, slot, shared.options.reentrant) {
+    match shared.holds.reenter(name, slot, shared.options.reentrant && slot != HoldSlot::Leader) {
         Reentry::Entered(held) if !held.is_held() => {
             shared.holds.exit(HoldTable::<B>::current_thread(), name, slot);
             Err(Error::NotHeld { name: name.clone() })

@@ -168,6 +168,14 @@ pub trait DistributedLock: Send + Sync + 'static {
         None
     }
 
+    /// This backend's [`Elections`](crate::Elections) ability, if it has one.
+    ///
+    /// Defaults to `None`: [`Election`](crate::Election)s of this backend then fail with
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    fn elections(&self) -> Option<&dyn crate::Elections<Lease = Self::Lease>> {
+        None
+    }
+
     /// Why this backend has no [`ReadWrite`](crate::ReadWrite) or [`Permits`](crate::Permits)
     /// ability, in words for reports (`"GET_LOCK has no shared mode"`); `None` when it has both.
     fn missing_abilities(&self) -> Option<&'static str> {

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::backend::DistributedLock;
+use crate::election::Election;
 use crate::error::Result;
 use crate::lock::Lock;
 use crate::multi::MultiLock;
@@ -180,6 +181,14 @@ impl<B: DistributedLock> LockClient<B> {
     /// rules; [`Error::InvalidConfig`](crate::Error::InvalidConfig) for zero permits.
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore<B>> {
         Semaphore::new(self, LockName::new(name)?, permits)
+    }
+
+    /// The election called `name` (see [`Election`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`](crate::Error::InvalidName) when `name` breaks the [`LockName`] rules.
+    pub fn election(&self, name: &str) -> Result<Election<B>> {
+        Ok(Election::new(self, LockName::new(name)?))
     }
 
     /// The backend.

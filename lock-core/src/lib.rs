@@ -53,6 +53,7 @@ mod backoff;
 mod callbacks;
 mod client;
 mod doubt;
+mod election;
 mod error;
 mod fenced;
 mod guard;
@@ -82,6 +83,9 @@ pub use backend::{Acquired, DistributedLock, Extension, Fencing, FencingToken, H
 pub use callbacks::{CALLBACK_THREAD_NAME, MAX_CALLBACK_THREADS};
 pub use client::LockClient;
 pub use doubt::{DoubtMark, DoubtSignal};
+pub use election::{
+    leader_recheck, Election, Elections, Leader, LeaderObserver, LeaderWatch, Leadership, SleepingWatch,
+};
 pub use error::{display_chain, BoxError, Error, Result};
 pub use fenced::{admit, FencedStore, MemoryFencedStore};
 pub use guard::LockGuard;

@@ -20,6 +20,8 @@ pub(crate) enum HoldSlot {
     Write,
     /// A process-wide serial number tells the permits apart.
     Permit(u64),
+    /// A leadership of an election: never re-entered.
+    Leader,
 }
 
 impl HoldSlot {
@@ -30,6 +32,7 @@ impl HoldSlot {
             Self::Read => Primitive::Read,
             Self::Write => Primitive::Write,
             Self::Permit(_) => Primitive::Permit,
+            Self::Leader => Primitive::Leader,
         }
     }
 }

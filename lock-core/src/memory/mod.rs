@@ -1,6 +1,7 @@
-//! [`MemoryBackend`]: the in-process reference backend, for the mutex, read-write locks and
-//! semaphores.
+//! [`MemoryBackend`]: the in-process reference backend, for the mutex, read-write locks,
+//! semaphores and elections.
 
+mod election;
 mod read_write;
 mod semaphore;
 mod table;
@@ -54,6 +55,7 @@ enum LeaseKind {
     Mutex,
     Rw(Access),
     Permit,
+    Leader,
 }
 
 impl MemoryBackend {
@@ -171,6 +173,10 @@ impl DistributedLock for MemoryBackend {
     }
 
     fn permits(&self) -> Option<&dyn Permits<Lease = MemoryLease>> {
+        Some(self)
+    }
+
+    fn elections(&self) -> Option<&dyn crate::Elections<Lease = MemoryLease>> {
         Some(self)
     }
 }

@@ -14,17 +14,22 @@ pub(super) struct Locks {
     pub(super) mutexes: HashMap<LockName, Entry>,
     pub(super) read_write: HashMap<LockName, RwEntry>,
     pub(super) semaphores: HashMap<LockName, SemaphoreEntry>,
+    /// Each election's leader and its proclaimed value.
+    pub(super) leaders: HashMap<LockName, (Entry, Vec<u8>)>,
+    /// Counts changes of any election (a win, a proclaim, a release), for leader watches.
+    pub(super) election_changes: u64,
     /// The last fencing token issued per primitive and name; kept after release so tokens never
     /// repeat.
     fences: HashMap<(Space, LockName), u64>,
 }
 
-/// The three name spaces: a name's mutex, read-write lock and semaphore are separate locks.
+/// The name spaces: a name's mutex, read-write lock, semaphore and election are separate locks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Space {
     Mutex,
     ReadWrite,
     Semaphore,
+    Election,
 }
 
 pub(super) struct Entry {
@@ -99,12 +104,44 @@ impl Locks {
         Some(self.lease(name, owner, LeaseKind::Mutex))
     }
 
+    /// The current leader of the election `name` and its value, after dropping an expired one.
+    pub(super) fn leader(&mut self, name: &LockName, now: Instant) -> Option<&mut (Entry, Vec<u8>)> {
+        if self.leaders.get(name).is_some_and(|(entry, _)| entry.expires_at <= now) {
+            self.leaders.remove(name);
+        }
+        self.leaders.get_mut(name)
+    }
+
+    /// The last fencing token issued for the election `name`.
+    pub(super) fn last_fence_of_election(&self, name: &LockName) -> Option<u64> {
+        self.fences.get(&(Space::Election, name.clone())).copied()
+    }
+
+    /// Makes `owner` leader of `name` with `value` if nobody leads.
+    pub(super) fn campaign(
+        &mut self,
+        name: &LockName,
+        (owner, value): (&OwnerToken, &[u8]),
+        ttl: Duration,
+        now: Instant,
+    ) -> Option<MemoryLease> {
+        if self.leader(name, now).is_some() {
+            return None;
+        }
+        let entry = Entry { owner: *owner, expires_at: now + ttl };
+        let lease = self.lease(name, owner, LeaseKind::Leader);
+        self.leaders.insert(name.clone(), (entry, value.to_vec()));
+        self.election_changes += 1;
+        Some(lease)
+    }
+
     /// A lease of `kind` for `owner`, with the next fencing token of its name space.
     pub(super) fn lease(&mut self, name: &LockName, owner: &OwnerToken, kind: LeaseKind) -> MemoryLease {
         let space = match kind {
             LeaseKind::Mutex => Space::Mutex,
             LeaseKind::Rw(_) => Space::ReadWrite,
             LeaseKind::Permit => Space::Semaphore,
+            LeaseKind::Leader => Space::Election,
         };
         let fence = self.fences.entry((space, name.clone())).or_insert(0);
         *fence += 1;
@@ -136,6 +173,10 @@ impl Locks {
                 entry.prune(now);
                 entry.holders.get_mut(owner)
             }
+            LeaseKind::Leader => self
+                .leader(name, now)
+                .filter(|(entry, _)| entry.owner == *owner)
+                .map(|(entry, _)| &mut entry.expires_at),
         }
     }
 
@@ -161,6 +202,10 @@ impl Locks {
                         self.read_write.remove(name);
                     }
                 }
+            }
+            LeaseKind::Leader => {
+                self.leaders.remove(name);
+                self.election_changes += 1;
             }
             LeaseKind::Permit => {
                 if let Some(entry) = self.semaphores.get_mut(name) {

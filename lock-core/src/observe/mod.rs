@@ -38,7 +38,7 @@ pub(crate) struct Observer {
     redact: Option<RedactionKey>,
     /// Per mode, without a name label: registered on the mode's first use (a client that never
     /// takes a read lock exports no read series).
-    by_mode: [OnceLock<Arc<HoldInstruments>>; 4],
+    by_mode: [OnceLock<Arc<HoldInstruments>>; 5],
     /// Per (name, mode), with [`LockOptions::name_label`]: registered on a name's first use.
     by_name: RwLock<ByName>,
     renewals: RenewalInstruments,
@@ -209,6 +209,7 @@ fn index(primitive: Primitive) -> usize {
         Primitive::Read => 1,
         Primitive::Write => 2,
         Primitive::Permit => 3,
+        Primitive::Leader => 4,
     }
 }
 

@@ -2,6 +2,7 @@
 //! release errors, waiting; loss on time, `on_lost` callbacks, renewal batching and shutdown in
 //! their own files.
 
+mod elections;
 mod loss_on_time;
 mod lost_callbacks;
 mod renewal_batches;
