@@ -22,17 +22,33 @@ pub struct BackendProfile {
     /// Which guarded writes the backend offers (its [`FencedStore`](crate::FencedStore) and
     /// what makes the check atomic), or why it has none.
     pub guarded_writes: &'static str,
+    /// How the backend elects a leader and tells followers (its [`Elections`](crate::Elections)
+    /// layout and notices), or why it has no elections.
+    pub elections: &'static str,
 }
 
 impl BackendProfile {
     /// A profile; see the fields.
     pub const fn new(fencing: &'static str, wake_up: &'static str, failover: &'static str) -> Self {
-        Self { fencing, wake_up, failover, server_reentrancy: None, guarded_writes: "none" }
+        Self {
+            fencing,
+            wake_up,
+            failover,
+            server_reentrancy: None,
+            guarded_writes: "none",
+            elections: "none",
+        }
     }
 
     /// The same profile, saying which guarded writes the backend offers.
     pub const fn with_guarded_writes(mut self, how: &'static str) -> Self {
         self.guarded_writes = how;
+        self
+    }
+
+    /// The same profile, saying how the backend elects a leader, or why it does not.
+    pub const fn with_elections(mut self, how: &'static str) -> Self {
+        self.elections = how;
         self
     }
 

@@ -133,6 +133,9 @@ impl DistributedLock for MemoryBackend {
             "none: the locks live and die with the process",
         )
         .with_guarded_writes("MemoryFencedStore, in the process: the check and the write under one mutex")
+        .with_elections(
+            "a leader entry per name in the lock table; followers woken by its condition variable",
+        )
     }
 
     fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<MemoryLease>> {

@@ -1,7 +1,7 @@
 //! Holder processes: this very test binary, re-run with only the calling test selected and
 //! [`HOLD_VAR`] set, so the child runs exactly the backend code and configuration under test and
-//! needs no separately built helper. S04, RW04 and SEM02 kill one holding a lock with SIGKILL;
-//! SEM01 runs contending threads in one beside its own.
+//! needs no separately built helper. S04, RW04, SEM02 and LE02 kill one holding a lock (or
+//! leading) with SIGKILL; SEM01 and LE01 run contending threads in one beside their own.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -10,10 +10,11 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_core::{Lock, LockName, ReadWriteLock, Semaphore};
+use lock_core::{Election, Lock, LockName, ReadWriteLock, Semaphore};
 
 use crate::suite::breach::HELD_AFTER_CRASH;
 use crate::suite::support::{acquire_within, client, options, ACQUIRE_BOUND, SECOND};
+use crate::suite::terms::serve_terms;
 use crate::suite::{Failure, SuiteTarget};
 
 /// Set in a holder process: what to hold (a mutex, a read or write lock, a permit) or how to
@@ -53,7 +54,15 @@ pub(crate) enum Role {
     /// once the file `trigger` exists (the parent stopped it and let a rival in meanwhile)
     /// writes again with its old token.
     FencedWriter { name: LockName, trigger: String },
+    /// Leads the election until killed, with the value [`LEADER_VALUE`].
+    Leader(LockName),
+    /// LE01: `candidates` threads serve `terms` terms each of the election, marking their terms
+    /// in `dir` (see [`serve_terms`]).
+    Campaign { name: LockName, candidates: usize, terms: usize, dir: String },
 }
+
+/// The value a [`Role::Leader`] child campaigns with.
+pub(crate) const LEADER_VALUE: &str = "the child process";
 
 impl Role {
     fn encode(&self) -> String {
@@ -67,6 +76,10 @@ impl Role {
             }
             // The path last: the rest of the line, spaces and all.
             Role::FencedWriter { name, trigger } => format!("fenced {name} {trigger}"),
+            Role::Leader(name) => format!("leader {name}"),
+            Role::Campaign { name, candidates, terms, dir } => {
+                format!("campaign {candidates} {terms} {name} {dir}")
+            }
         }
     }
 
@@ -83,6 +96,13 @@ impl Role {
             "permit" => {
                 let permits = next()?.parse().ok()?;
                 Role::Permit { name: name(next()?)?, permits }
+            }
+            "leader" => Role::Leader(name(rest)?),
+            "campaign" => {
+                let (candidates, terms) = (next()?.parse().ok()?, next()?.parse().ok()?);
+                let name = name(next()?)?;
+                let dir = fields.collect::<Vec<_>>().join(" ");
+                Role::Campaign { name, candidates, terms, dir }
             }
             "contend" => {
                 let (permits, threads, rounds) =
@@ -134,6 +154,22 @@ fn play<T: SuiteTarget>(target: &T, role: Role) -> Result<(), Failure> {
             name,
         )?,
         Role::FencedWriter { name, trigger } => return write_late(target, &client, name, Path::new(trigger)),
+        Role::Leader(name) => {
+            let election = Election::new(&client, name.clone()).with_value(LEADER_VALUE);
+            let leadership = acquire_within(election.campaign_for(ACQUIRE_BOUND), name)?;
+            println!("{READY_LINE}");
+            std::io::stdout().flush().map_err(|e| Failure(e.to_string()))?;
+            thread::sleep(CHILD_LIFETIME);
+            drop(leadership);
+            return Ok(());
+        }
+        Role::Campaign { name, candidates, terms, dir } => {
+            println!("{READY_LINE}");
+            let seen = serve_terms(&client, name, (*candidates, *terms), Path::new(dir))?;
+            println!("{DONE_LINE} {} {}", seen.overlaps, seen.served);
+            std::io::stdout().flush().map_err(|e| Failure(e.to_string()))?;
+            return Ok(());
+        }
         Role::Contend { name, permits, threads, rounds, dir } => {
             println!("{READY_LINE}");
             let (overlaps, done) = contend(&client, name, *permits, *threads, *rounds, Path::new(dir))?;
@@ -289,7 +325,7 @@ impl Holder {
         }
     }
 
-    /// SEM01: the contending child's overlaps and rounds, once it is done.
+    /// SEM01 and LE01: the contending child's overlaps and rounds (or terms), once it is done.
     pub(crate) fn contention_result(&self, within: Duration) -> Result<(usize, usize), Failure> {
         let rest = self.wait_for_line(DONE_LINE, within)?;
         let numbers: Vec<usize> = rest.split(' ').filter_map(|word| word.parse().ok()).collect();
@@ -370,6 +406,8 @@ mod tests {
             Role::Mutex(name.clone()),
             Role::Permit { name: name.clone(), permits: 3 },
             Role::FencedWriter { name: name.clone(), trigger: "/tmp/a dir/resume-0".into() },
+            Role::Leader(name.clone()),
+            Role::Campaign { name: name.clone(), candidates: 4, terms: 5, dir: "/tmp/my tests/le01".into() },
             Role::Contend { name, permits: 2, threads: 4, rounds: 9, dir: "/tmp/my tests/sem01".into() },
         ] {
             assert_eq!(Role::decode(&role.encode()), Some(role));

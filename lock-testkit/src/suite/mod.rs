@@ -14,6 +14,7 @@ mod runner;
 mod scenarios;
 mod support;
 mod target;
+mod terms;
 
 /// Set in S04's holder process (this binary re-run with the calling test's name as its first
 /// argument): a binary that is not a libtest harness (`distlock compare`) must recognise it and
@@ -27,7 +28,7 @@ pub use target::{
     Abilities, MemoryTarget, NotApplicable, OwnServers, PausableServers, RestartableServers, SuiteTarget,
 };
 
-/// Expands to one `#[test]` per scenario (S01–S17, ML01, RW01–RW04, SEM01–SEM03, GW01, GW02) in a module named `$module`, each running the
+/// Expands to one `#[test]` per scenario (S01–S17, ML01, RW01–RW04, SEM01–SEM03, GW01, GW02, LE01–LE04) in a module named `$module`, each running the
 /// scenario against the [`SuiteTarget`] that `$target` evaluates to (once per test: make it cheap,
 /// e.g. a handle to servers shared across the run).
 ///
@@ -69,6 +70,10 @@ macro_rules! conformance_tests {
                 sem03_permits_mismatch "SEM03",
                 gw01_paused_writer "GW01",
                 gw02_fenced_writes "GW02",
+                le01_one_leader "LE01",
+                le02_leader_crash "LE02",
+                le03_leader_partitioned "LE03",
+                le04_proclaim_and_resign "LE04",
             );
         }
     };

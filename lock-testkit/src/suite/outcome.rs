@@ -55,8 +55,14 @@ macro_rules! applicable {
 pub(crate) use applicable;
 
 /// Ends the scenario as not applicable unless the kind has the shared-mode `ability`
-/// (see [`shared_ability`](crate::suite::support::shared_ability)).
+/// (see [`shared_ability`](crate::suite::support::shared_ability)) or, for `"elections"`,
+/// leader election ([`elections_apply`](crate::suite::support::elections_apply)).
 macro_rules! needs {
+    ($target:expr, "elections") => {
+        if let Err(reason) = $crate::suite::support::elections_apply($target)? {
+            return Ok($crate::suite::Verdict::NotApplicable(reason));
+        }
+    };
     ($target:expr, $ability:literal) => {
         if let Err(reason) = $crate::suite::support::shared_ability($target, $ability)? {
             return Ok($crate::suite::Verdict::NotApplicable(reason));

@@ -15,7 +15,7 @@ pub struct Scenario {
 }
 
 /// Every core scenario, in order.
-pub const SCENARIOS: [Scenario; 27] = [
+pub const SCENARIOS: [Scenario; 31] = [
     Scenario { id: "S01", title: "mutual exclusion under contention" },
     Scenario { id: "S02", title: "try-lock on a held lock" },
     Scenario { id: "S03", title: "timed wait" },
@@ -49,6 +49,10 @@ pub const SCENARIOS: [Scenario; 27] = [
         id: "GW02",
         title: "guarded writes: a fenced store refuses every late write of an earlier holder",
     },
+    Scenario { id: "LE01", title: "election: one leader at any time (8 candidates, 2 processes)" },
+    Scenario { id: "LE02", title: "election: a killed leader is followed within the lease + 1 s" },
+    Scenario { id: "LE03", title: "election: a partitioned leader is told before anyone else leads" },
+    Scenario { id: "LE04", title: "election: proclaim seen by observers; resign hands over at once" },
 ];
 
 /// Runs scenario `id` against `target` without judging the result (negative controls need the
@@ -82,6 +86,10 @@ pub fn run<T: SuiteTarget>(target: &T, id: &str, test_name: &str) -> ScenarioRes
         "SEM03" => scenarios::permits_mismatch::run(target),
         "GW01" => scenarios::paused_writer::run(target, test_name),
         "GW02" => scenarios::fenced_writes::run(target),
+        "LE01" => scenarios::one_leader::run(target, test_name),
+        "LE02" => scenarios::leader_crash::run(target, test_name),
+        "LE03" => scenarios::leader_partitioned::run(target),
+        "LE04" => scenarios::proclaim_and_resign::run(target),
         other => Err(crate::suite::Failure(format!("no scenario {other}"))),
     }
 }

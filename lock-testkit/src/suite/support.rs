@@ -93,6 +93,18 @@ pub(crate) fn shared_ability<T: SuiteTarget>(
     Ok(Err(format!("{}: {reason}", backend.backend_name())))
 }
 
+/// LE01–LE04: `Err(reason)` (n/a) when the kind's backend has no
+/// [`Elections`](lock_core::Elections), with the reason its profile gives.
+pub(crate) fn elections_apply<T: SuiteTarget>(target: &T) -> Result<Result<(), String>, Failure> {
+    let backend = target.backend()?;
+    if backend.elections().is_some() {
+        return Ok(Ok(()));
+    }
+    let why = backend.profile().elections;
+    let why = if why == "none" { "it has no leader election" } else { why };
+    Ok(Err(format!("{}: {why}", backend.backend_name())))
+}
+
 /// The lease of the renewal checks in RW03 and SEM03 (as S08's).
 pub(crate) const RENEWED_LEASE: Duration = Duration::from_secs(1);
 
