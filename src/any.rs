@@ -4,12 +4,12 @@
 use std::time::{Duration, Instant};
 
 use lock_core::{
-    Access, Acquired, BackendProfile, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind,
-    LockName, MemoryBackend, MemoryLease, NativeWait, OwnerToken, Permits, ReadWrite, Request, Result,
+    Access, Acquired, BackendProfile, DistributedLock, Elections, Error, Extension, Fencing, FencingToken,
+    HoldKind, Leader, LeaderWatch, LockName, MemoryBackend, MemoryLease, NativeWait, OwnerToken, Permits, ReadWrite, Request, Result,
 };
 
 /// One backend of any kind this build has (each variant behind its Cargo feature), implementing
-/// [`DistributedLock`] — and [`NativeWait`], [`Fencing`], [`ReadWrite`] and [`Permits`] exactly
+/// [`DistributedLock`] — and [`NativeWait`], [`Fencing`], [`ReadWrite`], [`Permits`] and [`Elections`] exactly
 /// when the inner backend does —
 /// by delegation.
 ///
@@ -321,9 +321,55 @@ impl DistributedLock for AnyBackend {
         able.then_some(self as &dyn Permits<Lease = AnyLease>)
     }
 
+    fn elections(&self) -> Option<&dyn Elections<Lease = AnyLease>> {
+        let able = each!(self, inner => inner.elections().is_some());
+        able.then_some(self as &dyn Elections<Lease = AnyLease>)
+    }
+
     fn missing_abilities(&self) -> Option<&'static str> {
         each!(self, inner => inner.missing_abilities())
     }
+}
+
+/// The inner backend's [`Elections`]; [`Error::Unsupported`] from each method when it has none
+/// (then [`elections`](DistributedLock::elections) is `None`, and lock-core never calls them).
+impl Elections for AnyBackend {
+    fn campaign(&self, request: &Request<'_>, value: &[u8]) -> Result<Option<Acquired<AnyLease>>> {
+        each!(self, inner => match inner.elections() {
+            Some(able) => able.campaign(request, value).map(wrap),
+            None => Err(no_elections(inner.backend_name())),
+        })
+    }
+
+    fn proclaim(&self, lease: &mut AnyLease, value: &[u8]) -> Result<()> {
+        paired!(
+            self,
+            lease,
+            |inner, lease| match inner.elections() {
+                Some(able) => able.proclaim(lease, value),
+                None => Err(no_elections(inner.backend_name())),
+            },
+            |any| Err(mismatch(any))
+        )
+    }
+
+    fn leader(&self, name: &LockName) -> Result<Option<Leader>> {
+        each!(self, inner => match inner.elections() {
+            Some(able) => able.leader(name),
+            None => Err(no_elections(inner.backend_name())),
+        })
+    }
+
+    fn watch_leader(&self, name: &LockName) -> Result<Box<dyn LeaderWatch + '_>> {
+        each!(self, inner => match inner.elections() {
+            Some(able) => able.watch_leader(name),
+            None => Err(no_elections(inner.backend_name())),
+        })
+    }
+}
+
+fn no_elections(backend: &'static str) -> Error {
+    Error::Unsupported { backend, feature: "leader election" }
 }
 
 impl ReadWrite for AnyBackend {
@@ -360,7 +406,10 @@ impl Permits for AnyBackend {
 
 /// An inner backend's acquisition as an [`AnyLease`] one.
 fn wrap<L: Into<AnyLease>>(acquired: Option<Acquired<L>>) -> Option<Acquired<AnyLease>> {
-    acquired.map(|acquired| Acquired::new(acquired.lease.into(), acquired.sent_at))
+    acquired.map(|acquired| {
+        let waited = acquired.contended;
+        Acquired::new(acquired.lease.into(), acquired.sent_at).contended_if(waited)
+    })
 }
 
 impl NativeWait for AnyBackend {
@@ -422,6 +471,13 @@ mod tests {
         let permit = client.semaphore("any", 1).unwrap().acquire().unwrap();
         assert!(rival.semaphore("any", 1).unwrap().try_acquire().unwrap().is_none());
         drop(permit);
+        let leadership = client.election("any").unwrap().with_value("me").campaign().unwrap();
+        let election = rival.election("any").unwrap();
+        assert!(election.try_campaign().unwrap().is_none());
+        leadership.proclaim("still me").unwrap();
+        assert_eq!(election.leader().unwrap().unwrap().value, b"still me");
+        leadership.resign().unwrap();
+        assert_eq!(election.leader().unwrap(), None);
     }
 
     #[test]
