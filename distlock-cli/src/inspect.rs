@@ -1,4 +1,4 @@
-//! `distlock inspect --url URL NAME`: what the server knows of one lock — holder, remaining
+//! `distlock inspect --url URL NAME` (or `--name NAME`): what the server knows of one lock — holder, remaining
 //! lease, fencing counter, waiters — for the backends that keep it where a client can read it.
 //! Read-only: it takes no lock and changes nothing.
 
@@ -15,8 +15,12 @@ pub struct InspectArgs {
     /// `zk://` URL, or a libpq `key=value` string.
     #[arg(long)]
     url: String,
+    /// The lock's name (also accepted as `--name`, as `exec`, `elect` and `leader` take it).
+    #[arg(required_unless_present = "name_flag", conflicts_with = "name_flag")]
+    name: Option<String>,
     /// The lock's name.
-    name: String,
+    #[arg(long = "name", value_name = "NAME")]
+    name_flag: Option<String>,
 }
 
 /// What could be read of a lock; `None` where the backend keeps no such thing.
@@ -31,12 +35,14 @@ struct Seen {
 
 /// Runs `distlock inspect`: prints what it saw; exit 0, or 1 when the server cannot be read.
 pub fn run(args: &InspectArgs) -> ExitCode {
+    // clap requires exactly one of the two.
+    let shown = args.name_flag.clone().or_else(|| args.name.clone()).unwrap_or_default();
     let seen =
-        LockName::new(args.name.as_str()).map_err(|e| e.to_string()).and_then(|name| read(&args.url, &name));
+        LockName::new(shown.as_str()).map_err(|e| e.to_string()).and_then(|name| read(&args.url, &name));
     match seen {
         Ok(seen) => {
             let show = |value: Option<String>| value.unwrap_or_else(|| "(not kept by this backend)".into());
-            println!("lock:            {}", args.name);
+            println!("lock:            {shown}");
             println!("holder:          {}", seen.holder.unwrap_or_else(|| "none (free)".into()));
             println!("remaining lease: {}", show(seen.remaining_lease.map(|d| format!("{d:.3?}"))));
             println!("fencing counter: {}", show(seen.fencing_counter.map(|n| n.to_string())));

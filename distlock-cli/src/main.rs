@@ -4,7 +4,9 @@
 //!   workloads W1–W3 across every backend kind, as a terminal matrix and a JSON, Markdown and
 //!   HTML report. `cargo xtask compare` builds this in release mode and runs it.
 //! - `distlock exec --url URL --name NAME -- CMD…`: holds a lock around a command, like
-//!   `flock(1)`; `distlock inspect --url URL NAME`: what the server knows of one lock.
+//!   `flock(1)`; `distlock inspect --url URL --name NAME`: what the server knows of one lock.
+//! - `distlock elect --url URL --name NAME [--value V] -- CMD…`: runs a command while leader of
+//!   an election; `distlock leader --url URL --name NAME [--follow]`: who leads it.
 //! - `distlock bench <kind>`: the benchmark workloads W1–W6 against one backend kind, each
 //!   result printed beside the physical limit measured in the same run (the server's round
 //!   trip). `cargo xtask bench <kind>` builds this in release mode and runs it.
@@ -23,10 +25,13 @@
 mod bench;
 #[cfg(feature = "compare")]
 mod compare;
+mod elect;
 mod exec;
 mod inspect;
 #[cfg(feature = "compare")]
 mod kinds;
+mod server;
+mod supervise;
 
 use std::process::ExitCode;
 
@@ -50,6 +55,13 @@ enum Command {
     /// is distlock's; 75 if the lock is busy; 70 if it was lost while the command ran; 71 if it
     /// could not be taken (bad URL, unreachable server) or the command not started.
     Exec(exec::ExecArgs),
+    /// Campaign in an election and run a command while leader: the command's exit status is
+    /// distlock's; 75 if another candidate leads (`--no-wait`, `--wait`); 70 if the leadership
+    /// was lost while the command ran; 71 if the campaign could not run.
+    Elect(elect::ElectArgs),
+    /// Print an election's leader: the value it proclaimed and its fencing token (`--follow`:
+    /// each change, as the server reports it).
+    Leader(elect::LeaderArgs),
     /// Show what the server knows of one lock: holder, remaining lease, fencing counter,
     /// waiters (for the backends that keep them where a client can read them).
     Inspect(inspect::InspectArgs),
@@ -78,6 +90,8 @@ fn main() -> ExitCode {
             Err(error) => failed(&error),
         },
         Command::Exec(args) => exec::run(args),
+        Command::Elect(args) => elect::run(args),
+        Command::Leader(args) => elect::run_leader(args),
         Command::Inspect(args) => inspect::run(args),
         #[cfg(feature = "compare")]
         Command::Bench(args) => bench::run(args).map_or_else(|error| failed(&error), |()| ExitCode::SUCCESS),
