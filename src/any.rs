@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use lock_core::{
     Access, Acquired, BackendProfile, DistributedLock, Elections, Error, Extension, Fencing, FencingToken,
-    HoldKind, Leader, LeaderWatch, LockName, MemoryBackend, MemoryLease, NativeWait, OwnerToken, Permits, ReadWrite, Request, Result,
+    HoldKind, Leader, LeaderWatch, LockName, MemoryBackend, MemoryLease, NativeWait, OwnerToken, Permits,
+    ReadWrite, Request, Result,
 };
 
 /// One backend of any kind this build has (each variant behind its Cargo feature), implementing

@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_core::Primitive;
 use parking_lot::Mutex;
 use redis::Value;
 
@@ -116,7 +115,7 @@ struct CleanupState {
 /// have run out anyway.
 pub(crate) fn release_in_background(backend: &RedisBackend, lease: RedisLease, why: &'static str) {
     let give_up_at = Instant::now() + lease.lease;
-    if lease.primitive != Primitive::Mutex {
+    if !lease.on_mutex_keys() {
         release_shared_mode_in_background(backend, lease, give_up_at, why);
         return;
     }

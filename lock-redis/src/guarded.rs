@@ -12,7 +12,7 @@ use crate::lua::LuaScript;
 
 fn script() -> &'static LuaScript {
     static SCRIPT: OnceLock<LuaScript> = OnceLock::new();
-    SCRIPT.get_or_init(|| LuaScript::new(include_str!("scripts/set_if_held.lua").to_owned()))
+    SCRIPT.get_or_init(|| LuaScript::new(crate::lua::with_held_by(include_str!("scripts/set_if_held.lua"))))
 }
 
 impl RedisBackend {
@@ -23,7 +23,7 @@ impl RedisBackend {
     /// `guard.with_lease(|redis, lease| redis.set_if_held(lease, "balance", b"100"))`.
     ///
     /// # Contract
-    /// For exclusive holds (the mutex, a write lock). On a replicated deployment the check runs
+    /// For exclusive holds (the mutex, a write lock, a leadership). On a replicated deployment the check runs
     /// on the primary: a failover that lost the lock can lose the write with it (`WAIT`).
     ///
     /// # Errors
@@ -31,12 +31,14 @@ impl RedisBackend {
     /// written); [`Error::InvalidConfig`] for a read lock or a permit; the server's errors.
     pub fn set_if_held(&self, lease: &RedisLease, key: &str, value: &[u8]) -> Result<()> {
         let keys = self.keys(&lease.name);
+        // The data keys are the name's, whichever exclusive hold guards them; the lock is the
+        // lease's own (an election's lock has keys of its own).
         let lock = match lease.primitive {
-            Primitive::Mutex => keys.lock().to_owned(),
+            Primitive::Mutex | Primitive::Leader => lease.keys.lock().to_owned(),
             Primitive::Write => keys.read_write()[1].clone(),
             _ => {
                 return Err(Error::invalid_config(
-                    "set_if_held needs an exclusive hold (a mutex or a write lock): shared holders \
+                    "set_if_held needs an exclusive hold (a mutex, a write lock or a leadership): shared holders \
                      cannot tell their writes apart",
                 ))
             }

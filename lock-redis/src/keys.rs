@@ -53,6 +53,30 @@ impl RedisKeys {
         }
     }
 
+    /// The keys of the name's election ([`Elections`](lock_core::Elections)): a mutex's keys
+    /// under roles of their own (`election`, `election-fence`, `election-queue`,
+    /// `election-queue-timeouts`, channel `election-changed`), so the election never contends
+    /// with the name's mutex, yet its lock is taken, waited for, extended and released as one.
+    pub fn election(&self) -> Self {
+        let with = |role: &str| format!("{}{role}", self.base);
+        Self {
+            lock: with("election"),
+            fence: with("election-fence"),
+            queue: with("election-queue"),
+            queue_timeouts: with("election-queue-timeouts"),
+            channel: with("election-changed"),
+            base: self.base.clone(),
+        }
+    }
+
+    /// The leader record of the name's election: a hash of the leader's `owner` token, its
+    /// `fence` (fencing token) and the `value` it proclaimed, written only by a win or by the
+    /// holder of the election's lock, and never deleted (one small key per election name, as
+    /// the fencing counter): a record whose owner does not hold the lock is a former leader's.
+    pub fn leader_record(&self) -> String {
+        format!("{}election-leader", self.base)
+    }
+
     /// The keys of the name's read-write lock, in the order its scripts take them: readers (a
     /// sorted set of owner token to lease end), writer (a string holding the owner token, with
     /// the lease as TTL), waiting writers (a sorted set of owner token to the end of its place in
@@ -150,6 +174,28 @@ mod tests {
         for key in keys.read_write().iter().chain(&keys.semaphore()) {
             assert!(key.starts_with("p:{a:b}:") && key != keys.lock(), "{key}");
         }
+    }
+
+    #[test]
+    fn the_election_has_keys_of_its_own_in_the_same_slot() {
+        let keys = keys("a");
+        let election = keys.election();
+        let mutex = [keys.lock(), keys.fence(), keys.queue(), keys.queue_timeouts(), keys.channel()];
+        let mut all: Vec<String> = mutex.iter().map(|key| (*key).to_owned()).collect();
+        all.extend(keys.read_write());
+        all.extend(keys.semaphore());
+        all.extend([keys.read_write_channel(), keys.semaphore_channel(), keys.fenced()]);
+        let own = [
+            election.lock(),
+            election.fence(),
+            election.queue(),
+            election.queue_timeouts(),
+            election.channel(),
+        ];
+        for key in own.into_iter().chain([keys.leader_record().as_str()]) {
+            assert!(key.starts_with("p:{a}:") && !all.iter().any(|other| other == key), "{key}");
+        }
+        assert_eq!(election.election(), election, "the election's election is itself");
     }
 
     #[test]

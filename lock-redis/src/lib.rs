@@ -71,6 +71,17 @@
 //!   at most a second. That is the default; [`RedisLockBuilder::fair`]`(false)` (Redisson's
 //!   `RLock` rather than its `RFairLock`) skips the queue: every release of a non-fair client
 //!   wakes the lock's waiters, and whoever asks first gets it.
+//! - **Leader election** ([`Elections`](lock_core::Elections), through
+//!   [`Election`](lock_core::Election)): an election is a mutex on keys of its own
+//!   (`<prefix>:{<escaped name>}:election…`, [`RedisKeys::election`]), so it waits, queues,
+//!   fences, replicates and routes as the mutex does without ever contending with the mutex,
+//!   read-write lock or semaphore of its name. The script that wins also writes the leader
+//!   record ([`RedisKeys::leader_record`]: owner token, fencing token, value), so followers
+//!   never see a leader without its value; a proclaim checks the owner and writes in one
+//!   script; followers read the lock and the record in one script, which attributes a record
+//!   only to the owner that wrote it. Watches hear every message on the election's channel (a
+//!   win, a proclaim, a release); a leader whose lease runs out sends none, and followers see
+//!   it by their re-check. Redlock has no elections.
 //! - **Renewal** of many leases is one pipeline per batch, read with one deadline: a batch
 //!   against a server that stopped answering fails after one read timeout, whatever its size.
 //! - **Connections**: an r2d2 pool with connect, read and write timeouts; a connection that hit

@@ -14,6 +14,11 @@ pub(crate) const QUEUE: &str = include_str!("scripts/queue.lua");
 /// defining them.
 const QUEUE_MARKER: &str = "--[[ queue.lua ]]";
 
+/// `held_by(lock_key, token)`, the owner check of the scripts that write on a holder's behalf
+/// (guarded writes, an election's proclaim), put where it says [`HELD_BY_MARKER`].
+const HELD_BY: &str = include_str!("scripts/held_by.lua");
+const HELD_BY_MARKER: &str = "--[[ held_by.lua ]]";
+
 /// One script: its text and its SHA-1, run with `EVALSHA`.
 ///
 /// A server that forgot the script (restart, `SCRIPT FLUSH`) answers `NOSCRIPT`: a single command
@@ -80,7 +85,7 @@ impl LuaScript {
         redis::from_redis_value(reply.extract_error()?).map_err(RedisError::from)
     }
 
-    #[cfg(test)]
+    /// The script's text.
     pub(crate) fn source(&self) -> &str {
         &self.source
     }
@@ -92,6 +97,15 @@ impl LuaScript {
 }
 
 /// The last of an exchange's replies (`Nil` if there were none, which the caller's type refuses).
+/// `body` with [`HELD_BY`] where its one marker says.
+///
+/// # Panics
+/// When `body` has no `held_by` marker, or more than one (a test runs every script).
+pub(crate) fn with_held_by(body: &str) -> String {
+    assert_eq!(body.matches(HELD_BY_MARKER).count(), 1, "a script without one held_by marker:\n{body}");
+    body.replacen(HELD_BY_MARKER, HELD_BY, 1)
+}
+
 fn last(mut replies: Vec<Value>) -> Value {
     replies.pop().unwrap_or(Value::Nil)
 }
@@ -137,7 +151,11 @@ impl LockScripts {
 pub(crate) const PUBLISH: &str = "redis.pcall('PUBLISH',";
 pub(crate) const SPUBLISH: &str = "redis.pcall('SPUBLISH',";
 
-fn with_queue(body: &str) -> String {
+/// `body` with the queue helpers where its one marker says.
+///
+/// # Panics
+/// When `body` has no queue marker, or more than one (a test runs every script).
+pub(crate) fn with_queue(body: &str) -> String {
     assert_eq!(body.matches(QUEUE_MARKER).count(), 1, "a script without one queue marker:\n{body}");
     body.replacen(QUEUE_MARKER, QUEUE, 1)
 }

@@ -76,6 +76,41 @@ fn a_renewal_batch_is_one_pipeline_per_primary() {
     }
 }
 
+/// Leader election on both deployments: the campaign, proclaim and release scripts publish on
+/// the election's channel (`SPUBLISH` on the cluster), and a follower's watch hears them.
+#[test]
+fn elections_work_and_wake_followers_on_both_deployments() {
+    use std::time::Instant;
+
+    use lock_core::Elections as _;
+    for target in [DeploymentTarget::cluster(), DeploymentTarget::sentinel()] {
+        let options = LockOptions::builder().lease(30 * SECOND).build().unwrap();
+        let client = LockClient::with_options(target.backend().unwrap(), options);
+        for _ in 0..5 {
+            let election =
+                client.election(unique_name("deployment-election").as_str()).unwrap().with_value("a");
+            let mut watch = client.backend().watch_leader(election.name()).unwrap();
+            let leadership = election.try_campaign().unwrap().expect("free");
+            let leader = election.leader().unwrap().expect("a leader");
+            assert_eq!(
+                (leader.value.as_slice(), leader.token),
+                (b"a".as_slice(), leadership.fencing_token())
+            );
+            // 5 s of patience, far longer than a message takes, and than a re-check would.
+            let woken = |watch: &mut Box<dyn lock_core::LeaderWatch + '_>| {
+                watch.wait(Instant::now() + 5 * SECOND).unwrap()
+            };
+            assert!(woken(&mut watch), "the win is announced");
+            leadership.proclaim("b").unwrap();
+            assert!(woken(&mut watch), "the proclaim is announced");
+            assert_eq!(election.leader().unwrap().expect("a leader").value, b"b");
+            leadership.resign().unwrap();
+            assert!(woken(&mut watch), "the resign is announced");
+            assert_eq!(election.leader().unwrap(), None);
+        }
+    }
+}
+
 /// `SCRIPT` calls the node on `port` has run.
 fn script_calls(port: u16) -> u64 {
     let mut connection =

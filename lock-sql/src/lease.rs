@@ -54,6 +54,8 @@ macro_rules! sql_lease {
             pub(crate) fence: lock_core::FencingToken,
             pub(crate) ttl: std::time::Duration,
             pub(crate) hold: crate::lease::Hold<$connection, $key>,
+            /// Whether this is the lock of the election `name` (keyed apart from the mutex).
+            pub(crate) election: bool,
         }
 
         impl $lease {
@@ -63,7 +65,25 @@ macro_rules! sql_lease {
                 ttl: std::time::Duration,
                 hold: crate::lease::Hold<$connection, $key>,
             ) -> Self {
-                Self { name: name.clone(), fence: lock_core::FencingToken::new(fence), ttl, hold }
+                Self { name: name.clone(), fence: lock_core::FencingToken::new(fence), ttl, hold, election: false }
+            }
+
+            /// A lease of `key`'s lock (a mutex or an election's).
+            pub(crate) fn keyed(
+                key: &crate::lock_key::LockKey,
+                fence: u64,
+                ttl: std::time::Duration,
+                hold: crate::lease::Hold<$connection, $key>,
+            ) -> Self {
+                Self { election: key.is_election(), ..Self::new(key.name(), fence, ttl, hold) }
+            }
+
+            /// The key this lease holds on the server.
+            pub(crate) fn lock_key(&self) -> crate::lock_key::LockKey {
+                match self.election {
+                    true => crate::lock_key::LockKey::election(&self.name),
+                    false => crate::lock_key::LockKey::mutex(&self.name),
+                }
             }
 
             /// The lock's name.
@@ -88,6 +108,7 @@ macro_rules! sql_lease {
                     .field("name", &self.name)
                     .field("kind", &self.hold.kind())
                     .field("fence", &self.fence)
+                    .field("election", &self.election)
                     .finish_non_exhaustive()
             }
         }

@@ -20,6 +20,11 @@
 //! | MySQL/MariaDB row | `LOCK IN SHARE MODE`/`FOR UPDATE` | InnoDB (new requests queue behind waiting ones) | permits table |
 //! | MySQL/MariaDB advisory | none (`GET_LOCK` has no shared mode) | — | permits table |
 //!
+//! Leader election ([`lock_core::Elections`]) on every kind: an election is the kind's lock of a
+//! key no lock name makes, plus a leader record in `<table>_lead` whose writes the server guards
+//! by the hold; followers are woken by `NOTIFY` on PostgreSQL and re-check on MySQL/MariaDB
+//! (see each database's `election.rs`).
+//!
 //! A writer's own read (a downgrade) shares the writer's session; on MySQL the lock stays
 //! exclusive until that read ends (InnoDB keeps record locks to the transaction's end).
 //!
@@ -137,6 +142,8 @@ mod identifier;
 mod key_hash;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod lease;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod lock_key;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod queue_wait;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

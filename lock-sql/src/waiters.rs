@@ -52,6 +52,16 @@ impl Waiters {
         }
     }
 
+    /// Wakes every thread registered for `name` (an election's watchers: each re-reads).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn wake_every(&self, name: &str) {
+        if let Some(slots) = self.by_name.lock().get(name) {
+            for slot in slots.iter().filter_map(Weak::upgrade) {
+                slot.wake();
+            }
+        }
+    }
+
     /// Wakes every waiting thread (wake-ups may have been lost: each re-checks).
     pub(crate) fn wake_all(&self) {
         for slot in self.by_name.lock().values().flatten().filter_map(Weak::upgrade) {
@@ -114,6 +124,19 @@ impl Registration<'_> {
                 .iter()
                 .any(|slot| slot.strong_count() > 0 && !std::ptr::eq(slot.as_ptr(), Arc::as_ptr(&self.slot)))
         })
+    }
+
+    /// Sleeps until woken or `until`; whether woken, and the wake-up is taken (a later one is
+    /// kept for the next call).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn wait_and_clear(&self, until: Instant) -> bool {
+        let mut woken = self.slot.woken.lock();
+        while !*woken {
+            if self.slot.changed.wait_until(&mut woken, until).timed_out() {
+                break;
+            }
+        }
+        std::mem::take(&mut *woken)
     }
 
     /// Sleeps until woken or `until`; whether woken.

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use futures::future::{join, join_all};
 use lock_core::{
-    check_lease, Acquired, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind, LockName,
-    NativeWait, OwnerToken, Permits, ReadWrite, Result, WriteHolds,
+    check_lease, Acquired, DistributedLock, Elections, Error, Extension, Fencing, FencingToken, HoldKind,
+    LockName, NativeWait, OwnerToken, Permits, ReadWrite, Result, WriteHolds,
 };
 use zookeeper_client as zk;
 
@@ -39,8 +39,9 @@ use crate::session::{is_terminal, Session};
 ///
 /// Abilities: [`NativeWait`] (each waiter watches its predecessor's node), [`Fencing`] (the
 /// lock node's creation zxid), [`ReadWrite`] (Curator's `InterProcessReadWriteLock` at
-/// `<root>/%read-write/<name>`) and [`Permits`] (Curator's `InterProcessSemaphoreV2` at
-/// `<root>/%semaphore/<name>`).
+/// `<root>/%read-write/<name>`), [`Permits`] (Curator's `InterProcessSemaphoreV2` at
+/// `<root>/%semaphore/<name>`) and [`Elections`](lock_core::Elections) (Curator's `LeaderLatch`
+/// at `<root>/%election/<name>`).
 ///
 /// ```no_run
 /// use lock_core::LockClient;
@@ -209,6 +210,10 @@ impl DistributedLock for ZooKeeperBackend {
             "ZooKeeperFencedStore: setData at the version read (compare-and-set); set_data_if_held: \
              a multi of a check of the lock node and the write",
         )
+        .with_elections(
+            "Curator's LeaderLatch: ephemeral-sequential `_c_<uuid>-latch-<seq>` nodes under \
+             `<root>/%election/<name>`, the lowest leads; watches wake followers",
+        )
     }
 
     fn hold_kind(&self) -> HoldKind {
@@ -295,6 +300,10 @@ impl DistributedLock for ZooKeeperBackend {
     }
 
     fn permits(&self) -> Option<&dyn Permits<Lease = ZooKeeperLease>> {
+        Some(self)
+    }
+
+    fn elections(&self) -> Option<&dyn Elections<Lease = ZooKeeperLease>> {
         Some(self)
     }
 }

@@ -30,16 +30,23 @@ impl ZooKeeperLease {
 
     /// The full path of this holder's node: `<root>/<name>/_c_<uuid>-lock-<sequence>` for a
     /// mutex, `<root>/%read-write/<name>/_c_<uuid>-__READ__…` or `…-__WRIT__…` for a read-write
-    /// lock, `<root>/%semaphore/<name>/leases/_c_<uuid>-lease-<sequence>` for a permit.
+    /// lock, `<root>/%semaphore/<name>/leases/_c_<uuid>-lease-<sequence>` for a permit,
+    /// `<root>/%election/<name>/_c_<uuid>-latch-<sequence>` for a leadership.
     pub fn node(&self) -> &str {
         &self.node
     }
 
-    /// The fencing token: the node's creation zxid (`czxid`) for a mutex or a permit; for a
+    /// The fencing token: the node's creation zxid (`czxid`) for a mutex, a permit or a
+    /// leadership; for a
     /// read-write lock, the parent's `pzxid` when the hold was confirmed (see the crate docs).
     pub fn fencing_token(&self) -> FencingToken {
         self.fence
     }
+}
+
+/// The fencing token of a node created (or a listing taken) at `zxid`: zxids are positive.
+pub(crate) fn zxid_token(zxid: i64) -> FencingToken {
+    FencingToken::new(u64::try_from(zxid).unwrap_or_default())
 }
 
 /// The watch on a held node, set by its first liveness check (holds shorter than a renewal

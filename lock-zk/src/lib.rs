@@ -22,23 +22,28 @@
 //! [faults-guide]: https://docs.rs/distlock/latest/distlock/guide/faults/index.html
 //! [benchmarks-guide]: https://docs.rs/distlock/latest/distlock/guide/benchmarks/index.html
 //!
-//! # Read-write locks and semaphores
-//! [`ReadWriteLock`](lock_core::ReadWriteLock)s and [`Semaphore`](lock_core::Semaphore)s follow
-//! Curator's `InterProcessReadWriteLock` and `InterProcessSemaphoreV2` node for node, each under a
-//! parent of its own so that the three primitives of one name never meet:
+//! # Read-write locks, semaphores and elections
+//! [`ReadWriteLock`](lock_core::ReadWriteLock)s, [`Semaphore`](lock_core::Semaphore)s and
+//! [`Election`](lock_core::Election)s follow Curator's `InterProcessReadWriteLock`,
+//! `InterProcessSemaphoreV2` and `LeaderLatch` node for node, each under a parent of its own so
+//! that the four primitives of one name never meet:
 //!
 //! | distlock | path (point the Curator recipe here) | nodes |
 //! | --- | --- | --- |
 //! | `client.lock_named("N")` | `<root>/N` | `_c_<uuid>-lock-<seq>` |
 //! | `client.read_write_lock("N")` | `<root>/%read-write/N` | `_c_<uuid>-__READ__<seq>`, `_c_<uuid>-__WRIT__<seq>` |
 //! | `client.semaphore("N", n)` | `<root>/%semaphore/N` | `locks/_c_<uuid>-lock-<seq>`, `leases/_c_<uuid>-lease-<seq>` |
+//! | `client.election("N")` | `<root>/%election/N` | `_c_<uuid>-latch-<seq>`, data: the candidate's value (`LeaderLatch`'s id) |
 //!
 //! Permits and read-write holds are session holds like the mutex's. A semaphore's count is
 //! written into distlock's lease nodes (`distlock:permits=<n>`), so distlock clients of another
 //! count get [`Error::PermitsMismatch`](lock_core::Error::PermitsMismatch); Curator keeps no
 //! count on the servers, so a Curator client of another count goes undetected. The module docs
 //! of `read_write.rs` and `semaphore.rs` give the rules, the downgrade (a writer's own read
-//! lock) and the fencing tokens.
+//! lock) and the fencing tokens. A leadership is a session hold like a lock's, fenced by its
+//! node's creation zxid; a candidate's node holds its value, which a Java `LeaderLatch` reads as
+//! the participant id (`getLeader().getId()`), and a proclaim rewrites it only while the node
+//! exists (`election.rs`).
 //!
 //! # Sessions, leases and loss
 //! A lock is held by an ephemeral node, which the servers delete when the session ends. The
@@ -142,6 +147,7 @@
 mod backend;
 mod blocking;
 mod builder;
+mod election;
 mod error;
 mod fenced;
 mod guarded;

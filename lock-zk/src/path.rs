@@ -1,16 +1,17 @@
 //! Where locks live in the tree: the root, one path component per lock name, and the node names
 //! of Curator's recipes (`_c_<uuid>-lock-<sequence>`, `…-__READ__…`, `…-__WRIT__…`,
-//! `…-lease-…`) and their order.
+//! `…-lease-…`, `…-latch-…`) and their order.
 //!
 //! | primitive | parent of its nodes (Curator's recipe path) |
 //! | --- | --- |
 //! | mutex `N` | `<root>/N` (`InterProcessMutex`) |
 //! | read-write lock `N` | `<root>/%read-write/N` (`InterProcessReadWriteLock`) |
 //! | semaphore `N` | `<root>/%semaphore/N`, with `locks` and `leases` below (`InterProcessSemaphoreV2`) |
+//! | election `N` | `<root>/%election/N` (`LeaderLatch`) |
 //!
 //! `%` followed by anything but two hex digits is never part of an encoded name, so the
-//! `%read-write` and `%semaphore` parents can never be the mutex path of any name: the three
-//! primitives of one name never meet.
+//! `%read-write`, `%semaphore` and `%election` parents can never be the mutex path of any name:
+//! the four primitives of one name never meet.
 
 use std::cmp::Ordering;
 use std::fmt::Write as _;
@@ -27,10 +28,14 @@ const WRITE_NAME: &str = "__WRIT__";
 /// What Curator's `InterProcessSemaphoreV2` calls its lease nodes.
 const LEASE_NAME: &str = "lease-";
 
+/// What Curator's `LeaderLatch` calls its candidates' nodes (its `LOCK_NAME`).
+const LATCH_NAME: &str = "latch-";
+
 /// The parents of read-write locks and of semaphores under the root: no name encodes to either.
 const READ_WRITE_DIR: &str = "%read-write";
 const SEMAPHORE_DIR: &str = "%semaphore";
 const FENCED_DIR: &str = "%fenced";
+const ELECTION_DIR: &str = "%election";
 
 /// The kinds of node of Curator's recipes, each with its name (after the protection prefix).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +48,8 @@ pub(crate) enum NodeKind {
     Write,
     /// `InterProcessSemaphoreV2`'s lease.
     Lease,
+    /// `LeaderLatch`'s candidate.
+    Latch,
 }
 
 impl NodeKind {
@@ -52,6 +59,7 @@ impl NodeKind {
             NodeKind::Read => READ_NAME,
             NodeKind::Write => WRITE_NAME,
             NodeKind::Lease => LEASE_NAME,
+            NodeKind::Latch => LATCH_NAME,
         }
     }
 }
@@ -115,6 +123,12 @@ impl Root {
     pub(crate) fn semaphore_path(&self, name: &LockName) -> String {
         format!("{}/{SEMAPHORE_DIR}/{}", self.0, component(name.as_str()))
     }
+
+    /// The path of the election `name` (Curator's `LeaderLatch` latch path):
+    /// `<root>/%election/<escaped name>`.
+    pub(crate) fn election_path(&self, name: &LockName) -> String {
+        format!("{}/{ELECTION_DIR}/{}", self.0, component(name.as_str()))
+    }
 }
 
 /// `name` as one path component that ZooKeeper accepts and that no other name maps to: `%`,
@@ -162,11 +176,18 @@ pub(crate) fn is_protected_by(name: &str, protection: &str) -> bool {
 /// Curator's order of lock nodes (`StandardLockInternalsDriver.fixForSorting`): by what follows
 /// the last `lock-`, i.e. the zero-padded sequence number, whatever the protection prefix.
 pub(crate) fn lock_order(a: &str, b: &str) -> Ordering {
-    sort_key(a).cmp(sort_key(b)).then_with(|| a.cmp(b))
+    sequence_order(a, b, LOCK_NAME)
 }
 
-fn sort_key(child: &str) -> &str {
-    after_last(child, LOCK_NAME)
+/// Curator's order of `LeaderLatch` nodes (its sorter is `fixForSorting` with `latch-`): by what
+/// follows the last `latch-`; the first is the leader.
+pub(crate) fn latch_order(a: &str, b: &str) -> Ordering {
+    sequence_order(a, b, LATCH_NAME)
+}
+
+/// By what follows the last `base`, then by the whole name (two names never compare equal).
+fn sequence_order(a: &str, b: &str, base: &str) -> Ordering {
+    after_last(a, base).cmp(after_last(b, base)).then_with(|| a.cmp(b))
 }
 
 /// Curator's order of read-write lock nodes (`InterProcessReadWriteLock`'s
@@ -259,6 +280,18 @@ mod tests {
     }
 
     #[test]
+    fn latch_nodes_sort_by_sequence_like_curators_leader_latch() {
+        let mut children =
+            ["_c_ffff-latch-0000000003", "_c_0000-latch-0000000010", "_c_aaaa-latch-0000000001"];
+        children.sort_by(|a, b| latch_order(a, b));
+        assert_eq!(
+            children,
+            ["_c_aaaa-latch-0000000001", "_c_ffff-latch-0000000003", "_c_0000-latch-0000000010"]
+        );
+        assert_eq!(node_prefix("/l/%election/x", "u", NodeKind::Latch), "/l/%election/x/_c_u-latch-");
+    }
+
+    #[test]
     fn read_write_nodes_sort_by_sequence_and_downgrades_right_after_their_writer() {
         let mut children = [
             "_c_b-__READ__0000000007",
@@ -290,12 +323,12 @@ mod tests {
         let name = LockName::new("orders").unwrap();
         assert_eq!(root.read_write_path(&name), "/locks/%read-write/orders");
         assert_eq!(root.semaphore_path(&name), "/locks/%semaphore/orders");
-        for tricky in ["%read-write", "%semaphore"] {
+        assert_eq!(root.election_path(&name), "/locks/%election/orders");
+        for tricky in ["%read-write", "%semaphore", "%election"] {
             let path = root.lock_path(&LockName::new(tricky).unwrap());
-            assert!(
-                !path.starts_with("/locks/%read-write") && !path.starts_with("/locks/%semaphore"),
-                "{path}"
-            );
+            for dir in ["/locks/%read-write", "/locks/%semaphore", "/locks/%election"] {
+                assert!(!path.starts_with(dir), "{path}");
+            }
         }
     }
 }

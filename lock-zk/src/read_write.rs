@@ -71,7 +71,9 @@ impl ReadWrite for ZooKeeperBackend {
                 Queue { path: &path, kind: NodeKind::Write, order: read_write_order, turn: first_holds }
             }
         };
-        let Some(turn) = self.take_turn(&client, &queue, request.owner, request.deadline.into())? else {
+        let Some(turn) =
+            self.take_turn(&client, &queue, request.owner.to_hex().as_bytes(), request.deadline.into())?
+        else {
             return Ok(None);
         };
         let lease = self.lease(request.name, &client, turn.node, turn.listing.pzxid);

@@ -1,6 +1,6 @@
 //! The lock recipe of Curator's `InterProcessMutex`, on one session (its queue of nodes — the
-//! [`Queue`] — also serves the read-write lock, with its own turn rule, and the semaphore's
-//! `locks` mutex):
+//! [`Queue`] — also serves the read-write lock, with its own turn rule, the semaphore's `locks`
+//! mutex, and elections, whose `LeaderLatch` is the same queue under another node name):
 //!
 //! 1. Create an ephemeral-sequential node `<lock path>/_c_<uuid>-lock-`, and list the lock path's
 //!    children in the same round trip (a session's requests are answered in order, so the listing
@@ -22,12 +22,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::future::join;
-use lock_core::{FencingToken, LockName, OwnerToken, Result};
+use lock_core::{LockName, OwnerToken, Result};
 use zookeeper_client as zk;
 
 use crate::error::{is_definite, Failure};
-use crate::lease::{NodeWatch, ZooKeeperLease};
-use crate::path::{self, is_protected_by, lock_order, NodeKind};
+use crate::lease::{zxid_token, NodeWatch, ZooKeeperLease};
+use crate::path::{self, is_protected_by, latch_order, lock_order, NodeKind};
 use crate::session::is_terminal;
 use crate::ZooKeeperBackend;
 
@@ -95,6 +95,12 @@ impl<'a> Queue<'a> {
     pub(crate) fn mutex(path: &'a str) -> Self {
         Self { path, kind: NodeKind::Lock, order: lock_order, turn: first_holds }
     }
+
+    /// Curator's `LeaderLatch` at `path`: the mutex's queue under the name `latch-` — the lowest
+    /// sequence leads, each candidate watches its predecessor.
+    pub(crate) fn latch(path: &'a str) -> Self {
+        Self { path, kind: NodeKind::Latch, order: latch_order, turn: first_holds }
+    }
 }
 
 /// The turn rule of a mutex (and of a read-write lock's writer): the first node holds, every
@@ -146,7 +152,7 @@ impl ZooKeeperBackend {
     ) -> Result<Option<(ZooKeeperLease, (Instant, bool))>> {
         let client = self.inner.session.client()?;
         let lock_path = self.inner.root.lock_path(name);
-        let turn = self.take_turn(&client, &Queue::mutex(&lock_path), owner, wait)?;
+        let turn = self.take_turn(&client, &Queue::mutex(&lock_path), owner.to_hex().as_bytes(), wait)?;
         Ok(turn.map(|turn| {
             let confirmed_at = (turn.listing.at, turn.listing.after_wait);
             (self.lease(name, &client, turn.node, turn.czxid), confirmed_at)
@@ -165,24 +171,24 @@ impl ZooKeeperBackend {
             name: name.clone(),
             node,
             session: client.session_id().0,
-            fence: FencingToken::new(u64::try_from(fence).unwrap_or_default()),
+            fence: zxid_token(fence),
             watch: NodeWatch::Unset,
         }
     }
 
-    /// Our node in `queue`, once it has its turn; `None` (and our node deleted) if the wait
-    /// ended first.
+    /// Our node in `queue`, holding `data` (the owner token in hex for locks, as Curator's lock
+    /// recipes hold their client's address; the candidate's value for elections), once it has
+    /// its turn; `None` (and our node deleted) if the wait ended first.
     pub(crate) fn take_turn(
         &self,
         client: &zk::Client,
         queue: &Queue<'_>,
-        owner: &OwnerToken,
+        data: &[u8],
         wait: Wait,
     ) -> Result<Option<Turn>> {
         let protection = uuid::Uuid::new_v4().to_string();
-        let data = owner.to_hex();
         let bound = Instant::now() + self.inner.session.settings().io_timeout;
-        let created = self.create_node(client, (queue.path, queue.kind), &protection, data.as_bytes(), bound);
+        let created = self.create_node(client, (queue.path, queue.kind), &protection, data, bound);
         let (created, listing) = match created {
             Ok(created) => created,
             Err(failure) => {

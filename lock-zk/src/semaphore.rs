@@ -77,7 +77,9 @@ impl Permits for ZooKeeperBackend {
             return self.take_lease(&client, request, &leases, permits, wait);
         }
         let locks = format!("{path}/locks");
-        let Some(mutex) = self.take_turn(&client, &Queue::mutex(&locks), request.owner, wait)? else {
+        let Some(mutex) =
+            self.take_turn(&client, &Queue::mutex(&locks), request.owner.to_hex().as_bytes(), wait)?
+        else {
             return Ok(None);
         };
         // Past the deadline already (the mutex's last listing came late): no lease attempt,

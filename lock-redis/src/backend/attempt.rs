@@ -19,20 +19,43 @@ use crate::topology::Hop;
 
 /// Which request an acquisition attempt sends ([`RedisBackend::attempt`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Route {
+pub(super) enum Route<'a> {
     /// A first attempt: a transaction of plain commands where the kind allows (`SetNx`).
     /// `waiting`: whether the caller queues if the queue turns out to decide.
     Uncontended { waiting: bool, until: Option<Instant> },
     /// The acquire script, which consults the wait queue; `waiting` joins it on a refusal.
     Queued { waiting: bool, until: Option<Instant> },
+    /// A campaign for an election's lock (the keys are [`RedisKeys::election`]'s): the kind's
+    /// acquire script inside the campaign script, which writes the leader record with `value`
+    /// in the step that wins, and announces the win (`election.rs`).
+    Campaign { waiting: bool, until: Option<Instant>, value: &'a [u8] },
 }
 
-impl Route {
+impl Route<'_> {
     /// The caller's deadline, if it has one: redirects are not retried past it (see
     /// [`RedisBackend::routed_until`]).
     pub(super) fn until(self) -> Option<Instant> {
         match self {
-            Route::Uncontended { until, .. } | Route::Queued { until, .. } => until,
+            Route::Uncontended { until, .. }
+            | Route::Queued { until, .. }
+            | Route::Campaign { until, .. } => until,
+        }
+    }
+
+    /// Whether the caller joins the queue on a refusal.
+    pub(super) fn waiting(self) -> bool {
+        match self {
+            Route::Uncontended { waiting, .. }
+            | Route::Queued { waiting, .. }
+            | Route::Campaign { waiting, .. } => waiting,
+        }
+    }
+
+    /// The route of the attempt after a refusal: the queued one (a campaign stays a campaign).
+    pub(super) fn next(self) -> Self {
+        match self {
+            Route::Uncontended { waiting, until } => Route::Queued { waiting, until },
+            other => other,
         }
     }
 }
@@ -75,7 +98,7 @@ impl RedisBackend {
         keys: &RedisKeys,
         owner: &OwnerToken,
         ttl: Duration,
-        route: Route,
+        route: Route<'_>,
     ) -> Result<Attempt> {
         self.routed_until(keys, route.until(), |hop| self.attempt_on(hop, name, keys, owner, ttl, route))
     }
@@ -88,7 +111,7 @@ impl RedisBackend {
         keys: &RedisKeys,
         owner: &OwnerToken,
         ttl: Duration,
-        route: Route,
+        route: Route<'_>,
     ) -> Result<Attempt> {
         let token = owner.to_hex();
         let mut connection = hop.connection()?;
@@ -143,15 +166,27 @@ impl RedisBackend {
                 drop(connection);
                 return self.attempt(name, keys, owner, ttl, Route::Queued { waiting, until });
             }
-            Route::Uncontended { waiting, .. } | Route::Queued { waiting, .. } => {
-                let script = &self.scripts().acquire;
-                let command = script
-                    .invoke(&[keys.lock(), keys.fence(), keys.queue(), keys.queue_timeouts()])
+            Route::Uncontended { .. } | Route::Queued { .. } | Route::Campaign { .. } => {
+                let waiting = route.waiting();
+                let lock_keys = [keys.lock(), keys.fence(), keys.queue(), keys.queue_timeouts()];
+                let (script, mut command) = match route {
+                    // The campaign script takes the lock's keys and the leader record.
+                    Route::Campaign { .. } => {
+                        let script = self.campaign_script();
+                        let record = keys.leader_record();
+                        let [lock, fence, queue, timeouts] = lock_keys;
+                        (script, script.invoke(&[lock, fence, queue, timeouts, &record]))
+                    }
+                    _ => (&self.scripts().acquire, self.scripts().acquire.invoke(&lock_keys)),
+                };
+                command
                     .arg(&token)
                     .arg(millis(ttl))
                     .arg(if waiting { millis(QUEUE_ENTRY_TTL) } else { 0 })
-                    .arg(keys.channel())
-                    .to_owned();
+                    .arg(keys.channel());
+                if let Route::Campaign { value, .. } = route {
+                    command.arg(value);
+                }
                 let reply = script.exchange::<i64>(&mut connection, &command).map_err(|e| {
                     self.undo_failed_attempt(&mut connection, name, keys, &token, ttl, waiting, e)
                 })?;
@@ -165,7 +200,9 @@ impl RedisBackend {
                 }
             }
         };
-        self.granted(hop, &mut connection, name, keys, token, fence, (ttl, Primitive::Mutex))
+        let primitive =
+            if matches!(route, Route::Campaign { .. }) { Primitive::Leader } else { Primitive::Mutex };
+        self.granted(hop, &mut connection, name, keys, token, fence, (ttl, primitive))
     }
 
     /// An acquisition request under `token` failed with `failure`: undoes what the server may

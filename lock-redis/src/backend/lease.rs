@@ -70,6 +70,12 @@ impl RedisLease {
         Self { primitive, ..self }
     }
 
+    /// Whether the lease holds a mutex's layout of keys — a lock's mutex, or an election's lock
+    /// (the mutex of [`RedisKeys::election`]) — extended and released by the kind's scripts.
+    pub(crate) fn on_mutex_keys(&self) -> bool {
+        matches!(self.primitive, Primitive::Mutex | Primitive::Leader)
+    }
+
     /// Taken before sending a request that may confirm the lease (see [`confirmed`](Self::confirmed)).
     pub(crate) fn doubt_mark(&self) -> Option<DoubtMark> {
         self.watch.as_ref().map(|watch| watch.signal.mark())

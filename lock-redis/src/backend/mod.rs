@@ -3,9 +3,11 @@
 //! (`topology/` says which node serves a name and follows its redirects). Here: the lock's
 //! commands. `attempt.rs` makes one acquisition attempt, `wait.rs` waits for a release,
 //! `renewal.rs` extends leases in batches, `replication.rs` waits for replicas (`WAIT`),
-//! `read_write_and_semaphores.rs` holds the shared modes, `lease.rs` the lease type.
+//! `read_write_and_semaphores.rs` holds the shared modes, `election.rs` leader election,
+//! `lease.rs` the lease type.
 
 mod attempt;
+mod election;
 mod lease;
 mod read_write_and_semaphores;
 mod renewal;
@@ -74,9 +76,11 @@ impl RedisLockKind {
 /// Cloning is cheap: clones share the connection pool and the subscriber connection that wakes
 /// waiting threads.
 ///
-/// Abilities: [`Fencing`] (every acquisition carries a fencing token from a per-name counter)
-/// and [`NativeWait`] (waiters are woken by the release's pub/sub message and served in arrival
-/// order). Holds are leases ([`HoldKind::Lease`]).
+/// Abilities: [`Fencing`] (every acquisition carries a fencing token from a per-name counter),
+/// [`NativeWait`] (waiters are woken by the release's pub/sub message and served in arrival
+/// order), read-write locks, semaphores and [`Elections`](lock_core::Elections) (an election
+/// is a mutex on keys of its own: see `backend/election.rs`). Holds are leases
+/// ([`HoldKind::Lease`]).
 #[derive(Clone)]
 pub struct RedisBackend {
     inner: Arc<Inner>,
@@ -200,7 +204,7 @@ impl RedisBackend {
         let split = redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain);
         self.routed(&lease.keys, |hop| {
             match self.release_on(&mut hop.connection()?, lease) {
-                Err(e) if lease.primitive == Primitive::Mutex && e.kind() == split => {
+                Err(e) if lease.on_mutex_keys() && e.kind() == split => {
                     // A new connection from the hop: `ASKING` again where the hop needs it.
                     hop.connection()?.run(|c| {
                         let (script, command) = self.mutex_release_command(lease, true);
@@ -223,7 +227,7 @@ impl RedisBackend {
 
     /// The script and command that release `lease`, whatever it holds.
     fn release_command(&self, lease: &RedisLease) -> (&'static LuaScript, redis::Cmd) {
-        if lease.primitive != Primitive::Mutex {
+        if !lease.on_mutex_keys() {
             return read_write_and_semaphores::release_command(lease, self.inner.nodes.cluster().is_some());
         }
         self.mutex_release_command(lease, false)
@@ -236,19 +240,21 @@ impl RedisBackend {
         let all = [lease.keys.lock(), lease.keys.queue(), lease.keys.queue_timeouts()];
         let keys = if lone { &all[..1] } else { &all[..] };
         // Non-fair waiters do not queue: with no queue, a non-fair client's release still tells
-        // them (`1`), where a fair one's has nobody to tell.
+        // them (`1`), where a fair one's has nobody to tell. An election's release always tells:
+        // its leader watches hear every release, and never queue.
+        let tell_all = !self.inner.fair || lease.primitive == Primitive::Leader;
         let command = script
             .invoke(keys)
             .arg(&lease.token)
             .arg(lease.keys.channel())
-            .arg(if self.inner.fair { 0 } else { 1 })
+            .arg(i32::from(tell_all))
             .to_owned();
         (script, command)
     }
 
     /// The script and command that extend `lease` to `ttl`, whatever it holds.
     fn extend_command(&self, lease: &RedisLease, ttl: Duration) -> (&'static LuaScript, redis::Cmd) {
-        if lease.primitive != Primitive::Mutex {
+        if !lease.on_mutex_keys() {
             return read_write_and_semaphores::extend_command(lease, ttl);
         }
         let script = &self.scripts().extend;
@@ -286,6 +292,13 @@ impl DistributedLock for RedisBackend {
         .with_guarded_writes(
             "RedisFencedStore: one script compares the token with the key's fence and writes; \
              set_if_held: one script checks the lock's owner and writes a key of its slot",
+        )
+        .with_elections(
+            "a mutex on keys of its own per election name (same waits, fencing, WAIT and cluster \
+             routing); the winning script writes the leader record (owner, token, value), \
+             proclaim checks the owner and writes in one script, followers read lock and record \
+             in one script and are woken by pub/sub on the election's channel (win, proclaim, \
+             release); a leader's expiry sends no message (followers re-check)",
         );
         match self.kind() {
             RedisLockKind::ReentrantHash => {
@@ -369,6 +382,10 @@ impl DistributedLock for RedisBackend {
     }
 
     fn permits(&self) -> Option<&dyn lock_core::Permits<Lease = RedisLease>> {
+        Some(self)
+    }
+
+    fn elections(&self) -> Option<&dyn lock_core::Elections<Lease = RedisLease>> {
         Some(self)
     }
 }

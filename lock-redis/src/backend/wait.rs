@@ -1,6 +1,7 @@
 //! The single-node wait: a fair queue in Redis, woken by the release's pub/sub message (the loop
 //! itself is `wait_loop.rs`).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use crate::error;
 use crate::keys::RedisKeys;
 use crate::topology::{Hop, Node};
 use crate::wait_loop::{self, Refusal, Waiter};
-use crate::waiter::{Registration, WaitHub};
+use crate::waiter::{Registration, Slot, WaitHub};
 
 /// How long a waiter's place in the queue lasts without a refresh. Live waiters refresh it on
 /// every re-check (at least every [`FALLBACK_RECHECK`](crate::wait_loop::FALLBACK_RECHECK)), so only a dead waiter's entry lapses,
@@ -81,12 +82,13 @@ impl RedisBackend {
 /// One waiter's wake-ups: its registration for a lock channel with the hub of the node that
 /// serves the lock, which follows the lock's slot to its new primary in a cluster. Every
 /// single-node waiter (mutex, read-write lock, semaphore) waits through one, in
-/// [`wait_loop`].
+/// [`wait_loop`]; so does a leader watch, which owns its keys (it outlives the call that made
+/// it) and hears every message.
 pub(super) struct Wakeups<'a> {
     backend: &'a RedisBackend,
-    keys: &'a RedisKeys,
-    channel: &'a str,
-    /// The waiter's owner token, as a release message may name it.
+    keys: Cow<'a, RedisKeys>,
+    channel: Cow<'a, str>,
+    /// The waiter's owner token, as a release message may name it; empty: every message.
     token: String,
     registration: Option<Registration>,
     /// The node whose hub the registration is with (a cluster's primary for the lock's slot).
@@ -102,14 +104,27 @@ impl<'a> Wakeups<'a> {
         channel: &'a str,
         owner: &OwnerToken,
     ) -> Self {
+        let (keys, channel) = (Cow::Borrowed(keys), Cow::Borrowed(channel));
         Self { backend, keys, channel, token: owner.to_hex(), registration: None, registered_on: None }
+    }
+
+    /// Wake-ups by every message on the channel of `keys` (a leader watch): releases and
+    /// hand-overs whomever they name, and the election's own notices.
+    pub(super) fn hearing_all(backend: &'a RedisBackend, keys: RedisKeys) -> Self {
+        let channel = Cow::Owned(keys.channel().to_owned());
+        let keys = Cow::Owned(keys);
+        Self { backend, keys, channel, token: String::new(), registration: None, registered_on: None }
     }
 
     /// Registers with the hub of `hop`'s node (in place of any earlier registration); returns
     /// whether its subscriber thread needs a poke.
     fn register(&mut self, hop: &Hop) -> bool {
         let hub = self.backend.inner.nodes.hub(hop, &self.backend.inner.prefix);
-        let (joined, poke) = hub.register(self.channel, &self.token);
+        let (joined, poke) = if self.token.is_empty() {
+            hub.register_slot(&self.channel, Slot::hearing_all())
+        } else {
+            hub.register(&self.channel, &self.token)
+        };
         self.registration = Some(joined);
         self.registered_on = Some(Arc::clone(&hop.node));
         poke
@@ -121,7 +136,7 @@ impl<'a> Wakeups<'a> {
     /// after every refusal: a slot that moved is then followed within one re-check.
     pub(super) fn follow_slot(&mut self) {
         let Some(registered) = &self.registered_on else { return };
-        let Ok(hop) = self.backend.inner.nodes.hop(self.keys) else { return };
+        let Ok(hop) = self.backend.inner.nodes.hop(&self.keys) else { return };
         if Arc::ptr_eq(&hop.node, registered) {
             return;
         }
@@ -134,21 +149,18 @@ impl<'a> Wakeups<'a> {
     }
 
     /// [`Waiter::subscribe`]: registers on the lock's node and waits for the subscription
-    /// until `until`.
+    /// until `until`; returns whether it is subscribed.
     ///
     /// # Errors
     /// The node cannot be found, or did not answer the poke (see
     /// [`poke_subscriber`](RedisBackend::poke_subscriber)).
-    pub(super) fn subscribe(&mut self, until: Instant) -> Result<()> {
-        let hop = self.backend.inner.nodes.hop(self.keys)?;
+    pub(super) fn subscribe(&mut self, until: Instant) -> Result<bool> {
+        let hop = self.backend.inner.nodes.hop(&self.keys)?;
         if self.register(&hop) {
             let hub = self.backend.inner.nodes.hub(&hop, &self.backend.inner.prefix);
             self.backend.poke_subscriber(&hop, hub)?;
         }
-        if let Some(joined) = &self.registration {
-            joined.wait_subscribed(until);
-        }
-        Ok(())
+        Ok(self.registration.as_ref().is_some_and(|joined| joined.wait_subscribed(until)))
     }
 
     /// [`Waiter::clear`].
@@ -158,11 +170,9 @@ impl<'a> Wakeups<'a> {
         }
     }
 
-    /// [`Waiter::wait`].
-    pub(super) fn wait(&self, until: Instant) {
-        if let Some(registration) = &self.registration {
-            registration.wait(until);
-        }
+    /// [`Waiter::wait`]; returns whether a message woke it.
+    pub(super) fn wait(&self, until: Instant) -> bool {
+        self.registration.as_ref().is_some_and(|registration| registration.wait(until))
     }
 }
 
@@ -187,7 +197,7 @@ impl<F: FnMut() -> Result<std::result::Result<RedisLease, Refusal>>> Waiter for 
     }
 
     fn subscribe(&mut self, until: Instant) -> Result<()> {
-        self.wakeups.subscribe(until)
+        self.wakeups.subscribe(until).map(drop)
     }
 
     fn clear(&self) {
@@ -195,7 +205,7 @@ impl<F: FnMut() -> Result<std::result::Result<RedisLease, Refusal>>> Waiter for 
     }
 
     fn wait(&self, until: Instant) {
-        self.wakeups.wait(until);
+        let _woken = self.wakeups.wait(until);
     }
 }
 
@@ -210,22 +220,34 @@ impl NativeWait for RedisBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired<RedisLease>>> {
         check_lease(ttl)?;
-        let keys = self.keys(name);
         // The first attempt is the cheap uncontended one; after a refusal a fair waiter queues,
         // a non-fair one asks the script too (its refusal says when the holder's lease ends)
         // but never joins the queue.
-        let waiting = self.inner.fair;
-        let mut attempts = 0_u32;
+        let first = Route::Uncontended { waiting: self.inner.fair, until: deadline };
+        self.wait_for_mutex(name, &self.keys(name), owner, ttl, first)
+    }
+}
+
+impl RedisBackend {
+    /// Waits for the mutex of `keys` (a lock's, or an election's: see `election.rs`) until
+    /// `first`'s deadline, making `first` and then its [`Route::next`] attempts, and leaves the
+    /// queue if it gives up.
+    pub(super) fn wait_for_mutex(
+        &self,
+        name: &LockName,
+        keys: &RedisKeys,
+        owner: &OwnerToken,
+        ttl: Duration,
+        first: Route<'_>,
+    ) -> Result<Option<Acquired<RedisLease>>> {
+        let (waiting, deadline) = (first.waiting(), first.until());
+        let mut route = first;
         // Whether an answered attempt refused the lock: the waiter may have a place in the queue.
         let mut queued = false;
         let attempt = || {
-            let route = if attempts == 0 {
-                Route::Uncontended { waiting, until: deadline }
-            } else {
-                Route::Queued { waiting, until: deadline }
-            };
-            attempts += 1;
-            Ok(match self.attempt(name, &keys, owner, ttl, route)? {
+            let this = route;
+            route = route.next();
+            Ok(match self.attempt(name, keys, owner, ttl, this)? {
                 Attempt::Acquired(lease) => Ok(lease),
                 Attempt::Held { retry_in } => {
                     queued |= waiting;
@@ -233,7 +255,7 @@ impl NativeWait for RedisBackend {
                 }
             })
         };
-        let mut waiter = NodeWaiter { wakeups: Wakeups::new(self, &keys, keys.channel(), owner), attempt };
+        let mut waiter = NodeWaiter { wakeups: Wakeups::new(self, keys, keys.channel(), owner), attempt };
         let outcome = wait_loop::wait_until(&mut waiter, deadline);
         drop(waiter);
         match &outcome {
@@ -245,12 +267,12 @@ impl NativeWait for RedisBackend {
             // meanwhile.
             Err(error) if error.is_retryable() => {
                 if queued {
-                    cleanup::leave_queue_in_background(self, &keys, owner.to_hex(), "the wait failed");
+                    cleanup::leave_queue_in_background(self, keys, owner.to_hex(), "the wait failed");
                 }
             }
             // Gave up, or a non-I/O error: do not keep a place in the queue that holds up
             // everyone behind (one call to a server that just answered).
-            _ => self.leave_queue(&keys, owner),
+            _ => self.leave_queue(keys, owner),
         }
         outcome
     }

@@ -90,7 +90,11 @@ const PER_COMMAND: Duration = Duration::from_micros(25);
 /// first wait).
 ///
 /// Abilities: [`Fencing`] (best effort, see the module docs) and [`NativeWait`] (woken by a
-/// release message from any node; no fair queue). Holds are leases ([`HoldKind::Lease`]).
+/// release message from any node; no fair queue). Holds are leases ([`HoldKind::Lease`]). No
+/// read-write locks, semaphores or [`Elections`](lock_core::Elections): a quorum of independent
+/// nodes has no single place for a leader's value, so followers could not read one answer
+/// (an [`Election`](lock_core::Election) of this backend fails with
+/// [`Error::Unsupported`](lock_core::Error::Unsupported); elect on a [`RedisBackend`](crate::RedisBackend)).
 #[derive(Clone)]
 pub struct RedlockBackend {
     inner: Arc<Inner>,
@@ -268,6 +272,10 @@ impl DistributedLock for RedlockBackend {
         .with_guarded_writes(
             "none on the lock's nodes: they are independent, so no single one can check a write \
              atomically; fence the data's own store (a Redis or SQL fenced store)",
+        )
+        .with_elections(
+            "no leader election: a quorum of independent nodes has no single place for the leader's value, so \
+             followers could not read one answer (elect on RedisBackend, one primary)",
         )
     }
 

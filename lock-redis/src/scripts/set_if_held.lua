@@ -4,15 +4,9 @@
 -- token as a field); KEYS[2]: the key written, in the lock's hash slot.
 -- ARGV[1]: the owner token; ARGV[2]: the value.
 -- Returns 1 when written, 0 when the caller does not hold the lock (nothing written).
-local kind = redis.call('TYPE', KEYS[1]).ok
-local held
-if kind == 'hash' then
-    held = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
-else
-    held = kind == 'string' and redis.call('GET', KEYS[1]) == ARGV[1]
-end
-if not held then
-    return 0
+--[[ held_by.lua ]]
+if not held_by(KEYS[1], ARGV[1]) then
+  return 0
 end
 redis.call('SET', KEYS[2], ARGV[2])
 return 1

@@ -96,7 +96,8 @@ struct Channel {
 /// A slot may be registered with several hubs at once (Redlock waits on every node): a message
 /// from any of them wakes it.
 pub(crate) struct Slot {
-    /// The waiter's owner token, as the release message names it.
+    /// The waiter's owner token, as the release message names it; empty for a slot that hears
+    /// every message of its channel ([`Slot::hearing_all`]).
     token: String,
     state: Mutex<SlotState>,
     changed: Condvar,
@@ -112,6 +113,18 @@ impl Slot {
     /// A slot for the waiter with owner token `token`.
     pub(crate) fn new(token: &str) -> Arc<Self> {
         Arc::new(Slot { token: token.to_owned(), state: Mutex::default(), changed: Condvar::new() })
+    }
+
+    /// A slot that every message of its channel wakes, whomever it names: a leader watch,
+    /// which follows releases, hand-overs and an election's own notices alike.
+    pub(crate) fn hearing_all() -> Arc<Self> {
+        Self::new("")
+    }
+
+    /// Whether a message with `payload` is for this slot: it names the slot's waiter, or nobody
+    /// (an empty payload), or the slot hears every message.
+    fn hears(&self, payload: &[u8]) -> bool {
+        payload.is_empty() || self.token.is_empty() || payload == self.token.as_bytes()
     }
 
     fn update(&self, change: impl FnOnce(&mut SlotState)) {
@@ -364,12 +377,12 @@ impl HubShared {
     }
 
     /// Hands a release message to the waiters of `name`: the one it names, or all of them when
-    /// it names nobody.
+    /// it names nobody; and to the slots that hear every message.
     fn dispatch(&self, name: &str, payload: &[u8]) {
         let state = self.state.lock();
         let Some(channel) = state.channels.get(name) else { return };
         for slot in &channel.waiters {
-            if payload.is_empty() || payload == slot.token.as_bytes() {
+            if slot.hears(payload) {
                 slot.update(|s| s.woken = true);
             }
         }
@@ -396,5 +409,19 @@ impl HubShared {
         for slot in state.channels.values().flat_map(|channel| &channel.waiters) {
             slot.update(|s| s.woken = true);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_hears_its_own_token_and_nobody_s_while_a_watch_hears_everything() {
+        let waiter = Slot::new("ab12");
+        assert!(waiter.hears(b"ab12") && waiter.hears(b""));
+        assert!(!waiter.hears(b"cd34") && !waiter.hears(b"elected"));
+        let watch = Slot::hearing_all();
+        assert!(watch.hears(b"ab12") && watch.hears(b"") && watch.hears(b"elected"));
     }
 }

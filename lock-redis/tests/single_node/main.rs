@@ -1,8 +1,10 @@
 //! The Redis backend beyond the shared suite, on real harness servers: R04 (the reentrant hash
 //! layout), the WAIT option, the fair wait queue, renewal pipelining, and what a dead, paused or
 //! restarted server, a wrong password or an ACL user does to a client (the wait queue's tests in
-//! `wait_queue.rs`, the server faults' in `server_faults.rs`, guarded writes' in `guarded_writes.rs`).
+//! `wait_queue.rs`, the server faults' in `server_faults.rs`, guarded writes' in
+//! `guarded_writes.rs`, leader election's in `elections.rs`).
 
+mod elections;
 mod guarded_writes;
 mod server_faults;
 mod wait_queue;

@@ -45,10 +45,11 @@ impl MySqlBackend {
     /// errors (then nothing was written, and the hold is kept).
     pub fn execute_if_held(&self, lease: &mut MySqlLease, statement: &str) -> Result<u64> {
         let not_held = || Error::NotHeld { name: lease.name.clone() };
+        let key = lease.lock_key();
         match &mut lease.hold {
             Hold::Table { owner } => {
                 let mut connection = self.inner.pool.get()?;
-                let check = self.inner.tables.lock_if_held(&hex(lease.name.as_str().as_bytes()), owner);
+                let check = self.inner.tables.lock_if_held(&hex(key.as_str().as_bytes()), owner);
                 // Any failure after START TRANSACTION still ends the transaction: the pooled
                 // connection must not carry it (and its row locks) to its next user.
                 let written =

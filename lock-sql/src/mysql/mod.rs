@@ -1,7 +1,8 @@
 //! [`MySqlBackend`]: three kinds of lock on one MySQL or MariaDB server (see [`MySqlLockKind`]).
 //!
 //! `schema.rs` holds the tables and statements, `table.rs` the lock-table kind, `session.rs`
-//! the row and advisory kinds (holds that own a connection), `wait.rs` the waits (lock-table
+//! the row and advisory kinds (holds that own a connection), `election.rs` leader election
+//! (every kind), `wait.rs` the waits (lock-table
 //! waiters queue in a table and are rung by `doorbell.rs`; the others wait in the server's lock
 //! queue), `pool.rs` the pool, `connection.rs` one connection and `tls.rs` the TLS options and
 //! the connector.
@@ -74,6 +75,7 @@
 mod builder;
 mod connection;
 mod doorbell;
+mod election;
 pub(crate) mod error;
 mod fenced;
 mod guarded;
@@ -97,11 +99,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    check_lease, Access, Acquired, DistributedLock, Extension, Fencing, FencingToken, HoldKind, LockName,
-    NativeWait, OwnerToken, Permits, ReadWrite, Request, Result,
+    check_lease, Access, Acquired, DistributedLock, Elections, Extension, Fencing, FencingToken, HoldKind,
+    LockName, NativeWait, OwnerToken, Permits, ReadWrite, Request, Result,
 };
 
-use crate::queue_wait::Wait;
+use crate::lock_key::LockKey;
 use connection::MyConnection;
 use error::BACKEND;
 use lease::Hold;
@@ -239,8 +241,8 @@ impl MySqlBackend {
     /// As any statement.
     pub fn break_lock(&self, name: &LockName) -> Result<()> {
         match self.inner.kind {
-            MySqlLockKind::Table => self.table_mark_free(name),
-            MySqlLockKind::Row | MySqlLockKind::Advisory => self.kill_holder(name),
+            MySqlLockKind::Table => self.table_mark_free(&LockKey::mutex(name)),
+            MySqlLockKind::Row | MySqlLockKind::Advisory => self.kill_holder(&LockKey::mutex(name)),
         }
     }
 
@@ -259,23 +261,24 @@ impl MySqlBackend {
         Ok(version.filter(|version| !version.is_empty()))
     }
 
-    /// The `GET_LOCK` name of `name`: `namespace:name`, or when that is longer than 64
+    /// The `GET_LOCK` name of a [`LockKey`]'s text `name`: `namespace:name`, or when that is longer than 64
     /// characters, `namespace:#` and a stable 64-bit hash in hex (two such names sharing a hash
     /// contend — a false "busy", never two holders; see the hash's odds in the crate source).
-    fn advisory_key(&self, name: &LockName) -> String {
-        let full = format!("{}:{}", self.inner.namespace, name.as_str());
+    fn advisory_key(&self, name: &str) -> String {
+        let full = format!("{}:{name}", self.inner.namespace);
         let key = if full.chars().count() <= MAX_LOCK_NAME_CHARS {
             full
         } else {
-            format!(
-                "{}:#{:016x}",
-                self.inner.namespace,
-                crate::key_hash::key(&self.inner.namespace, name.as_str())
-            )
+            format!("{}:#{:016x}", self.inner.namespace, crate::key_hash::key(&self.inner.namespace, name))
         };
         schema::hex(key.as_bytes())
     }
 }
+
+/// How the MySQL kinds elect, for [`BackendProfile`](lock_core::BackendProfile).
+const MY_ELECTIONS: &str = "the kind's own lock on a key no lock name can be, and a record row (fence, \
+     holder, value) in `<table>_lead` written by one statement that checks the hold; followers \
+     re-check (no server notices)";
 
 impl DistributedLock for MySqlBackend {
     type Lease = MySqlLease;
@@ -308,8 +311,9 @@ impl DistributedLock for MySqlBackend {
             .with_guarded_writes(
                 "fenced stores (one upsert checks and raises the row's fence); execute_if_held: one \
                  transaction locks the lock row while the lease runs, then writes",
-            ),
-            _ => crate::lease::SESSION_PROFILE,
+            )
+            .with_elections(MY_ELECTIONS),
+            _ => crate::lease::SESSION_PROFILE.with_elections(MY_ELECTIONS),
         }
     }
 
@@ -322,13 +326,7 @@ impl DistributedLock for MySqlBackend {
 
     fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<MySqlLease>> {
         check_lease(ttl)?;
-        match self.inner.kind {
-            MySqlLockKind::Table => self.table_try(name, owner, ttl),
-            MySqlLockKind::Row => Ok(self.row_acquire(name, ttl, Wait::No)?.map(|(lease, _)| lease)),
-            MySqlLockKind::Advisory => {
-                Ok(self.advisory_acquire(name, ttl, Wait::No)?.map(|(lease, _)| lease))
-            }
-        }
+        self.try_key(&LockKey::mutex(name), owner, ttl)
     }
 
     fn extend(&self, lease: &mut MySqlLease, ttl: Duration) -> Result<bool> {
@@ -385,6 +383,10 @@ impl DistributedLock for MySqlBackend {
     }
 
     fn permits(&self) -> Option<&dyn Permits<Lease = MySqlLease>> {
+        Some(self)
+    }
+
+    fn elections(&self) -> Option<&dyn Elections<Lease = MySqlLease>> {
         Some(self)
     }
 

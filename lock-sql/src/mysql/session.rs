@@ -30,13 +30,14 @@
 
 use std::time::{Duration, Instant};
 
-use lock_core::{Error, LockName, Result};
+use lock_core::{Error, Result};
 
 use super::connection::{Broken, MyConnection, Results};
 use super::error::{self, MyFailure, BACKEND};
 use super::lease::{Hold, MySqlLease};
 use super::schema::hex;
 use super::MySqlBackend;
+use crate::lock_key::LockKey;
 use crate::queue_wait::{micros, Grant as QueueGrant, Wait};
 use crate::restart_delay;
 use crate::session_connection::SessionConnection;
@@ -59,7 +60,7 @@ enum Grant {
 
 impl MySqlBackend {
     /// Row kind: one attempt, waiting in InnoDB's queue as `wait` says.
-    pub(crate) fn row_acquire(&self, name: &LockName, ttl: Duration, wait: Wait) -> Result<Option<Granted>> {
+    pub(crate) fn row_acquire(&self, name: &LockKey, ttl: Duration, wait: Wait) -> Result<Option<Granted>> {
         let mut connection = self.inner.pool.get_for(wait.checkout())?;
         if !settled(&mut connection, ttl, wait)? {
             return Ok(None);
@@ -80,7 +81,7 @@ impl MySqlBackend {
             (Grant::Fence(fence, waited), sent) => {
                 self.make_fence_durable(Some(&mut connection))?;
                 let hold = Hold::Row { connection: SessionConnection::new(connection) };
-                Ok(Some((MySqlLease::new(name, fence, ttl, hold), QueueGrant::new(sent, micros(waited)))))
+                Ok(Some((MySqlLease::keyed(name, fence, ttl, hold), QueueGrant::new(sent, micros(waited)))))
             }
             (Grant::Busy, _) => Ok(None),
             (Grant::NoRow, _) => {
@@ -139,7 +140,7 @@ impl MySqlBackend {
     /// Advisory kind: one attempt, waiting in the server's queue as `wait` says.
     pub(crate) fn advisory_acquire(
         &self,
-        name: &LockName,
+        name: &LockKey,
         ttl: Duration,
         wait: Wait,
     ) -> Result<Option<Granted>> {
@@ -147,7 +148,7 @@ impl MySqlBackend {
         if !settled(&mut connection, ttl, wait)? {
             return Ok(None);
         }
-        let key = self.advisory_key(name);
+        let key = self.advisory_key(name.as_str());
         let length = wait.length();
         let sql = self.inner.tables.get_lock(&key, length.unwrap_or(Duration::ZERO), idle_limit_secs(ttl));
         let sent = Instant::now();
@@ -163,7 +164,7 @@ impl MySqlBackend {
         match granted {
             Ok(Some(Grant::Fence(fence, waited))) => {
                 let hold = Hold::Advisory { key, connection: SessionConnection::new(connection) };
-                Ok(Some((MySqlLease::new(name, fence, ttl, hold), QueueGrant::new(sent, micros(waited)))))
+                Ok(Some((MySqlLease::keyed(name, fence, ttl, hold), QueueGrant::new(sent, micros(waited)))))
             }
             Ok(_) => Ok(None),
             Err(error) => {
@@ -202,8 +203,15 @@ impl MySqlBackend {
     }
 
     pub(crate) fn session_release(&self, lease: MySqlLease) -> Result<bool> {
+        // A leadership's session is closed, not pooled: a session holds one term at most, and
+        // the row kind's term marker goes first (`election.rs`).
+        let pooled = !lease.election;
+        let unmark = match lease.election {
+            true => format!("DO RELEASE_LOCK({}); ", self.term_marker(&lease.name)),
+            false => String::new(),
+        };
         let (mut connection, sql) = match lease.hold {
-            Hold::Row { connection } => (connection, format!("COMMIT; {RESET_IDLE_LIMIT}")),
+            Hold::Row { connection } => (connection, format!("{unmark}COMMIT; {RESET_IDLE_LIMIT}")),
             Hold::Advisory { key, connection } => {
                 (connection, format!("SELECT RELEASE_LOCK({key}); {RESET_IDLE_LIMIT}"))
             }
@@ -234,7 +242,7 @@ impl MySqlBackend {
             // when another session holds it, NULL when nobody does.
             Ok(results) => {
                 let released = released(&results);
-                if released {
+                if released && pooled {
                     connection.give_back();
                 }
                 // Otherwise `connection` is dropped: whatever this session still holds ends
@@ -249,11 +257,11 @@ impl MySqlBackend {
     }
 
     /// Kills the connection holding `name`'s row or advisory lock.
-    pub(crate) fn kill_holder(&self, name: &LockName) -> Result<()> {
+    pub(crate) fn kill_holder(&self, name: &LockKey) -> Result<()> {
         let mut connection = self.inner.pool.get()?;
         let sql = match self.inner.kind {
             super::MySqlLockKind::Row => self.inner.tables.row_holder(&hex(name.as_str().as_bytes())),
-            _ => format!("SELECT IS_USED_LOCK({})", self.advisory_key(name)),
+            _ => format!("SELECT IS_USED_LOCK({})", self.advisory_key(name.as_str())),
         };
         let holder: Option<u64> = connection.run("find the holder", &sql)?.last_value();
         if let Some(holder) = holder {

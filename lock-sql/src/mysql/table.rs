@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use lock_core::{Extension, LockName, OwnerToken, Result};
 
+use crate::lock_key::LockKey;
+
 use super::doorbell::Bell;
 use super::error::MyFailure;
 use super::lease::{Hold, MySqlLease};
@@ -28,7 +30,7 @@ const MAX_DEADLOCK_PAUSE: Duration = Duration::from_millis(50);
 impl MySqlBackend {
     pub(crate) fn table_try(
         &self,
-        name: &LockName,
+        name: &LockKey,
         owner: &OwnerToken,
         ttl: Duration,
     ) -> Result<Option<MySqlLease>> {
@@ -40,7 +42,7 @@ impl MySqlBackend {
     /// but the queue head's turn).
     pub(crate) fn table_try_as(
         &self,
-        name: &LockName,
+        name: &LockKey,
         owner: &OwnerToken,
         ttl: Duration,
         queued_as: Option<Bell>,
@@ -50,7 +52,7 @@ impl MySqlBackend {
 
     fn attempt(
         &self,
-        name: &LockName,
+        name: &LockKey,
         owner: &OwnerToken,
         ttl: Duration,
         queued_as: Option<Bell>,
@@ -80,13 +82,13 @@ impl MySqlBackend {
         let fence: u64 = results
             .last_value()
             .ok_or_else(|| MyFailure::Reply { operation: "acquire", detail: "no fence".into() })?;
-        Ok(Ok(MySqlLease::new(name, fence, ttl, Hold::Table { owner })))
+        Ok(Ok(MySqlLease::keyed(name, fence, ttl, Hold::Table { owner })))
     }
 
     pub(crate) fn table_extend(&self, lease: &mut MySqlLease, ttl: Duration) -> Result<bool> {
         let Hold::Table { owner } = &lease.hold else { unreachable!("a lock-table lease") };
         let mut connection = self.inner.pool.get()?;
-        let sql = self.inner.tables.extend(&hex(lease.name.as_str().as_bytes()), owner, ttl);
+        let sql = self.inner.tables.extend(&hex(lease.lock_key().as_str().as_bytes()), owner, ttl);
         let extended = connection.run("extend", &sql)?.affected(0) == 1;
         if extended {
             lease.ttl = ttl;
@@ -113,7 +115,7 @@ impl MySqlBackend {
                     .filter_map(|&index| {
                         let item = &batch[index];
                         let owner = row_owner(&item.lease.hold, permits)?;
-                        Some((hex(item.lease.name.as_str().as_bytes()), owner.to_owned(), item.ttl))
+                        Some((hex(item.lease.lock_key().as_str().as_bytes()), owner.to_owned(), item.ttl))
                     })
                     .collect();
                 // In key order, the order a semaphore's acquirer locks its permits in (a locking
@@ -147,7 +149,8 @@ impl MySqlBackend {
                             .unwrap_or_default();
                         for &index in chunk {
                             let Some(owner) = row_owner(&batch[index].lease.hold, permits) else { continue };
-                            let key = (batch[index].lease.name.as_str().as_bytes().to_vec(), unhex(owner));
+                            let key =
+                                (batch[index].lease.lock_key().as_str().as_bytes().to_vec(), unhex(owner));
                             let ok = held.contains(&key);
                             if ok {
                                 batch[index].lease.ttl = batch[index].ttl;
@@ -184,7 +187,7 @@ impl MySqlBackend {
     pub(crate) fn table_release(&self, lease: &MySqlLease) -> Result<bool> {
         let Hold::Table { owner } = &lease.hold else { unreachable!("a lock-table lease") };
         let mut connection = self.inner.pool.get()?;
-        let sql = self.inner.tables.release(&hex(lease.name.as_str().as_bytes()), owner);
+        let sql = self.inner.tables.release(&hex(lease.lock_key().as_str().as_bytes()), owner);
         let results = connection.run("release", &sql)?;
         self.ring(&results);
         Ok(results.affected(0) == 1)
@@ -197,7 +200,7 @@ impl MySqlBackend {
     /// queue's head only.
     pub(crate) fn table_queue(
         &self,
-        name: &LockName,
+        name: &LockKey,
         waiter: Bell,
         replaces: Option<Bell>,
         note: Duration,
@@ -227,7 +230,7 @@ impl MySqlBackend {
     /// for it).
     pub(crate) fn table_dequeue(
         &self,
-        name: &LockName,
+        name: &LockKey,
         waiter: Bell,
         requeue: Option<Duration>,
         deadline: Option<Instant>,
@@ -298,7 +301,7 @@ impl MySqlBackend {
         Ok(results.sets.iter().map(|(affected, _)| affected).sum())
     }
 
-    pub(crate) fn table_mark_free(&self, name: &LockName) -> Result<()> {
+    pub(crate) fn table_mark_free(&self, name: &LockKey) -> Result<()> {
         let mut connection = self.inner.pool.get()?;
         let results =
             connection.run("break the lock", &self.inner.tables.mark_free(&hex(name.as_str().as_bytes())))?;

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result};
 
+use crate::lock_key::LockKey;
+
 use super::doorbell::{Bell, FALLBACK_RECHECK};
 use super::{MySqlBackend, MySqlLease, MySqlLockKind};
 use crate::queue_wait::{queued_grant, Wait};
@@ -37,6 +39,19 @@ impl NativeWait for MySqlBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired<MySqlLease>>> {
         check_lease(ttl)?;
+        self.acquire_key_until(&LockKey::mutex(name), owner, ttl, deadline)
+    }
+}
+
+impl MySqlBackend {
+    /// [`NativeWait::acquire_until`] for a mutex's or an election's key.
+    pub(crate) fn acquire_key_until(
+        &self,
+        name: &LockKey,
+        owner: &OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<MySqlLease>>> {
         if self.inner.kind == MySqlLockKind::Table {
             return self.table_wait(name, owner, ttl, deadline);
         }
@@ -56,12 +71,10 @@ impl NativeWait for MySqlBackend {
             }
         }
     }
-}
 
-impl MySqlBackend {
     fn table_wait(
         &self,
-        name: &LockName,
+        name: &LockKey,
         owner: &OwnerToken,
         ttl: Duration,
         deadline: Option<Instant>,
@@ -106,7 +119,7 @@ impl MySqlBackend {
 
     /// Takes waiter `waiter` out of `name`'s queue on a short-lived thread: the caller's time is
     /// up, and a failure only leaves an entry that lapses on its own.
-    fn leave_in_background(&self, name: &LockName, waiter: Bell) {
+    fn leave_in_background(&self, name: &LockKey, waiter: Bell) {
         let backend = self.clone();
         let name = name.clone();
         let spawned = std::thread::Builder::new().name("distlock-leave".into()).spawn(move || {
@@ -133,7 +146,7 @@ impl MySqlBackend {
     fn table_wait_queued(
         &self,
         registration: &Registration<'_>,
-        name: &LockName,
+        name: &LockKey,
         owner: &OwnerToken,
         ttl: Duration,
         deadline: Option<Instant>,

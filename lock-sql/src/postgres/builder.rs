@@ -65,7 +65,7 @@ impl PostgresLockBuilder {
         }
         Ok(PostgresBackend {
             inner: Arc::new(Inner {
-                listener: Listener::new(pool.clone()),
+                listener: Listener::new(pool.clone(), &tables.election.channel),
                 tables,
                 pool,
                 kind: self.kind,

@@ -47,11 +47,12 @@ impl PostgresBackend {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64> {
         let not_held = Error::NotHeld { name: lease.name.clone() };
+        let key = lease.lock_key();
         let written = match &mut lease.hold {
             Hold::Table { owner } => {
                 let connection = self.inner.pool.get()?;
                 let (check, name, owner) =
-                    (self.inner.tables.lock_if_held.as_str(), lease.name.as_str(), owner.as_str());
+                    (self.inner.tables.lock_if_held.as_str(), key.as_str(), owner.as_str());
                 connection.run("guarded write", |client| async move {
                     client.batch_execute("BEGIN").await?;
                     let written = match client.query_opt(check, &[&name, &owner]).await {

@@ -1,7 +1,9 @@
 //! The lock-table kind's wake-ups: one `LISTEN` connection per backend (shared by its clones)
 //! on a channel of its own, which the backend's waiters leave in the lock row's queue. A
 //! release's statement `NOTIFY`s the oldest waiting client's channel with the lock's name; that
-//! client's listener wakes its longest-waiting thread for the name ([`Waiters`]).
+//! client's listener wakes its longest-waiting thread for the name ([`Waiters`]). The same
+//! connection also `LISTEN`s on the elections' channel (`<table>_lead`, shared by every client;
+//! see `election.rs`) and wakes every watcher of the election a notice names.
 //!
 //! The connection lives on a thread of its own ([`LISTENER_THREAD_NAME`]), started by the first
 //! wait and stopped when the backend is dropped: a connection's socket is only read while some
@@ -39,6 +41,10 @@ struct Shared {
     channel: String,
     listen: String,
     waiters: Waiters,
+    /// The channel every client of the lock tables' elections is told on (payload: the
+    /// election's name), and the watchers of this client, by election.
+    elections_channel: String,
+    elections: Waiters,
     /// Whether `LISTEN` is in force on a live connection.
     listening: Mutex<bool>,
     changed: Condvar,
@@ -47,15 +53,18 @@ struct Shared {
 }
 
 impl Listener {
-    /// A listener on a new channel of its own (`distlock_w_` and 16 random hex digits).
-    pub(crate) fn new(pool: PgPool) -> Self {
+    /// A listener on a new channel of its own (`distlock_w_` and 16 random hex digits), and on
+    /// `elections_channel` (a validated identifier), the channel of the elections' notices.
+    pub(crate) fn new(pool: PgPool, elections_channel: &str) -> Self {
         let channel = format!("distlock_w_{}", &lock_core::OwnerToken::random().to_hex()[..16]);
         Self {
             shared: Arc::new(Shared {
                 pool,
-                listen: format!("LISTEN \"{channel}\""),
+                listen: format!("LISTEN \"{channel}\"; LISTEN \"{elections_channel}\""),
                 channel,
                 waiters: Waiters::default(),
+                elections_channel: elections_channel.to_owned(),
+                elections: Waiters::default(),
                 listening: Mutex::new(false),
                 changed: Condvar::new(),
                 started: AtomicBool::new(false),
@@ -72,6 +81,23 @@ impl Listener {
     /// Registers a waiter for `name`, starting the listening thread on first use.
     pub(crate) fn register(&self, name: &str) -> Registration<'_> {
         let registration = self.shared.waiters.register(name);
+        self.start();
+        registration
+    }
+
+    /// Registers a watcher of the election `name`, starting the listening thread on first use.
+    pub(crate) fn register_election(&self, name: &str) -> Registration<'_> {
+        let registration = self.shared.elections.register(name);
+        self.start();
+        registration
+    }
+
+    /// Whether `LISTEN` is in force now.
+    pub(crate) fn is_listening(&self) -> bool {
+        *self.shared.listening.lock()
+    }
+
+    fn start(&self) {
         if !self.shared.started.swap(true, Ordering::AcqRel) {
             let shared = Arc::clone(&self.shared);
             let spawned =
@@ -82,7 +108,6 @@ impl Listener {
                 self.shared.started.store(false, Ordering::Release);
             }
         }
-        registration
     }
 
     /// Waits until `LISTEN` is in force, or `until`.
@@ -108,7 +133,11 @@ fn listen(shared: &Arc<Shared>) {
         let weak = Arc::downgrade(shared);
         let sink = Box::new(move |notification: tokio_postgres::Notification| {
             if let Some(shared) = weak.upgrade() {
-                shared.waiters.wake(notification.payload());
+                if notification.channel() == shared.elections_channel {
+                    shared.elections.wake_every(notification.payload());
+                } else {
+                    shared.waiters.wake(notification.payload());
+                }
             }
         });
         let listen = shared.listen.as_str();
@@ -127,6 +156,7 @@ fn listen(shared: &Arc<Shared>) {
         set_listening(shared, true);
         // A notification sent while nobody listened is lost: wake everyone to re-check.
         shared.waiters.wake_all();
+        shared.elections.wake_all();
         while !shared.stop.load(Ordering::Acquire) {
             if connection.wait_for_notifications(TICK).is_err() {
                 break;

@@ -1,7 +1,8 @@
 //! [`PostgresBackend`]: three kinds of lock on one PostgreSQL server (see [`PostgresLockKind`]).
 //!
 //! `schema.rs` holds the tables and statements, `table.rs` the lock-table kind, `session.rs` the
-//! row and advisory kinds (holds that own a connection), `wait.rs` the waits, `listener.rs` the
+//! row and advisory kinds (holds that own a connection), `election.rs` leader election, `wait.rs`
+//! the waits, `listener.rs` the
 //! `LISTEN` connection that wakes lock-table waiters, `connection.rs` and `runtime.rs` the bounded
 //! blocking calls over tokio-postgres, `pool.rs` the pool, `tls.rs` the TLS connector.
 //!
@@ -53,6 +54,7 @@
 
 mod builder;
 mod connection;
+mod election;
 pub(crate) mod error;
 mod fenced;
 mod guarded;
@@ -82,11 +84,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{
-    check_lease, Access, Acquired, DistributedLock, Extension, Fencing, FencingToken, HoldKind, LockName,
-    NativeWait, OwnerToken, Permits, ReadWrite, Request, Result,
+    check_lease, Access, Acquired, DistributedLock, Elections, Extension, Fencing, FencingToken, HoldKind,
+    LockName, NativeWait, OwnerToken, Permits, ReadWrite, Request, Result,
 };
 
-use crate::queue_wait::Wait;
+use crate::lock_key::LockKey;
 use error::BACKEND;
 use lease::Hold;
 use listener::Listener;
@@ -128,7 +130,9 @@ impl PostgresLockKind {
 /// Clones share the connection pool and the `LISTEN` connection.
 ///
 /// Abilities: [`Fencing`] (lock table: a per-name counter bumped by the acquiring statement; row
-/// and advisory: a sequence, which is never rolled back) and [`NativeWait`].
+/// and advisory: a sequence, which is never rolled back), [`NativeWait`] and [`Elections`]
+/// (every kind: the election's own lock, a leader record in `<table>_lead` and `NOTIFY`s to its
+/// followers; see `election.rs`).
 ///
 /// ```no_run
 /// use lock_core::LockClient;
@@ -219,8 +223,10 @@ impl PostgresBackend {
     /// As any statement.
     pub fn break_lock(&self, name: &LockName) -> Result<()> {
         match self.inner.kind {
-            PostgresLockKind::Table => self.table_mark_free(name),
-            PostgresLockKind::Row | PostgresLockKind::Advisory => self.terminate_holder(name),
+            PostgresLockKind::Table => self.table_mark_free(&LockKey::mutex(name)),
+            PostgresLockKind::Row | PostgresLockKind::Advisory => {
+                self.terminate_holder(&LockKey::mutex(name))
+            }
         }
     }
 
@@ -241,10 +247,16 @@ impl PostgresBackend {
         Ok(row.map(|row| row.get(0)))
     }
 
-    fn advisory_key(&self, name: &LockName) -> i64 {
-        crate::key_hash::signed_key(&self.inner.namespace, name.as_str())
+    /// The advisory-lock key of a [`LockKey`]'s text.
+    fn advisory_key(&self, key: &str) -> i64 {
+        crate::key_hash::signed_key(&self.inner.namespace, key)
     }
 }
+
+/// How the PostgreSQL kinds elect, for [`BackendProfile`](lock_core::BackendProfile).
+const PG_ELECTIONS: &str = "the kind's own lock on a key no lock name can be, and a record row (fence, \
+     holder, value) in `<table>_lead` written by one statement that checks the hold; NOTIFY wakes \
+     followers";
 
 impl DistributedLock for PostgresBackend {
     type Lease = PostgresLease;
@@ -276,8 +288,9 @@ impl DistributedLock for PostgresBackend {
             .with_guarded_writes(
                 "fenced stores (one upsert checks and raises the row's fence); execute_if_held: one \
                  transaction locks the lock row while the lease runs, then writes",
-            ),
-            _ => crate::lease::SESSION_PROFILE,
+            )
+            .with_elections(PG_ELECTIONS),
+            _ => crate::lease::SESSION_PROFILE.with_elections(PG_ELECTIONS),
         }
     }
 
@@ -295,13 +308,7 @@ impl DistributedLock for PostgresBackend {
         ttl: Duration,
     ) -> Result<Option<PostgresLease>> {
         check_lease(ttl)?;
-        match self.inner.kind {
-            PostgresLockKind::Table => self.table_try(name, owner, ttl),
-            PostgresLockKind::Row => Ok(self.row_acquire(name, ttl, Wait::No)?.map(|(lease, _)| lease)),
-            PostgresLockKind::Advisory => {
-                Ok(self.advisory_acquire(name, ttl, Wait::No)?.map(|(lease, _)| lease))
-            }
-        }
+        self.try_key(&LockKey::mutex(name), owner, ttl)
     }
 
     fn extend(&self, lease: &mut PostgresLease, ttl: Duration) -> Result<bool> {
@@ -332,12 +339,17 @@ impl DistributedLock for PostgresBackend {
     }
 
     fn release(&self, lease: PostgresLease) -> Result<bool> {
-        match lease.hold {
+        let election = lease.election.then(|| lease.name.clone());
+        let released = match lease.hold {
             Hold::Table { .. } => self.table_release(&lease),
             Hold::Row { .. } | Hold::Advisory { .. } => self.session_release(lease),
             Hold::ReadWrite { .. } => self.rw_release(lease),
             Hold::Permit { .. } => self.permit_release(&lease),
+        };
+        if let Some(name) = election {
+            self.announce_election(&name);
         }
+        released
     }
 
     fn native_wait(&self) -> Option<&dyn NativeWait<Lease = PostgresLease>> {
@@ -356,6 +368,10 @@ impl DistributedLock for PostgresBackend {
     }
 
     fn permits(&self) -> Option<&dyn Permits<Lease = PostgresLease>> {
+        Some(self)
+    }
+
+    fn elections(&self) -> Option<&dyn Elections<Lease = PostgresLease>> {
         Some(self)
     }
 

@@ -32,12 +32,20 @@
 //!     name text COLLATE "C" NOT NULL,
 //!     part smallint NOT NULL,
 //!     PRIMARY KEY (name, part));
+//! -- Elections (every kind; see `election.rs`): per election, the leader's record — the
+//! -- fence of the term that wrote it, who wrote it (the hold's identity) and its value.
+//! CREATE TABLE IF NOT EXISTS distlock_locks_lead (
+//!     name   text COLLATE "C" PRIMARY KEY,
+//!     fence  bigint NOT NULL,
+//!     holder text NOT NULL,
+//!     value  bytea NOT NULL);
 //! ```
 //!
 //! Read-write locks of the advisory kind use advisory keys only, no table.
 
 use lock_core::{Access, Result};
 
+use super::election::ElectionStatements;
 use super::read_write::mode_suffix;
 use super::row_read_write::RowReadWriteStatements;
 use super::waiter_queue::{contains, entry, head, noted, without};
@@ -91,6 +99,8 @@ pub(crate) struct Tables {
     pub(crate) permits: PermitStatements,
     /// Read-write locks (row kind).
     pub(crate) row_read_write: RowReadWriteStatements,
+    /// Elections (every kind).
+    pub(crate) election: ElectionStatements,
 }
 
 /// The advisory kind's read-write statements, indexed by mode (read, write): each returns
@@ -126,6 +136,7 @@ impl Tables {
         let fence = table.derived("_fence", MAX_IDENTIFIER)?.double_quoted();
         let sem = table.derived("_sem", MAX_IDENTIFIER)?.double_quoted();
         let rw = table.derived("_rw", MAX_IDENTIFIER)?.double_quoted();
+        let lead = table.derived("_lead", MAX_IDENTIFIER)?;
         // $1 name, $2 owner, $3 lease in ms. One clock reading per statement: the new row's
         // `acquired_at` (EXCLUDED.acquired_at) is "now" in the conflict branch.
         let now = "EXCLUDED.acquired_at";
@@ -165,7 +176,10 @@ impl Tables {
                  CREATE TABLE IF NOT EXISTS {sem} (name text COLLATE \"C\" PRIMARY KEY, \
                  permits integer NOT NULL, fence bigint NOT NULL, holders text[] NOT NULL); \
                  CREATE TABLE IF NOT EXISTS {rw} (name text COLLATE \"C\" NOT NULL, part smallint NOT NULL, \
-                 PRIMARY KEY (name, part));"
+                 PRIMARY KEY (name, part)); \
+                 CREATE TABLE IF NOT EXISTS {} (name text COLLATE \"C\" PRIMARY KEY, fence bigint NOT NULL, \
+                 holder text NOT NULL, value bytea NOT NULL);",
+                lead.double_quoted()
             ),
             acquire: format!(
                 "WITH now AS (SELECT clock_timestamp() AS t) \
@@ -318,6 +332,7 @@ impl Tables {
             },
             permits: permit_statements(&sem),
             row_read_write: RowReadWriteStatements::new(&rw, &fence),
+            election: ElectionStatements::new(&t, &rows, &lead),
         })
     }
 

@@ -37,7 +37,7 @@
 
 use std::time::{Duration, Instant};
 
-use lock_core::{Error, LockName, Result};
+use lock_core::{Error, Result};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
@@ -48,6 +48,7 @@ use super::lease::{Hold, PostgresLease};
 use super::pool::PooledPg;
 use super::table::millis;
 use super::PostgresBackend;
+use crate::lock_key::LockKey;
 use crate::queue_wait::{micros, Grant as QueueGrant, Wait};
 use crate::restart_delay;
 use crate::session_connection::SessionConnection;
@@ -76,7 +77,7 @@ enum Grant {
 
 impl PostgresBackend {
     /// Row kind: one attempt, waiting in the server's queue as `wait` says.
-    pub(crate) fn row_acquire(&self, name: &LockName, ttl: Duration, wait: Wait) -> Result<Option<Granted>> {
+    pub(crate) fn row_acquire(&self, name: &LockKey, ttl: Duration, wait: Wait) -> Result<Option<Granted>> {
         let connection = self.inner.pool.get_for(wait.checkout())?;
         if !settled(&connection, ttl, wait)? {
             return Ok(None);
@@ -91,7 +92,7 @@ impl PostgresBackend {
                 self.make_fence_durable(Some(&connection))?;
                 let hold = Hold::Row { connection: SessionConnection::new(connection) };
                 Ok(Some((
-                    PostgresLease::new(name, unsigned(fence), ttl, hold),
+                    PostgresLease::keyed(name, unsigned(fence), ttl, hold),
                     QueueGrant::new(sent, micros(waited)),
                 )))
             }
@@ -122,7 +123,7 @@ impl PostgresBackend {
         outcome
     }
 
-    fn insert_row(&self, connection: &PooledPg, name: &LockName) -> Result<()> {
+    fn insert_row(&self, connection: &PooledPg, name: &LockKey) -> Result<()> {
         let sql = self.inner.tables.insert_row.as_str();
         let name = name.as_str();
         connection
@@ -137,7 +138,7 @@ impl PostgresBackend {
     fn row_lock(
         &self,
         connection: &PooledPg,
-        name: &LockName,
+        name: &LockKey,
         ttl: Duration,
         wait: Wait,
     ) -> Result<(Grant, Instant)> {
@@ -181,7 +182,7 @@ impl PostgresBackend {
     /// Advisory kind: one attempt, waiting in the server's queue as `wait` says.
     pub(crate) fn advisory_acquire(
         &self,
-        name: &LockName,
+        name: &LockKey,
         ttl: Duration,
         wait: Wait,
     ) -> Result<Option<Granted>> {
@@ -189,7 +190,7 @@ impl PostgresBackend {
         if !settled(&connection, ttl, wait)? {
             return Ok(None);
         }
-        let key = self.advisory_key(name);
+        let key = self.advisory_key(name.as_str());
         let tables = &self.inner.tables;
         let idle = idle_limit(ttl);
         let (lock_timeout, limit) = limits(wait, connection.io_timeout());
@@ -224,7 +225,7 @@ impl PostgresBackend {
             Some(Grant::Fence(fence, waited)) => {
                 let hold = Hold::Advisory { key, connection: SessionConnection::new(connection) };
                 Some((
-                    PostgresLease::new(name, unsigned(fence), ttl, hold),
+                    PostgresLease::keyed(name, unsigned(fence), ttl, hold),
                     QueueGrant::new(sent, micros(waited)),
                 ))
             }
@@ -263,6 +264,9 @@ impl PostgresBackend {
     }
 
     pub(crate) fn session_release(&self, lease: PostgresLease) -> Result<bool> {
+        // A leadership's session is closed, not pooled: a session holds one term at most
+        // (`election.rs`).
+        let pooled = !lease.election;
         let (mut connection, key) = match lease.hold {
             Hold::Row { connection } => (connection, None),
             Hold::Advisory { key, connection } => (connection, Some(key)),
@@ -303,7 +307,9 @@ impl PostgresBackend {
         };
         match released {
             Ok(true) => {
-                connection.give_back();
+                if pooled {
+                    connection.give_back();
+                }
                 Ok(true)
             }
             // Not this session's lock any more; the session is ended (dropped), to be sure.
@@ -316,9 +322,9 @@ impl PostgresBackend {
     }
 
     /// Terminates the session holding `name`'s row or advisory lock.
-    pub(crate) fn terminate_holder(&self, name: &LockName) -> Result<()> {
+    pub(crate) fn terminate_holder(&self, name: &LockKey) -> Result<()> {
         let connection = self.inner.pool.get()?;
-        let key = self.advisory_key(name);
+        let key = self.advisory_key(name.as_str());
         let row_sql = self.inner.tables.row_holder_pid.as_str();
         let name = name.as_str();
         let row_kind = matches!(self.inner.kind, super::PostgresLockKind::Row);
@@ -418,7 +424,7 @@ mod server_tests {
         let pool = base.inner.pool.clone();
         let locks = PostgresBackend {
             inner: Arc::new(Inner {
-                listener: Listener::new(pool.clone()),
+                listener: Listener::new(pool.clone(), &tables.election.channel),
                 pool,
                 tables,
                 kind: PostgresLockKind::Advisory,

@@ -5,13 +5,14 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use lock_core::{Extension, LockName, OwnerToken, Result};
+use lock_core::{Extension, OwnerToken, Result};
 use tokio_postgres::types::Type;
 
 use super::error::PgFailure;
 use super::lease::{Hold, PostgresLease};
 use super::session::unsigned;
 use super::PostgresBackend;
+use crate::lock_key::LockKey;
 
 /// Milliseconds as the `bigint` the statements take.
 pub(crate) fn millis(duration: Duration) -> i64 {
@@ -21,7 +22,7 @@ pub(crate) fn millis(duration: Duration) -> i64 {
 impl PostgresBackend {
     pub(crate) fn table_try(
         &self,
-        name: &LockName,
+        name: &LockKey,
         owner: &OwnerToken,
         ttl: Duration,
     ) -> Result<Option<PostgresLease>> {
@@ -39,14 +40,15 @@ impl PostgresBackend {
         // refused is contention, not an error.
         Ok(rows
             .first()
-            .map(|row| PostgresLease::new(name, unsigned(row.get(0)), ttl, Hold::Table { owner: token })))
+            .map(|row| PostgresLease::keyed(name, unsigned(row.get(0)), ttl, Hold::Table { owner: token })))
     }
 
     pub(crate) fn table_extend(&self, lease: &mut PostgresLease, ttl: Duration) -> Result<bool> {
         let Hold::Table { owner } = &lease.hold else { unreachable!("a lock-table lease") };
         let connection = self.inner.pool.get()?;
         let sql = self.inner.tables.extend.as_str();
-        let name = lease.name.as_str();
+        let key = lease.lock_key();
+        let name = key.as_str();
         let ms = millis(ttl);
         let extended = !connection
             .rows("extend", sql, &[(&name, Type::TEXT), (&owner.as_str(), Type::TEXT), (&ms, Type::INT8)])?
@@ -82,7 +84,7 @@ impl PostgresBackend {
             for &index in &valid {
                 let item = &batch[index];
                 let Some(owner) = row_owner(&item.lease.hold, permits) else { continue };
-                names.push(item.lease.name.as_str().to_owned());
+                names.push(item.lease.lock_key().as_str().to_owned());
                 owners.push(owner.to_owned());
                 ms.push(millis(item.ttl));
             }
@@ -148,7 +150,8 @@ impl PostgresBackend {
         let Hold::Table { owner } = &lease.hold else { unreachable!("a lock-table lease") };
         let connection = self.inner.pool.get()?;
         let sql = self.inner.tables.release.as_str();
-        let name = lease.name.as_str();
+        let key = lease.lock_key();
+        let name = key.as_str();
         let rows = connection.rows("release", sql, &[(&name, Type::TEXT), (&owner.as_str(), Type::TEXT)])?;
         Ok(rows.first().is_some_and(|row| row.get::<_, i64>(0) == 1))
     }
@@ -159,7 +162,7 @@ impl PostgresBackend {
     /// threads of this client wait for the name, so the client stays queued when this one wins.
     pub(crate) fn table_try_or_queue(
         &self,
-        name: &LockName,
+        name: &LockKey,
         owner: &OwnerToken,
         ttl: Duration,
         note: Duration,
@@ -185,21 +188,26 @@ impl PostgresBackend {
         let row =
             rows.first().ok_or_else(|| PgFailure::Reply { operation: "acquire", detail: "no row".into() })?;
         if row.get::<_, bool>(1) {
-            return Ok(Ok(PostgresLease::new(name, unsigned(row.get(0)), ttl, Hold::Table { owner: token })));
+            return Ok(Ok(PostgresLease::keyed(
+                name,
+                unsigned(row.get(0)),
+                ttl,
+                Hold::Table { owner: token },
+            )));
         }
         Ok(Err(Duration::from_millis(u64::try_from(row.get::<_, i64>(2)).unwrap_or(0))))
     }
 
     /// Takes this client out of `name`'s queue; when the lock is free, wakes the next waiter
     /// (this client may have been woken for it).
-    pub(crate) fn table_leave_queue(&self, name: &LockName) -> Result<()> {
+    pub(crate) fn table_leave_queue(&self, name: &LockKey) -> Result<()> {
         let connection = self.inner.pool.get()?;
         let sql = self.inner.tables.leave_queue.as_str();
         let (name, channel) = (name.as_str(), self.inner.listener.channel());
         connection.rows("leave the queue", sql, &[(&name, Type::TEXT), (&channel, Type::TEXT)]).map(drop)
     }
 
-    pub(crate) fn table_remaining(&self, name: &LockName) -> Result<Option<Duration>> {
+    pub(crate) fn table_remaining(&self, name: &lock_core::LockName) -> Result<Option<Duration>> {
         let connection = self.inner.pool.get()?;
         let sql = self.inner.tables.remaining.as_str();
         let name = name.as_str();
@@ -216,7 +224,7 @@ impl PostgresBackend {
         Ok(rows.first().map_or(0, |row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0)))
     }
 
-    pub(crate) fn table_mark_free(&self, name: &LockName) -> Result<()> {
+    pub(crate) fn table_mark_free(&self, name: &LockKey) -> Result<()> {
         let connection = self.inner.pool.get()?;
         let sql = self.inner.tables.mark_free.as_str();
         let name = name.as_str();

@@ -11,6 +11,7 @@ use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result}
 
 use super::listener::FALLBACK_RECHECK;
 use super::{PostgresBackend, PostgresLease, PostgresLockKind};
+use crate::lock_key::LockKey;
 #[cfg(doc)]
 use crate::queue_wait::MIN_WAIT_SLICE;
 use crate::queue_wait::{queued_grant, Wait};
@@ -30,17 +31,28 @@ impl NativeWait for PostgresBackend {
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired<PostgresLease>>> {
         check_lease(ttl)?;
+        self.acquire_key_until(&LockKey::mutex(name), owner, ttl, deadline)
+    }
+}
+
+impl PostgresBackend {
+    /// [`NativeWait::acquire_until`] for a mutex's or an election's key.
+    pub(crate) fn acquire_key_until(
+        &self,
+        name: &LockKey,
+        owner: &OwnerToken,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<PostgresLease>>> {
         match self.inner.kind {
             PostgresLockKind::Table => self.table_wait(name, owner, ttl, deadline),
             PostgresLockKind::Row | PostgresLockKind::Advisory => self.queue_wait(name, ttl, deadline),
         }
     }
-}
 
-impl PostgresBackend {
     fn table_wait(
         &self,
-        name: &LockName,
+        name: &LockKey,
         owner: &OwnerToken,
         ttl: Duration,
         deadline: Option<Instant>,
@@ -95,7 +107,7 @@ impl PostgresBackend {
     fn table_wait_queued(
         &self,
         registration: &Registration<'_>,
-        name: &LockName,
+        name: &LockKey,
         owner: &OwnerToken,
         ttl: Duration,
         deadline: Option<Instant>,
@@ -130,7 +142,7 @@ impl PostgresBackend {
     /// slices of the I/O timeout (at least [`MIN_WAIT_SLICE`]) so that a silent server is noticed.
     fn queue_wait(
         &self,
-        name: &LockName,
+        name: &LockKey,
         ttl: Duration,
         deadline: Option<Instant>,
     ) -> Result<Option<Acquired<PostgresLease>>> {

@@ -1,7 +1,8 @@
 //! Z03 — interop with Apache Curator's `InterProcessMutex`: a real Java client (Curator from the
 //! Debian jars, `tests/curator/CuratorMutex.java` of this crate, compiled here) and distlock
 //! clients contend on one lock path of the shared harness server. The Java programs of
-//! `tests/curator/` are compiled and run here for Z04 and Z05 too (`curator_shared.rs`).
+//! `tests/curator/` are compiled and run here for Z04 and Z05 (`curator_shared.rs`) and LE05
+//! (`curator_election.rs`) too.
 //!
 //! The jars come from Debian's `libcurator-recipes-java` (`cargo xtask test` installs it and a
 //! JDK); `DISTLOCK_CURATOR_CLASSPATH` names other jars instead.
@@ -71,7 +72,7 @@ fn curator() -> &'static Curator {
         });
         let classes = tempfile::Builder::new().prefix("distlock-curator-").tempdir().unwrap();
         let sources = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/curator");
-        let sources: Vec<PathBuf> = ["CuratorMutex.java", "CuratorShared.java"]
+        let sources: Vec<PathBuf> = ["CuratorMutex.java", "CuratorShared.java", "CuratorLatch.java"]
             .iter()
             .map(|file| sources.join(file))
             .inspect(|source| {
@@ -174,7 +175,7 @@ fn client(backend: ZooKeeperBackend) -> LockClient<ZooKeeperBackend> {
 
 /// Enters the critical section shared with the Curator client: the marker file is created
 /// atomically (a second holder finds it there), and the holder is logged.
-fn critical_section(marker: &Path, side: &str) -> bool {
+pub(super) fn critical_section(marker: &Path, side: &str) -> bool {
     let entered = match OpenOptions::new().write(true).create_new(true).open(marker) {
         Ok(_) => true,
         Err(error) if error.kind() == ErrorKind::AlreadyExists => false,

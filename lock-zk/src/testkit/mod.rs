@@ -15,6 +15,7 @@ use zookeeper_client as zk;
 use crate::{ZooKeeperBackend, ZooKeeperLockBuilder};
 
 mod curator;
+mod curator_election;
 mod curator_shared;
 mod request_floor;
 mod scenarios;
@@ -22,7 +23,8 @@ mod scenarios;
 pub use request_floor::RequestFloor;
 
 /// The ZooKeeper scenarios of `docs/scenarios.md`: Z01 (no herd, FIFO), Z02 (session expiry, ensemble
-/// member loss), Z03–Z05 (interop with Apache Curator's mutex, read-write lock and semaphore).
+/// member loss), Z03–Z05 (interop with Apache Curator's mutex, read-write lock and semaphore),
+/// LE05 (interop with Curator's `LeaderLatch`).
 pub fn scenarios() -> Vec<lock_testkit::BackendScenario> {
     use lock_testkit::BackendScenario;
     vec![
@@ -44,6 +46,10 @@ pub fn scenarios() -> Vec<lock_testkit::BackendScenario> {
             "interop with Curator's InterProcessSemaphoreV2",
             curator_shared::z05_semaphore,
         ),
+        BackendScenario::new("LE05", "interop with Curator's LeaderLatch", || {
+            curator_election::le05_visibility();
+            curator_election::le05_contention();
+        }),
     ]
 }
 

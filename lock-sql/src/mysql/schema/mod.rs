@@ -55,6 +55,14 @@
 //!     fence      BIGINT         NOT NULL,
 //!     expires_at DATETIME(6)    NOT NULL,
 //!     PRIMARY KEY (name, owner)) ENGINE=InnoDB;
+//! -- Elections (every kind; see `election.rs`): per election, the leader's record — the fence
+//! -- of the term that wrote it, who wrote it (the hold's identity), when, and its value.
+//! CREATE TABLE IF NOT EXISTS distlock_locks_lead (
+//!     name       VARBINARY(255) NOT NULL PRIMARY KEY,
+//!     fence      BIGINT         NOT NULL,
+//!     holder     VARBINARY(64)  NOT NULL,
+//!     written_at DATETIME(6)    NOT NULL,
+//!     value      LONGBLOB       NOT NULL) ENGINE=InnoDB;
 //! ```
 
 //!
@@ -94,17 +102,18 @@ pub(crate) fn micros(duration: Duration) -> u128 {
 /// The tables of one backend, quoted.
 #[derive(Debug)]
 pub(crate) struct Tables {
-    locks: String,
+    pub(crate) locks: String,
     rows: String,
     fence: String,
     queue: String,
     rw: String,
     sem: String,
     flush: String,
+    pub(crate) lead: String,
     /// Lock table: a free lock goes to the oldest waiter (else to whoever asks first).
     fair: bool,
-    /// The seven names, unquoted (validated identifiers).
-    names: [String; 7],
+    /// The eight names, unquoted (validated identifiers).
+    names: [String; 8],
 }
 
 /// The current time on the database clock, constant within a statement.
@@ -122,6 +131,7 @@ impl Tables {
         let rw = table.derived("_rw", MAX_IDENTIFIER)?;
         let sem = table.derived("_sem", MAX_IDENTIFIER)?;
         let flush = table.derived("_flush", MAX_IDENTIFIER)?;
+        let lead = table.derived("_lead", MAX_IDENTIFIER)?;
         Ok(Self {
             locks: format!("`{t}`"),
             rows: format!("`{}`", rows.as_str()),
@@ -130,6 +140,7 @@ impl Tables {
             rw: format!("`{}`", rw.as_str()),
             sem: format!("`{}`", sem.as_str()),
             flush: format!("`{}`", flush.as_str()),
+            lead: format!("`{}`", lead.as_str()),
             fair,
             names: [
                 t.to_owned(),
@@ -139,27 +150,28 @@ impl Tables {
                 rw.as_str().to_owned(),
                 sem.as_str().to_owned(),
                 flush.as_str().to_owned(),
+                lead.as_str().to_owned(),
             ],
         })
     }
 
     /// How many rows [`existing`](Self::existing) lists when the schema is up to date.
-    pub(crate) const COUNT: usize = 8;
+    pub(crate) const COUNT: usize = 9;
 
     /// Which of the tables (and the sequence) exist in the current database (sequences are
     /// listed as tables), and the lock table's newest column.
     pub(crate) fn existing(&self) -> String {
-        let [locks, rows, fence, queue, rw, sem, flush] = &self.names;
+        let [locks, rows, fence, queue, rw, sem, flush, lead] = &self.names;
         format!(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() \
-             AND table_name IN ('{locks}', '{rows}', '{fence}', '{queue}', '{rw}', '{sem}', '{flush}') \
+             AND table_name IN ('{locks}', '{rows}', '{fence}', '{queue}', '{rw}', '{sem}', '{flush}', '{lead}') \
              UNION ALL SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() \
              AND table_name = '{locks}' AND column_name = 'ring_until'"
         )
     }
 
     pub(crate) fn ddl(&self) -> String {
-        let Self { locks, rows, fence, queue, rw, sem, flush, .. } = self;
+        let Self { locks, rows, fence, queue, rw, sem, flush, lead, .. } = self;
         format!(
             "CREATE TABLE IF NOT EXISTS {locks} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
              owner VARBINARY(64) NOT NULL, hold_count INT NOT NULL, fence BIGINT NOT NULL, \
@@ -177,7 +189,9 @@ impl Tables {
              CREATE TABLE IF NOT EXISTS {sem} (name VARBINARY(255) NOT NULL, owner VARBINARY(64) NOT NULL, \
              permits INT NOT NULL, fence BIGINT NOT NULL, expires_at DATETIME(6) NOT NULL, \
              PRIMARY KEY (name, owner)) ENGINE=InnoDB; \
-             CREATE TABLE IF NOT EXISTS {flush} (slot INT NOT NULL PRIMARY KEY, n BIGINT NOT NULL) ENGINE=InnoDB"
+             CREATE TABLE IF NOT EXISTS {flush} (slot INT NOT NULL PRIMARY KEY, n BIGINT NOT NULL) ENGINE=InnoDB; \
+             CREATE TABLE IF NOT EXISTS {lead} (name VARBINARY(255) NOT NULL PRIMARY KEY, fence BIGINT NOT NULL, \
+             holder VARBINARY(64) NOT NULL, written_at DATETIME(6) NOT NULL, value LONGBLOB NOT NULL) ENGINE=InnoDB"
         )
     }
 

@@ -40,6 +40,7 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
 
     // A candidate waits in campaign(); the leader resigns.
     let (won_tx, won_rx) = mpsc::channel();
+    let (seen_tx, seen_rx) = mpsc::channel::<()>();
     let second = client(target, options(LEASE, true))?;
     let waiter = {
         let name = name.clone();
@@ -47,8 +48,8 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
             let election = Election::new(&second, name).with_value("second");
             let leadership = election.campaign()?;
             let _ = won_tx.send((Instant::now(), leadership.fencing_token()));
-            // Leads until the scenario has seen it, then resigns.
-            thread::sleep(SECOND / 2);
+            // Leads until the scenario has seen it (or given up), then resigns.
+            let _ = seen_rx.recv_timeout(ACQUIRE_BOUND);
             leadership.resign()?;
             Ok(())
         })
@@ -66,7 +67,9 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
         hand_off <= HAND_OFF,
         "the waiting candidate led {hand_off:?} after the resignation, past {HAND_OFF:?}"
     );
-    sees(&mut observer, within + SECOND, "the second leader", |l| l.is_some_and(|l| l.token == token))?;
+    let seen = sees(&mut observer, within, "the second leader", |l| l.is_some_and(|l| l.token == token));
+    let _ = seen_tx.send(());
+    seen?;
     waiter.join().map_err(|_| Failure("the waiting candidate panicked".into()))??;
     sees(&mut observer, within, "nobody leading", |l| l.is_none())?;
     Ok(Verdict::Pass)
