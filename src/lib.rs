@@ -151,6 +151,7 @@ pub mod guide {
             #[doc = "[cli.md]: crate::guide::cli"]
             #[doc = "[scenarios.md]: crate::guide::scenarios"]
             #[doc = "[guarded-writes.md]: crate::guide::guarded_writes"]
+            #[doc = "[elections.md]: crate::guide::elections"]
             #[doc = ""]
             #[doc = include_str!(concat!("../docs/", $file))]
             pub mod $name {}
@@ -168,4 +169,5 @@ pub mod guide {
     guide!(cli, "cli.md");
     guide!(scenarios, "scenarios.md");
     guide!(guarded_writes, "guarded-writes.md");
+    guide!(elections, "elections.md");
 }

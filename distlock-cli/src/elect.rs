@@ -141,7 +141,7 @@ pub fn run_leader(args: &LeaderArgs) -> ExitCode {
 }
 
 fn show_leader(args: &LeaderArgs) -> Result<(), String> {
-    let client = LockClient::new(args.server.connect()?);
+    let client = LockClient::new(args.server.connect_read_only()?);
     let election: Election<_> = client.election(&args.name).map_err(|e| e.to_string())?;
     if !args.follow {
         print(election.leader().map_err(|e| e.to_string())?.as_ref());

@@ -29,13 +29,23 @@ impl ServerArgs {
     /// # Errors
     /// A bad URL or kind, an unreachable server: the message names the URL without its password.
     pub fn connect(&self) -> Result<AnyBackend, String> {
+        let backend = self.connect_read_only()?;
+        backend.ensure_schema().map_err(|e| format!("preparing {}: {e}", distlock::redact_url(&self.url)))?;
+        Ok(backend)
+    }
+
+    /// The backend the URL names, without creating its schema: for commands that only read
+    /// (`distlock leader`), which a read-only database role may run.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    pub fn connect_read_only(&self) -> Result<AnyBackend, String> {
         let mut options =
             distlock::ConnectOptions::new().connect_timeout(self.timeout).io_timeout(self.timeout);
         if let Some(kind) = &self.kind {
             options = options.kind(kind.parse().map_err(|e: distlock::Error| e.to_string())?);
         }
         distlock::parse_url_opts(&self.url, &options)
-            .and_then(|backend| backend.ensure_schema().map(|()| backend))
             .map_err(|e| format!("connecting to {}: {e}", distlock::redact_url(&self.url)))
     }
 }

@@ -134,6 +134,7 @@ pub mod testkit;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod builder;
+mod election;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod fence_flush;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

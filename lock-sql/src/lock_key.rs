@@ -49,6 +49,13 @@ impl LockKey {
         &self.name
     }
 
+    /// The key prefix of the elections whose names start with `prefix` (short names only: a
+    /// hashed key has no prefix), for clean-ups by prefix.
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
+    pub(crate) fn election_prefix(prefix: &str) -> String {
+        format!("\u{1}{prefix}")
+    }
+
     pub(crate) fn is_election(&self) -> bool {
         self.election.is_some()
     }

@@ -9,7 +9,7 @@
 //! Every metric but [`POOL_WAIT`] carries `backend` (`"redis"`, `"postgres"`, `"mysql"`, `"zookeeper"`,
 //! `"memory"`) and `kind` (the lock layout: `"redis-hash"`, `"pg-row"`, …; see
 //! [`DistributedLock::kind_name`](crate::DistributedLock::kind_name)). The per-lock ones add
-//! `mode` (`"mutex"`, `"read"`, `"write"`, `"permit"`) and, only with
+//! `mode` (`"mutex"`, `"read"`, `"write"`, `"permit"`, `"leader"`) and, only with
 //! [`LockOptionsBuilder::name_label`](crate::LockOptionsBuilder::name_label), `name`: lock names
 //! are unbounded, so they are off by default.
 //!

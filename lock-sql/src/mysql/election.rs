@@ -37,8 +37,8 @@
 use std::time::Instant;
 
 use lock_core::{
-    check_lease, Acquired, Deadline, DistributedLock, Elections, Error, FencingToken, Leader, LeaderWatch,
-    LockName, OwnerToken, Request, Result, SleepingWatch,
+    Acquired, Elections, Error, FencingToken, Leader, LeaderWatch, LockName, OwnerToken, Request, Result,
+    SleepingWatch,
 };
 
 use super::error::BACKEND;
@@ -56,26 +56,7 @@ const STARTED: &str =
 
 impl Elections for MySqlBackend {
     fn campaign(&self, request: &Request<'_>, value: &[u8]) -> Result<Option<Acquired<MySqlLease>>> {
-        check_lease(request.ttl)?;
-        let key = LockKey::election(request.name);
-        let acquired = match request.deadline {
-            Deadline::Now => {
-                let sent_at = Instant::now();
-                self.try_key(&key, request.owner, request.ttl)?.map(|lease| Acquired::new(lease, sent_at))
-            }
-            deadline => self.acquire_key_until(&key, request.owner, request.ttl, deadline.instant())?,
-        };
-        let Some(mut acquired) = acquired else { return Ok(None) };
-        match self.take_office(&mut acquired.lease, value) {
-            Ok(()) => Ok(Some(acquired)),
-            Err(error) => {
-                // A win whose record could not be written is given up, not handed out half made.
-                if let Err(release) = self.release(acquired.lease) {
-                    tracing::debug!(error = %release, "giving up a leadership failed; it ends with its lease");
-                }
-                Err(error)
-            }
-        }
+        crate::election::campaign(self, request, value)
     }
 
     fn proclaim(&self, lease: &mut MySqlLease, value: &[u8]) -> Result<()> {
@@ -146,21 +127,6 @@ impl MySqlBackend {
         }
     }
 
-    /// One attempt at `key`'s lock, as [`DistributedLock::try_acquire`].
-    pub(crate) fn try_key(
-        &self,
-        key: &LockKey,
-        owner: &OwnerToken,
-        ttl: std::time::Duration,
-    ) -> Result<Option<MySqlLease>> {
-        use crate::queue_wait::Wait;
-        match self.inner.kind {
-            MySqlLockKind::Table => self.table_try(key, owner, ttl),
-            MySqlLockKind::Row => Ok(self.row_acquire(key, ttl, Wait::No)?.map(|(lease, _)| lease)),
-            MySqlLockKind::Advisory => Ok(self.advisory_acquire(key, ttl, Wait::No)?.map(|(lease, _)| lease)),
-        }
-    }
-
     /// The row kind's term marker of the election `name` (a `GET_LOCK` name, as a literal).
     pub(crate) fn term_marker(&self, name: &LockName) -> String {
         self.advisory_key(&format!("\u{3}{name}"))
@@ -173,24 +139,6 @@ impl MySqlBackend {
             MySqlLockKind::Row => self.term_marker(name),
             _ => self.advisory_key(key.as_str()),
         }
-    }
-
-    /// After a win: the row kind takes its term's marker; then the first record.
-    fn take_office(&self, lease: &mut MySqlLease, value: &[u8]) -> Result<()> {
-        if let Hold::Row { connection } = &mut lease.hold {
-            // The previous leader's session may still be closing (its marker goes with it).
-            let wait = self.inner.pool.io_timeout().as_secs().max(1);
-            let sql = format!("SELECT GET_LOCK({}, {wait})", self.term_marker(&lease.name));
-            let marked: Option<i64> = connection.get().run("mark the term", &sql)?.last_value();
-            if marked != Some(1) {
-                return Err(Error::backend(BACKEND, "the term's marker lock stayed taken"));
-            }
-        }
-        if !self.write_record(lease, value)? {
-            // Lost between the win and the write: the renewal reports it.
-            tracing::debug!(name = %lease.name, "a new leader could not write its record: its hold is gone");
-        }
-        Ok(())
     }
 
     /// Writes the record if `lease` still holds; whether it was written.
@@ -249,5 +197,52 @@ impl MySqlBackend {
         // 1: inserted, 2: updated; 0: not held, or a later leader's record (or the same
         // values to the microsecond, which the clock rules out).
         Ok(results.affected(0) > 0)
+    }
+}
+
+impl crate::election::Office for MySqlBackend {
+    /// One attempt at `key`'s lock, as [`DistributedLock::try_acquire`].
+    fn try_key(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+        ttl: std::time::Duration,
+    ) -> Result<Option<MySqlLease>> {
+        use crate::queue_wait::Wait;
+        match self.inner.kind {
+            MySqlLockKind::Table => self.table_try(key, owner, ttl),
+            MySqlLockKind::Row => Ok(self.row_acquire(key, ttl, Wait::No)?.map(|(lease, _)| lease)),
+            MySqlLockKind::Advisory => Ok(self.advisory_acquire(key, ttl, Wait::No)?.map(|(lease, _)| lease)),
+        }
+    }
+
+    fn wait_key(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+        ttl: std::time::Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<MySqlLease>>> {
+        self.acquire_key_until(key, owner, ttl, deadline)
+    }
+
+    /// After a win: the row kind takes its term's marker; then the first record.
+    fn take_office(&self, lease: &mut MySqlLease, value: &[u8]) -> Result<()> {
+        if let Hold::Row { connection } = &mut lease.hold {
+            // The previous leader's session may still be closing (its marker goes with it): wait
+            // for it, but for half the read timeout only, so a marker that stays taken is a
+            // refusal, never a read timeout that poisons the holding connection.
+            let wait = self.inner.pool.io_timeout().as_secs_f64() / 2.0;
+            let sql = format!("SELECT GET_LOCK({}, {wait:.3})", self.term_marker(&lease.name));
+            let marked: Option<i64> = connection.get().run("mark the term", &sql)?.last_value();
+            if marked != Some(1) {
+                return Err(Error::backend(BACKEND, "the term's marker lock stayed taken"));
+            }
+        }
+        if !self.write_record(lease, value)? {
+            // Lost between the win and the write: the renewal reports it.
+            tracing::debug!(name = %lease.name, "a new leader could not write its record: its hold is gone");
+        }
+        Ok(())
     }
 }

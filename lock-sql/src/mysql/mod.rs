@@ -103,6 +103,7 @@ use lock_core::{
     LockName, NativeWait, OwnerToken, Permits, ReadWrite, Request, Result,
 };
 
+use crate::election::Office as _;
 use crate::lock_key::LockKey;
 use connection::MyConnection;
 use error::BACKEND;
@@ -212,10 +213,15 @@ impl MySqlBackend {
         // Look before creating: `CREATE … IF NOT EXISTS` on a table waits for its metadata lock,
         // which every open row-lock transaction holds.
         let existing = connection.run("look for the lock tables", &self.inner.tables.existing())?;
-        if existing.sets.last().is_some_and(|set| set.1.len() == Tables::COUNT) {
+        let existing: Vec<String> = existing
+            .sets
+            .last()
+            .map(|set| set.1.iter().filter_map(|row| row.get::<String, _>(0)).collect())
+            .unwrap_or_default();
+        if existing.len() == Tables::COUNT {
             return Ok(());
         }
-        connection.run("create the lock tables", &self.inner.tables.ddl()).map(drop)
+        connection.run("create the lock tables", &self.inner.tables.ddl(&existing)).map(drop)
     }
 
     /// The server's remaining lease on `name` (lock-table kind; `None` when free).

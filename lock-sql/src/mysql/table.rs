@@ -297,8 +297,17 @@ impl MySqlBackend {
     #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub(crate) fn delete_prefixed(&self, prefix: &str) -> Result<u64> {
         let mut connection = self.inner.pool.get()?;
-        let results = connection.run("clean up", &self.inner.tables.delete_prefixed(prefix.as_bytes()))?;
-        Ok(results.sets.iter().map(|(affected, _)| affected).sum())
+        let mut deleted = 0;
+        // The elections of such names too: their locks' rows and their records, together (a
+        // record kept beside a deleted lock row would outrank the next leader's restarted fence).
+        for prefix in [prefix.to_owned(), LockKey::election_prefix(prefix)] {
+            let results =
+                connection.run("clean up", &self.inner.tables.delete_prefixed(prefix.as_bytes()))?;
+            deleted += results.sets.iter().map(|(affected, _)| affected).sum::<u64>();
+        }
+        connection
+            .run("clean up the elections", &self.inner.tables.delete_records_prefixed(prefix.as_bytes()))?;
+        Ok(deleted)
     }
 
     pub(crate) fn table_mark_free(&self, name: &LockKey) -> Result<()> {

@@ -34,10 +34,7 @@
 
 use std::time::Instant;
 
-use lock_core::{
-    check_lease, Acquired, Deadline, DistributedLock, Elections, Error, Leader, LeaderWatch, LockName,
-    OwnerToken, Request, Result,
-};
+use lock_core::{Acquired, Elections, Error, Leader, LeaderWatch, LockName, OwnerToken, Request, Result};
 use tokio_postgres::types::Type;
 
 use super::error::BACKEND;
@@ -60,6 +57,9 @@ pub(crate) struct ElectionStatements {
     /// when the record is the current hold's).
     read: [String; 3],
     notify: String,
+    /// $1 a prefix: deletes the records of the elections whose names start with it.
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
+    pub(crate) delete_prefixed: String,
 }
 
 impl ElectionStatements {
@@ -127,7 +127,8 @@ impl ElectionStatements {
             ),
         ];
         let notify = format!("SELECT pg_notify('{channel}', $1)");
-        Self { channel, write, read, notify }
+        let delete_prefixed = format!("DELETE FROM {lead} WHERE starts_with(name, $1)");
+        Self { channel, write, read, notify, delete_prefixed }
     }
 }
 
@@ -142,26 +143,7 @@ fn slot(kind: PostgresLockKind) -> usize {
 
 impl Elections for PostgresBackend {
     fn campaign(&self, request: &Request<'_>, value: &[u8]) -> Result<Option<Acquired<PostgresLease>>> {
-        check_lease(request.ttl)?;
-        let key = LockKey::election(request.name);
-        let acquired = match request.deadline {
-            Deadline::Now => {
-                let sent_at = Instant::now();
-                self.try_key(&key, request.owner, request.ttl)?.map(|lease| Acquired::new(lease, sent_at))
-            }
-            deadline => self.acquire_key_until(&key, request.owner, request.ttl, deadline.instant())?,
-        };
-        let Some(mut acquired) = acquired else { return Ok(None) };
-        match self.take_office(&mut acquired.lease, value) {
-            Ok(()) => Ok(Some(acquired)),
-            Err(error) => {
-                // A win whose record could not be written is given up, not handed out half made.
-                if let Err(release) = self.release(acquired.lease) {
-                    tracing::debug!(error = %release, "giving up a leadership failed; it ends with its lease");
-                }
-                Err(error)
-            }
-        }
+        crate::election::campaign(self, request, value)
     }
 
     fn proclaim(&self, lease: &mut PostgresLease, value: &[u8]) -> Result<()> {
@@ -229,23 +211,6 @@ impl PostgresBackend {
         }
     }
 
-    /// One attempt at `key`'s lock, as [`DistributedLock::try_acquire`].
-    pub(crate) fn try_key(
-        &self,
-        key: &LockKey,
-        owner: &OwnerToken,
-        ttl: std::time::Duration,
-    ) -> Result<Option<PostgresLease>> {
-        use crate::queue_wait::Wait;
-        match self.inner.kind {
-            PostgresLockKind::Table => self.table_try(key, owner, ttl),
-            PostgresLockKind::Row => Ok(self.row_acquire(key, ttl, Wait::No)?.map(|(lease, _)| lease)),
-            PostgresLockKind::Advisory => {
-                Ok(self.advisory_acquire(key, ttl, Wait::No)?.map(|(lease, _)| lease))
-            }
-        }
-    }
-
     /// Tells watchers that the election `name` changed (after a release: the statements that
     /// write records notify themselves). Best effort: watchers re-check anyway.
     pub(crate) fn announce_election(&self, name: &LockName) {
@@ -259,28 +224,6 @@ impl PostgresBackend {
         if let Err(error) = sent {
             tracing::debug!(%error, "could not notify an election's followers; they re-check on their own");
         }
-    }
-
-    /// After a win: the advisory kind takes its term's marker; then the first record.
-    fn take_office(&self, lease: &mut PostgresLease, value: &[u8]) -> Result<()> {
-        if let Hold::Advisory { connection, .. } = &mut lease.hold {
-            let (marker, low) =
-                (marker_half(self.marker(lease.name.as_str())), fence_half(lease.fence.get()));
-            let rows = connection.get().rows(
-                "mark the term",
-                "SELECT pg_try_advisory_lock($1, $2)",
-                &[(&marker, Type::INT4), (&low, Type::INT4)],
-            )?;
-            if !rows.first().is_some_and(|row| row.get::<_, bool>(0)) {
-                return Err(Error::backend(BACKEND, "the term's marker lock was taken"));
-            }
-        }
-        let holder = self.holder_of(lease)?;
-        if !self.write_record(lease, &holder, value)? {
-            // Lost between the win and the write: the renewal reports it.
-            tracing::debug!(name = %lease.name, "a new leader could not write its record: its hold is gone");
-        }
-        Ok(())
     }
 
     /// The identity of `lease`'s hold that the record stores (module docs).
@@ -354,6 +297,57 @@ struct NotifiedWatch<'a> {
 impl LeaderWatch for NotifiedWatch<'_> {
     fn wait(&mut self, until: Instant) -> Result<bool> {
         Ok(self.registration.wait_and_clear(until))
+    }
+}
+
+impl crate::election::Office for PostgresBackend {
+    /// One attempt at `key`'s lock, as [`DistributedLock::try_acquire`].
+    fn try_key(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+        ttl: std::time::Duration,
+    ) -> Result<Option<PostgresLease>> {
+        use crate::queue_wait::Wait;
+        match self.inner.kind {
+            PostgresLockKind::Table => self.table_try(key, owner, ttl),
+            PostgresLockKind::Row => Ok(self.row_acquire(key, ttl, Wait::No)?.map(|(lease, _)| lease)),
+            PostgresLockKind::Advisory => {
+                Ok(self.advisory_acquire(key, ttl, Wait::No)?.map(|(lease, _)| lease))
+            }
+        }
+    }
+
+    fn wait_key(
+        &self,
+        key: &LockKey,
+        owner: &OwnerToken,
+        ttl: std::time::Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Acquired<PostgresLease>>> {
+        self.acquire_key_until(key, owner, ttl, deadline)
+    }
+
+    /// After a win: the advisory kind takes its term's marker; then the first record.
+    fn take_office(&self, lease: &mut PostgresLease, value: &[u8]) -> Result<()> {
+        if let Hold::Advisory { connection, .. } = &mut lease.hold {
+            let (marker, low) =
+                (marker_half(self.marker(lease.name.as_str())), fence_half(lease.fence.get()));
+            let rows = connection.get().rows(
+                "mark the term",
+                "SELECT pg_try_advisory_lock($1, $2)",
+                &[(&marker, Type::INT4), (&low, Type::INT4)],
+            )?;
+            if !rows.first().is_some_and(|row| row.get::<_, bool>(0)) {
+                return Err(Error::backend(BACKEND, "the term's marker lock was taken"));
+            }
+        }
+        let holder = self.holder_of(lease)?;
+        if !self.write_record(lease, &holder, value)? {
+            // Lost between the win and the write: the renewal reports it.
+            tracing::debug!(name = %lease.name, "a new leader could not write its record: its hold is gone");
+        }
+        Ok(())
     }
 }
 

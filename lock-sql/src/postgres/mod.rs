@@ -88,6 +88,7 @@ use lock_core::{
     LockName, NativeWait, OwnerToken, Permits, ReadWrite, Request, Result,
 };
 
+use crate::election::Office as _;
 use crate::lock_key::LockKey;
 use error::BACKEND;
 use lease::Hold;

@@ -215,13 +215,21 @@ impl PostgresBackend {
         Ok(rows.first().map(|row| Duration::from_millis(u64::try_from(row.get::<_, i64>(0)).unwrap_or(1))))
     }
 
-    /// Deletes the rows of names that start with `prefix` (lock table and row table).
+    /// Deletes the rows of names that start with `prefix` (lock table and row table), of the
+    /// elections of such names too (their locks' rows and their records, together: a record
+    /// kept beside a deleted lock row would outrank the restarted fence of the next leader).
     #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub(crate) fn delete_prefixed(&self, prefix: &str) -> Result<u64> {
         let connection = self.inner.pool.get()?;
         let sql = self.inner.tables.delete_prefixed.as_str();
-        let rows = connection.rows("clean up", sql, &[(&prefix, Type::TEXT)])?;
-        Ok(rows.first().map_or(0, |row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0)))
+        let mut deleted = 0;
+        for prefix in [prefix.to_owned(), LockKey::election_prefix(prefix)] {
+            let rows = connection.rows("clean up", sql, &[(&prefix, Type::TEXT)])?;
+            deleted += rows.first().map_or(0, |row| u64::try_from(row.get::<_, i64>(0)).unwrap_or(0));
+        }
+        let records = self.inner.tables.election.delete_prefixed.as_str();
+        connection.rows("clean up the elections", records, &[(&prefix, Type::TEXT)])?;
+        Ok(deleted)
     }
 
     pub(crate) fn table_mark_free(&self, name: &LockKey) -> Result<()> {

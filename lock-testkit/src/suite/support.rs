@@ -118,7 +118,14 @@ pub(crate) fn renewed_together<B: DistributedLock>(
     let until = std::time::Instant::now() + RENEWED_LEASE * 5 / 2;
     while std::time::Instant::now() < until {
         if let Some(what) = taken()? {
-            return Err(Failure(format!("a rival took {what} while its renewed holder kept it")));
+            // Which of the two: the holder still believed it held (a breach), or it had been
+            // told its hold lapsed (renewal fell behind: no breach, still a failure).
+            let believed = guards.iter().all(|guard| guard.is_held());
+            return Err(Failure(if believed {
+                format!("a rival took {what} while its renewed holder kept it")
+            } else {
+                format!("a rival took {what} after the renewal fell behind (the holder was told it lost it)")
+            }));
         }
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -170,29 +170,55 @@ impl Tables {
         )
     }
 
-    pub(crate) fn ddl(&self) -> String {
+    /// The statements that create what `existing` (the rows [`existing`](Self::existing)
+    /// returned) lacks, and only that: `CREATE … IF NOT EXISTS` on a table that exists still
+    /// waits for its metadata lock, which every open row-lock transaction holds, so a schema
+    /// that gained a table (an upgrade) must not touch the others.
+    pub(crate) fn ddl(&self, existing: &[String]) -> String {
         let Self { locks, rows, fence, queue, rw, sem, flush, lead, .. } = self;
-        format!(
-            "CREATE TABLE IF NOT EXISTS {locks} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
-             owner VARBINARY(64) NOT NULL, hold_count INT NOT NULL, fence BIGINT NOT NULL, \
-             expires_at DATETIME(6) NOT NULL, acquired_at DATETIME(6) NOT NULL, \
-             ring BIGINT UNSIGNED NULL, ring_until DATETIME(6) NULL) ENGINE=InnoDB; \
-             ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS ring BIGINT UNSIGNED NULL, \
-             ADD COLUMN IF NOT EXISTS ring_until DATETIME(6) NULL; \
-             CREATE TABLE IF NOT EXISTS {rows} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
-             holder BIGINT UNSIGNED NULL) ENGINE=InnoDB; \
-             CREATE SEQUENCE IF NOT EXISTS {fence}; \
-             CREATE TABLE IF NOT EXISTS {queue} (seq BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, \
-             name VARBINARY(255) NOT NULL, waiter BIGINT UNSIGNED NOT NULL, until DATETIME(6) NOT NULL, \
-             UNIQUE KEY name_waiter (name, waiter)) ENGINE=InnoDB; \
-             CREATE TABLE IF NOT EXISTS {rw} (name VARBINARY(255) NOT NULL PRIMARY KEY) ENGINE=InnoDB; \
-             CREATE TABLE IF NOT EXISTS {sem} (name VARBINARY(255) NOT NULL, owner VARBINARY(64) NOT NULL, \
-             permits INT NOT NULL, fence BIGINT NOT NULL, expires_at DATETIME(6) NOT NULL, \
-             PRIMARY KEY (name, owner)) ENGINE=InnoDB; \
-             CREATE TABLE IF NOT EXISTS {flush} (slot INT NOT NULL PRIMARY KEY, n BIGINT NOT NULL) ENGINE=InnoDB; \
-             CREATE TABLE IF NOT EXISTS {lead} (name VARBINARY(255) NOT NULL PRIMARY KEY, fence BIGINT NOT NULL, \
-             holder VARBINARY(64) NOT NULL, written_at DATETIME(6) NOT NULL, value LONGBLOB NOT NULL) ENGINE=InnoDB"
-        )
+        let [n_locks, n_rows, n_fence, n_queue, n_rw, n_sem, n_flush, n_lead] = &self.names;
+        let has = |name: &str| existing.iter().any(|table| table == name);
+        let statements = [
+            (n_locks.as_str(), format!(
+                "CREATE TABLE IF NOT EXISTS {locks} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
+                 owner VARBINARY(64) NOT NULL, hold_count INT NOT NULL, fence BIGINT NOT NULL, \
+                 expires_at DATETIME(6) NOT NULL, acquired_at DATETIME(6) NOT NULL, \
+                 ring BIGINT UNSIGNED NULL, ring_until DATETIME(6) NULL) ENGINE=InnoDB"
+            )),
+            ("ring_until", format!(
+                "ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS ring BIGINT UNSIGNED NULL, \
+                 ADD COLUMN IF NOT EXISTS ring_until DATETIME(6) NULL"
+            )),
+            (n_rows.as_str(), format!(
+                "CREATE TABLE IF NOT EXISTS {rows} (name VARBINARY(255) NOT NULL PRIMARY KEY, \
+                 holder BIGINT UNSIGNED NULL) ENGINE=InnoDB"
+            )),
+            (n_fence.as_str(), format!("CREATE SEQUENCE IF NOT EXISTS {fence}")),
+            (n_queue.as_str(), format!(
+                "CREATE TABLE IF NOT EXISTS {queue} (seq BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, \
+                 name VARBINARY(255) NOT NULL, waiter BIGINT UNSIGNED NOT NULL, until DATETIME(6) NOT NULL, \
+                 UNIQUE KEY name_waiter (name, waiter)) ENGINE=InnoDB"
+            )),
+            (n_rw.as_str(), format!("CREATE TABLE IF NOT EXISTS {rw} (name VARBINARY(255) NOT NULL PRIMARY KEY) ENGINE=InnoDB")),
+            (n_sem.as_str(), format!(
+                "CREATE TABLE IF NOT EXISTS {sem} (name VARBINARY(255) NOT NULL, owner VARBINARY(64) NOT NULL, \
+                 permits INT NOT NULL, fence BIGINT NOT NULL, expires_at DATETIME(6) NOT NULL, \
+                 PRIMARY KEY (name, owner)) ENGINE=InnoDB"
+            )),
+            (n_flush.as_str(), format!(
+                "CREATE TABLE IF NOT EXISTS {flush} (slot INT NOT NULL PRIMARY KEY, n BIGINT NOT NULL) ENGINE=InnoDB"
+            )),
+            (n_lead.as_str(), format!(
+                "CREATE TABLE IF NOT EXISTS {lead} (name VARBINARY(255) NOT NULL PRIMARY KEY, fence BIGINT NOT NULL, \
+                 holder VARBINARY(64) NOT NULL, written_at DATETIME(6) NOT NULL, value LONGBLOB NOT NULL) ENGINE=InnoDB"
+            )),
+        ];
+        statements
+            .into_iter()
+            .filter(|(table, _)| !has(table))
+            .map(|(_, statement)| statement)
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     /// Commits a write to the flush table (in autocommit; `WHERE` the condition holds): the
@@ -234,6 +260,22 @@ mod tests {
         let tables = Tables::new(&TableName::new("t").unwrap(), true).unwrap();
         let sql = tables.lock_row("X'61'", Some(Duration::from_millis(1500)), 3);
         assert!(sql.contains("innodb_lock_wait_timeout = 2, max_statement_time = 1.500000"), "{sql}");
+    }
+
+    #[test]
+    fn an_upgrade_creates_only_what_is_missing() {
+        let tables = Tables::new(&TableName::new("t").unwrap(), true).unwrap();
+        let everything = tables.ddl(&[]);
+        assert_eq!(everything.matches("CREATE").count(), 8, "{everything}");
+        let mut existing: Vec<String> = tables.names.to_vec();
+        existing.push("ring_until".into());
+        assert_eq!(tables.ddl(&existing), "");
+        existing.retain(|name| name != "t_lead");
+        let upgrade = tables.ddl(&existing);
+        assert!(
+            upgrade.starts_with("CREATE TABLE IF NOT EXISTS `t_lead`") && !upgrade.contains(';'),
+            "{upgrade}"
+        );
     }
 
     #[test]

@@ -215,6 +215,13 @@ impl Tables {
         )
     }
 
+    /// Deletes the election records of names that start with the bytes `prefix`.
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
+    pub(crate) fn delete_records_prefixed(&self, prefix: &[u8]) -> String {
+        let (length, literal) = (prefix.len(), hex(prefix));
+        format!("DELETE FROM {} WHERE LEFT(name, {length}) = {literal}", self.lead)
+    }
+
     /// Frees the lock; then the waiter to ring, as [`release`](Self::release).
     pub(crate) fn mark_free(&self, name: &str) -> String {
         format!(
