@@ -9,6 +9,14 @@ use crate::lock_key::LockKey;
 
 /// What a backend does for [`campaign`].
 pub(crate) trait Office: DistributedLock {
+    /// The connection a new leader writes its first record on, checked out before the wait:
+    /// a win then never waits for a connection to be opened (a pool emptied by waiting
+    /// candidates and closed terms would make every hand-off wait for one).
+    type Writer;
+
+    /// Checks out a [`Writer`](Self::Writer).
+    fn writer(&self) -> Result<Self::Writer>;
+
     /// One attempt at `key`'s lock, as [`DistributedLock::try_acquire`].
     fn try_key(
         &self,
@@ -27,7 +35,7 @@ pub(crate) trait Office: DistributedLock {
     ) -> Result<Option<Acquired<Self::Lease>>>;
 
     /// After a win: what the kind needs to tell this term's hold, then the first record.
-    fn take_office(&self, lease: &mut Self::Lease, value: &[u8]) -> Result<()>;
+    fn take_office(&self, lease: &mut Self::Lease, value: &[u8], writer: Self::Writer) -> Result<()>;
 }
 
 /// [`Elections::campaign`](lock_core::Elections::campaign) on `backend`: a win whose record
@@ -42,6 +50,7 @@ pub(crate) fn campaign<B: Office>(
     check_lease(request.ttl)?;
     let key = LockKey::election(request.name);
     loop {
+        let writer = backend.writer()?;
         let acquired = match request.deadline {
             Deadline::Now => {
                 let sent_at = Instant::now();
@@ -50,7 +59,7 @@ pub(crate) fn campaign<B: Office>(
             deadline => backend.wait_key(&key, request.owner, request.ttl, deadline.instant())?,
         };
         let Some(mut acquired) = acquired else { return Ok(None) };
-        let error = match backend.take_office(&mut acquired.lease, value) {
+        let error = match backend.take_office(&mut acquired.lease, value, writer) {
             Ok(()) => return Ok(Some(acquired)),
             Err(error) => error,
         };

@@ -113,7 +113,7 @@ impl SuiteTarget for RedisTarget {
     type Backend = RedisBackend;
 
     fn abilities(&self) -> lock_testkit::suite::Abilities {
-        lock_testkit::suite::Abilities::ALL.with_shared(true, true)
+        lock_testkit::suite::Abilities::ALL.with_shared(true, true).with_elections()
     }
 
     fn label(&self) -> String {

@@ -41,6 +41,7 @@ use lock_core::{
     SleepingWatch,
 };
 
+use super::connection::MyConnection;
 use super::error::BACKEND;
 use super::lease::{Hold, MySqlLease};
 use super::schema::hex;
@@ -63,7 +64,7 @@ impl Elections for MySqlBackend {
         if !lease.election {
             return Err(Error::invalid_config("proclaim needs a leadership's lease"));
         }
-        match self.write_record(lease, value)? {
+        match self.write_record(lease, value, None)? {
             true => Ok(()),
             false => Err(Error::NotHeld { name: lease.name.clone() }),
         }
@@ -142,7 +143,14 @@ impl MySqlBackend {
     }
 
     /// Writes the record if `lease` still holds; whether it was written.
-    fn write_record(&self, lease: &mut MySqlLease, value: &[u8]) -> Result<bool> {
+    fn write_record(
+        &self,
+        lease: &mut MySqlLease,
+        value: &[u8],
+        writer: Option<MyConnection>,
+    ) -> Result<bool> {
+        // The table and row kinds write on another connection: the one checked out for it, if any.
+        let other = |writer: Option<MyConnection>| writer.map_or_else(|| self.inner.pool.get(), Ok);
         let key = lease.lock_key();
         let (name, fence) = (hex(lease.name.as_str().as_bytes()), lease.fence.get());
         let upsert = |holder: &str, held: &str| {
@@ -167,7 +175,7 @@ impl MySqlBackend {
                     self.inner.tables.locks,
                     hex(key.as_str().as_bytes())
                 );
-                self.inner.pool.get()?.run("write the leader's record", &upsert(owner, &held))?
+                other(writer)?.run("write the leader's record", &upsert(owner, &held))?
             }
             // On the holding connection, in no transaction: visible at once.
             Hold::Advisory { key, connection } => {
@@ -188,7 +196,7 @@ impl MySqlBackend {
                 let id = id.ok_or_else(|| Error::backend(BACKEND, "no connection id"))?;
                 let held = format!("IS_USED_LOCK({}) = {id}", self.term_marker(&lease.name));
                 let sql = upsert(&format!("CONCAT({id})"), &held);
-                self.inner.pool.get()?.run("write the leader's record", &sql)?
+                other(writer)?.run("write the leader's record", &sql)?
             }
             Hold::ReadWrite { .. } | Hold::Permit { .. } => {
                 return Err(Error::invalid_config("an election needs a leadership's lease"))
@@ -201,6 +209,16 @@ impl MySqlBackend {
 }
 
 impl crate::election::Office for MySqlBackend {
+    /// The advisory kind writes on its holding connection, outside any transaction.
+    type Writer = Option<MyConnection>;
+
+    fn writer(&self) -> Result<Option<MyConnection>> {
+        match self.inner.kind {
+            MySqlLockKind::Advisory => Ok(None),
+            MySqlLockKind::Table | MySqlLockKind::Row => self.inner.pool.get().map(Some),
+        }
+    }
+
     /// One attempt at `key`'s lock, as [`DistributedLock::try_acquire`].
     fn try_key(
         &self,
@@ -227,7 +245,7 @@ impl crate::election::Office for MySqlBackend {
     }
 
     /// After a win: the row kind takes its term's marker; then the first record.
-    fn take_office(&self, lease: &mut MySqlLease, value: &[u8]) -> Result<()> {
+    fn take_office(&self, lease: &mut MySqlLease, value: &[u8], writer: Option<MyConnection>) -> Result<()> {
         if let Hold::Row { connection } = &mut lease.hold {
             // The previous leader's session may still be closing (its marker goes with it): wait
             // for it, but for half the read timeout only, so a marker that stays taken is a
@@ -239,7 +257,7 @@ impl crate::election::Office for MySqlBackend {
                 return Err(Error::backend(BACKEND, "the term's marker lock stayed taken"));
             }
         }
-        if !self.write_record(lease, value)? {
+        if !self.write_record(lease, value, writer)? {
             // Lost between the win and the write: the renewal reports it.
             tracing::debug!(name = %lease.name, "a new leader could not write its record: its hold is gone");
         }

@@ -39,6 +39,7 @@ use tokio_postgres::types::Type;
 
 use super::error::BACKEND;
 use super::lease::{Hold, PostgresLease};
+use super::pool::PooledPg;
 use super::{PostgresBackend, PostgresLockKind};
 use crate::lease::session_gone;
 use crate::lock_key::LockKey;
@@ -151,7 +152,7 @@ impl Elections for PostgresBackend {
             return Err(Error::invalid_config("proclaim needs a leadership's lease"));
         }
         let holder = self.holder_of(lease)?;
-        match self.write_record(lease, &holder, value)? {
+        match self.write_record(lease, (&holder, value), &self.inner.pool.get()?)? {
             true => Ok(()),
             false => Err(Error::NotHeld { name: lease.name.clone() }),
         }
@@ -247,8 +248,12 @@ impl PostgresBackend {
     }
 
     /// Writes the record if `lease` still holds; whether it was written.
-    fn write_record(&self, lease: &PostgresLease, holder: &str, value: &[u8]) -> Result<bool> {
-        let connection = self.inner.pool.get()?;
+    fn write_record(
+        &self,
+        lease: &PostgresLease,
+        (holder, value): (&str, &[u8]),
+        connection: &PooledPg,
+    ) -> Result<bool> {
         let sql = self.inner.tables.election.write[slot(self.inner.kind)].as_str();
         let key = lease.lock_key();
         let fence = i64::try_from(lease.fence.get())
@@ -301,6 +306,12 @@ impl LeaderWatch for NotifiedWatch<'_> {
 }
 
 impl crate::election::Office for PostgresBackend {
+    type Writer = PooledPg;
+
+    fn writer(&self) -> Result<PooledPg> {
+        self.inner.pool.get()
+    }
+
     /// One attempt at `key`'s lock, as [`DistributedLock::try_acquire`].
     fn try_key(
         &self,
@@ -329,7 +340,7 @@ impl crate::election::Office for PostgresBackend {
     }
 
     /// After a win: the advisory kind takes its term's marker; then the first record.
-    fn take_office(&self, lease: &mut PostgresLease, value: &[u8]) -> Result<()> {
+    fn take_office(&self, lease: &mut PostgresLease, value: &[u8], writer: PooledPg) -> Result<()> {
         if let Hold::Advisory { connection, .. } = &mut lease.hold {
             let (marker, low) =
                 (marker_half(self.marker(lease.name.as_str())), fence_half(lease.fence.get()));
@@ -343,7 +354,7 @@ impl crate::election::Office for PostgresBackend {
             }
         }
         let holder = self.holder_of(lease)?;
-        if !self.write_record(lease, &holder, value)? {
+        if !self.write_record(lease, (&holder, value), &writer)? {
             // Lost between the win and the write: the renewal reports it.
             tracing::debug!(name = %lease.name, "a new leader could not write its record: its hold is gone");
         }

@@ -292,6 +292,7 @@ impl<K: SqlKind> SuiteTarget for SqlTarget<K> {
         let (read_write, permits) = self.kind.shared_abilities();
         lock_testkit::suite::Abilities::fencing_and(self.kind.wakes_waiters())
             .with_shared(read_write, permits)
+            .with_elections()
     }
 
     fn label(&self) -> String {

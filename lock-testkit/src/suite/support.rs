@@ -93,11 +93,12 @@ pub(crate) fn shared_ability<T: SuiteTarget>(
     Ok(Err(format!("{}: {reason}", backend.backend_name())))
 }
 
-/// LE01–LE04: `Err(reason)` (n/a) when the kind's backend has no
-/// [`Elections`](lock_core::Elections), with the reason its profile gives.
+/// LE01–LE04: `Err(reason)` (n/a) when the kind has no [`Elections`](lock_core::Elections),
+/// with the reason its backend's profile gives; checked as [`has_ability`] checks the mutex's
+/// abilities (declared by the kind and returned by its backend, or neither).
 pub(crate) fn elections_apply<T: SuiteTarget>(target: &T) -> Result<Result<(), String>, Failure> {
     let backend = target.backend()?;
-    if backend.elections().is_some() {
+    if has_ability(target.abilities().elections, backend.elections().is_some(), "elections")? {
         return Ok(Ok(()));
     }
     let why = backend.profile().elections;

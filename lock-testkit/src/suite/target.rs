@@ -22,22 +22,31 @@ pub struct Abilities {
     pub read_write: bool,
     /// [`Permits`](lock_core::Permits): SEM01–SEM03 apply.
     pub permits: bool,
+    /// [`Elections`](lock_core::Elections): LE01–LE04 apply.
+    pub elections: bool,
 }
 
 impl Abilities {
     /// Fencing tokens and server wake-ups for the mutex (no read-write locks or semaphores).
-    pub const ALL: Self = Self { fencing: true, native_wait: true, read_write: false, permits: false };
+    pub const ALL: Self =
+        Self { fencing: true, native_wait: true, read_write: false, permits: false, elections: false };
     /// None (the docs' broken recipes).
-    pub const NONE: Self = Self { fencing: false, native_wait: false, read_write: false, permits: false };
+    pub const NONE: Self =
+        Self { fencing: false, native_wait: false, read_write: false, permits: false, elections: false };
 
     /// Fencing tokens, and server wake-ups if `native_wait`.
     pub const fn fencing_and(native_wait: bool) -> Self {
-        Self { fencing: true, native_wait, read_write: false, permits: false }
+        Self { fencing: true, native_wait, read_write: false, permits: false, elections: false }
     }
 
     /// These abilities, and read-write locks if `read_write` and semaphores if `permits`.
     pub const fn with_shared(self, read_write: bool, permits: bool) -> Self {
         Self { read_write, permits, ..self }
+    }
+
+    /// These abilities and leader election.
+    pub const fn with_elections(self) -> Self {
+        Self { elections: true, ..self }
     }
 }
 
@@ -350,7 +359,7 @@ impl SuiteTarget for MemoryTarget {
     }
 
     fn abilities(&self) -> Abilities {
-        Abilities::ALL.with_shared(true, true)
+        Abilities::ALL.with_shared(true, true).with_elections()
     }
 
     fn fenced_store(&self) -> Result<lock_core::Result<Box<dyn lock_core::FencedStore>>, NotApplicable> {

@@ -191,7 +191,7 @@ impl SuiteTarget for ZooKeeperTarget {
     }
 
     fn abilities(&self) -> lock_testkit::suite::Abilities {
-        lock_testkit::suite::Abilities::ALL.with_shared(true, true)
+        lock_testkit::suite::Abilities::ALL.with_shared(true, true).with_elections()
     }
 
     fn fenced_store(
