@@ -11,7 +11,7 @@ use crate::suite::terms::{serve_terms, Terms};
 use crate::suite::{Failure, ScenarioResult, SuiteTarget, Verdict};
 
 const CANDIDATES: usize = 4;
-const TERMS: usize = 5;
+const TERMS: usize = 3;
 
 pub(crate) fn run<T: SuiteTarget>(target: &T, test_name: &str) -> ScenarioResult {
     serve_if_child(target);
