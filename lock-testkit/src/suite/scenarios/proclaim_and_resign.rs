@@ -21,7 +21,7 @@ const LEASE: Duration = Duration::from_secs(30);
 /// server wake-up, far below the lease and the waiters' one-second re-check.
 const HAND_OFF: Duration = Duration::from_millis(500);
 const ROUNDS: usize = 5;
-const WOKEN_ROUNDS: usize = 4;
+const WOKEN_ROUNDS: usize = 3;
 
 pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
     needs!(target, "elections");
