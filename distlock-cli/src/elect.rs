@@ -8,7 +8,6 @@
 //! (or, with `--on-doubt stop`, in doubt) while the command ran — it is then sent SIGTERM, and
 //! SIGKILL after `--grace`; [`FAILED`] when the campaign could not run.
 
-use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use distlock::{Election, HoldState, Leader, LockClient, LockOptions};
 
 use crate::exec::{BUSY, FAILED};
 use crate::server::ServerArgs;
-use crate::supervise::{supervise, OnDoubt, Supervised, LOST};
+use crate::supervise::{supervise, HoldArgs, Supervised, LOST};
 
 /// Options of `distlock elect`.
 #[derive(Debug, Args)]
@@ -31,26 +30,8 @@ pub struct ElectArgs {
     /// name. Default: empty.
     #[arg(long, default_value = "")]
     value: String,
-    /// Campaign at most this long (`30s`, `2m`); default: as long as it takes.
-    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
-    wait: Option<Duration>,
-    /// Do not wait: exit 75 at once if another candidate leads.
-    #[arg(long)]
-    no_wait: bool,
-    /// The leadership's lease, renewed while the command runs: how long a crashed `distlock`
-    /// stays leader on lease backends.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
-    lease: Duration,
-    /// How long the command has between SIGTERM and SIGKILL once the leadership is lost.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
-    grace: Duration,
-    /// What to do while a session leadership (row or advisory lock, ZooKeeper) is in doubt:
-    /// `stop` the command as on a loss (a leader in doubt is not leader), or `continue`.
-    #[arg(long, value_enum, default_value = "stop")]
-    on_doubt: OnDoubt,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
-    command: Vec<OsString>,
+    #[command(flatten)]
+    hold: HoldArgs,
 }
 
 /// Runs `distlock elect`.
@@ -67,12 +48,12 @@ pub fn run(args: &ElectArgs) -> ExitCode {
 /// Campaigns, runs the command while leader, resigns.
 fn lead(args: &ElectArgs) -> Result<u8, String> {
     let backend = args.server.connect()?;
-    let options = LockOptions::builder().lease(args.lease).build().map_err(|e| e.to_string())?;
+    let options = LockOptions::builder().lease(args.hold.lease).build().map_err(|e| e.to_string())?;
     let client = LockClient::with_options(backend, options);
     let election = client.election(&args.name).map_err(|e| e.to_string())?.with_value(args.value.as_bytes());
-    let won = if args.no_wait {
+    let won = if args.hold.no_wait {
         election.try_campaign()
-    } else if let Some(wait) = args.wait {
+    } else if let Some(wait) = args.hold.wait {
         election.campaign_for(wait)
     } else {
         election.campaign().map(Some)
@@ -87,11 +68,11 @@ fn lead(args: &ElectArgs) -> Result<u8, String> {
         env.push(("DISTLOCK_FENCING_TOKEN", token.to_string()));
     }
     let run = Supervised {
-        command: &args.command,
+        command: &args.hold.command,
         env,
         what: format!("the leadership of {}", args.name),
-        grace: args.grace,
-        on_doubt: args.on_doubt,
+        grace: args.hold.grace,
+        on_doubt: args.hold.on_doubt,
     };
     let code = supervise(&run, || leadership.state())?;
     let lost = leadership.state() == HoldState::Lost;
@@ -99,7 +80,7 @@ fn lead(args: &ElectArgs) -> Result<u8, String> {
         Err(distlock::Error::NotHeld { .. }) if code != LOST => {
             eprintln!(
                 "distlock elect: the leadership of {} was lost before {:?} ended",
-                args.name, args.command[0]
+                args.name, args.hold.command[0]
             );
             Ok(LOST)
         }

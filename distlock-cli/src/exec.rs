@@ -15,16 +15,14 @@
 //! before anyone else can take the lock; with `--on-doubt continue` it runs on until the hold is
 //! known lost.
 
-use std::ffi::OsString;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Args;
 use distlock::{HoldState, LockClient, LockOptions};
 
 use crate::server::ServerArgs;
-use crate::supervise::{supervise, Supervised};
-pub use crate::supervise::{OnDoubt, LOST};
+pub use crate::supervise::LOST;
+use crate::supervise::{supervise, HoldArgs, Supervised};
 
 /// `EX_TEMPFAIL`: the lock is held by someone else.
 pub const BUSY: u8 = 75;
@@ -39,27 +37,8 @@ pub struct ExecArgs {
     /// The lock's name.
     #[arg(long)]
     name: String,
-    /// Wait at most this long for the lock (`30s`, `500ms`, `2m`); default: as long as it takes.
-    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
-    wait: Option<Duration>,
-    /// Do not wait: exit 75 at once if the lock is held.
-    #[arg(long)]
-    no_wait: bool,
-    /// The lease, renewed while the command runs (`30s`): how long a crashed `distlock` keeps
-    /// the lock on lease backends.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
-    lease: Duration,
-    /// How long the command has between SIGTERM and SIGKILL once the lock is lost.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
-    grace: Duration,
-    /// What to do while a session hold (row or advisory lock, ZooKeeper) is in doubt — a
-    /// liveness check went unanswered: `stop` the command as on a loss, or `continue` until the
-    /// hold is known lost.
-    #[arg(long, value_enum, default_value = "stop")]
-    on_doubt: OnDoubt,
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
-    command: Vec<OsString>,
+    #[command(flatten)]
+    hold: HoldArgs,
 }
 
 /// Runs `distlock exec`.
@@ -76,12 +55,12 @@ pub fn run(args: &ExecArgs) -> ExitCode {
 /// Takes the lock on the server the options name, runs the command, releases the lock.
 fn dispatch(args: &ExecArgs) -> Result<u8, String> {
     let backend = args.server.connect()?;
-    let options = LockOptions::builder().lease(args.lease).build().map_err(|e| e.to_string())?;
+    let options = LockOptions::builder().lease(args.hold.lease).build().map_err(|e| e.to_string())?;
     let client = LockClient::with_options(backend, options);
     let lock = client.lock_named(&args.name).map_err(|e| e.to_string())?;
-    let acquired = if args.no_wait {
+    let acquired = if args.hold.no_wait {
         lock.try_lock()
-    } else if let Some(wait) = args.wait {
+    } else if let Some(wait) = args.hold.wait {
         lock.try_lock_for(wait)
     } else {
         lock.lock().map(Some)
@@ -98,11 +77,11 @@ fn dispatch(args: &ExecArgs) -> Result<u8, String> {
         env.push(("DISTLOCK_FENCING_TOKEN", token.to_string()));
     }
     let run = Supervised {
-        command: &args.command,
+        command: &args.hold.command,
         env,
         what: format!("the lock {}", args.name),
-        grace: args.grace,
-        on_doubt: args.on_doubt,
+        grace: args.hold.grace,
+        on_doubt: args.hold.on_doubt,
     };
     let code = supervise(&run, || guard.state())?;
     // A lock lost just before the command ended is still a lost lock: the command may have run
@@ -110,7 +89,10 @@ fn dispatch(args: &ExecArgs) -> Result<u8, String> {
     let lost = guard.state() == HoldState::Lost;
     match guard.unlock() {
         Err(distlock::Error::NotHeld { .. }) if code != LOST => {
-            eprintln!("distlock exec: the lock {} was lost before {:?} ended", args.name, args.command[0]);
+            eprintln!(
+                "distlock exec: the lock {} was lost before {:?} ended",
+                args.name, args.hold.command[0]
+            );
             Ok(LOST)
         }
         Err(error) => {

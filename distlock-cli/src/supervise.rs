@@ -28,6 +28,34 @@ pub enum OnDoubt {
     Continue,
 }
 
+/// The options `exec` and `elect` share: how long to wait for the hold, its lease, and the
+/// command with how to stop it.
+#[derive(Debug, clap::Args)]
+pub struct HoldArgs {
+    /// Wait at most this long for the lock or leadership (`30s`, `500ms`, `2m`); default: as
+    /// long as it takes.
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "no_wait")]
+    pub wait: Option<Duration>,
+    /// Do not wait: exit 75 at once if another owner holds the lock (or another candidate leads).
+    #[arg(long)]
+    pub no_wait: bool,
+    /// The lease, renewed while the command runs (`30s`): how long a crashed `distlock` keeps
+    /// the lock or leadership on lease backends.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub lease: Duration,
+    /// How long the command has between SIGTERM and SIGKILL once the hold is lost.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    pub grace: Duration,
+    /// What to do while a session hold (row or advisory lock, ZooKeeper) is in doubt — a
+    /// liveness check went unanswered: `stop` the command as on a loss, or `continue` until the
+    /// hold is known lost.
+    #[arg(long, value_enum, default_value = "stop")]
+    pub on_doubt: OnDoubt,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
+    pub command: Vec<OsString>,
+}
+
 /// The command to run under a hold, and how to stop it.
 pub struct Supervised<'a> {
     /// The command and its arguments.
