@@ -110,25 +110,19 @@ impl MariaDbServer {
         // mariadbd refuses to run as root unless told to, and then keeps root's files.
         let as_root = Uid::effective().is_root().then_some("--user=root");
 
-        // `--no-defaults` must come first: no /etc/mysql config may leak in.
-        let install = || {
-            CommandSpec::new(install_db)
-                .arg("--no-defaults")
-                .arg(format!("--datadir={}", data.display()))
-                // Passwordless root over TCP instead of unix_socket authentication only.
-                .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
-                .args(as_root)
-                .args(INNODB_OPTIONS)
-                .current_dir(dir.path())
-                .run(KIND, "mariadb-install-db", &dir.path().join("install.log"), INSTALL_TIMEOUT)
-        };
-        // Seen failing once on a loaded CI machine with nothing said in its log: one more try,
-        // on an empty data directory.
-        if let Err(first) = install() {
-            eprintln!("mariadb-install-db failed, trying once more: {first}");
-            let _ = std::fs::remove_dir_all(&data);
-            install()?;
-        }
+        // `--no-defaults` must come first: no /etc/mysql config may leak in. The bootstrap
+        // server's temp tables go to its own dir: in the shared /tmp, concurrent installs removed
+        // each other's (`Unknown table 'mysql.tmp_user_sys'`, 4 of 12 parallel installs here).
+        CommandSpec::new(install_db)
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--tmpdir={}", dir.path().display()))
+            // Passwordless root over TCP instead of unix_socket authentication only.
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
+            .args(as_root)
+            .args(INNODB_OPTIONS)
+            .current_dir(dir.path())
+            .run(KIND, "mariadb-install-db", &dir.path().join("install.log"), INSTALL_TIMEOUT)?;
 
         let mut tls_options = Vec::new();
         if let Some(ca) = ca {
