@@ -56,6 +56,58 @@ fn timed_waits_keep_their_place<K: SqlKind>(kind: K) {
     a_timed_wait_keeps_its_place(kind, Duration::from_millis(4_500), Duration::from_millis(6_000));
 }
 
+/// A waiter whose 1 ms waits keep timing out while a holder takes and frees the lock every
+/// millisecond or so: a wait that times out just as the lock is granted to it must not keep it.
+/// (PostgreSQL reports such a wait's `lock_timeout` yet keeps the grant; a session-level
+/// advisory lock then stayed with the waiter's pooled session, and the holder could never take
+/// the lock again.)
+fn a_wait_timing_out_as_the_lock_frees_keeps_nothing<K: SqlKind>(kind: K) {
+    let target = SqlTarget::new(kind);
+    let holder = target.backend_with(Duration::from_secs(2), 2).expect("a client");
+    let name = unique_name("raced-timeout");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    /// Stops the waiter however the holder's loop ends (a failed assertion too).
+    struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    thread::scope(|s| {
+        s.spawn(|| {
+            let waiting = target.backend_with(Duration::from_secs(2), 2).expect("a client");
+            let native = waiting.native_wait().expect("a queue wait");
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let deadline = Instant::now() + Duration::from_millis(1);
+                let acquired = native.acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline));
+                if let Some(acquired) = acquired.expect("a working server") {
+                    assert!(waiting.release(acquired.lease).expect("a working server"));
+                }
+            }
+        });
+        let _stop = StopOnDrop(&stop);
+        for cycle in 0..300_u32 {
+            let given_up = Instant::now() + Duration::from_secs(3);
+            let lease = loop {
+                if let Some(lease) =
+                    holder.try_acquire(&name, &OwnerToken::random(), TTL).expect("a working server")
+                {
+                    break lease;
+                }
+                assert!(
+                    Instant::now() < given_up,
+                    "{}: cycle {cycle}: the lock stayed taken for 3 s though the waiter never holds it \
+                     longer than a release: a timed-out wait kept it",
+                    kind.label()
+                );
+                thread::sleep(Duration::from_micros(200));
+            };
+            thread::sleep(Duration::from_micros(200 + u64::from(cycle * 7_919 % 1_500)));
+            assert!(holder.release(lease).expect("a working server"));
+        }
+    });
+}
+
 macro_rules! queue_waits {
     ($module:ident, $kind:ty) => {
         mod $module {
@@ -69,6 +121,16 @@ macro_rules! queue_waits {
             #[test]
             fn a_timed_advisory_wait_keeps_its_place_in_the_queue() {
                 timed_waits_keep_their_place(<$kind>::Advisory);
+            }
+
+            #[test]
+            fn a_row_wait_timing_out_as_the_lock_frees_keeps_nothing() {
+                a_wait_timing_out_as_the_lock_frees_keeps_nothing(<$kind>::Row);
+            }
+
+            #[test]
+            fn an_advisory_wait_timing_out_as_the_lock_frees_keeps_nothing() {
+                a_wait_timing_out_as_the_lock_frees_keeps_nothing(<$kind>::Advisory);
             }
         }
     };

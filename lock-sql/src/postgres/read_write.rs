@@ -30,7 +30,7 @@ use super::connection::CallFailure;
 use super::error::BACKEND;
 use super::lease::{Hold, PostgresLease};
 use super::pool::PooledPg;
-use super::session::{call_error, idle_limit, is_busy, unsigned};
+use super::session::{call_error, idle_limit, is_busy, undo_raced_grant, unsigned};
 use super::table::millis;
 use super::PostgresBackend;
 use crate::queue_wait::{granted_after, in_queue_until, micros, Grant, Wait};
@@ -135,7 +135,13 @@ impl PostgresBackend {
         };
         match outcome {
             Ok(rows) => Ok(rows.first().map(|row| (row.get(0), row.get(1), sent))),
-            Err(CallFailure::Driver(error)) if is_busy(&error) => Ok(None),
+            Err(CallFailure::Driver(error)) if is_busy(&error) => {
+                if wait.is_some() {
+                    let unlock = format!("SELECT pg_advisory_unlock{}($1, $2)", mode_suffix(access));
+                    undo_raced_grant(connection, &unlock, &[(&high, Type::INT4), (&low, Type::INT4)]);
+                }
+                Ok(None)
+            }
             Err(failure) => Err(call_error("acquire", failure)),
         }
     }
