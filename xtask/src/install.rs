@@ -136,6 +136,47 @@ const SERVERS: &[Server] = &[
         ],
     },
     Server {
+        name: "etcd",
+        environment_variable: "DISTLOCK_ETCD_URL",
+        programs: &[
+            Program {
+                name: "etcd",
+                candidates: &["/usr/bin/etcd", "etcd"],
+                version_argument: Some("--version"),
+                // Its system service (on port 2379) is kept from starting while it installs.
+                package: "etcd-server",
+            },
+            Program {
+                name: "etcdctl",
+                candidates: &["/usr/bin/etcdctl", "etcdctl"],
+                // etcdctl v3 has a `version` command and no `--version` flag.
+                version_argument: Some("version"),
+                package: "etcd-client",
+            },
+        ],
+    },
+    Server {
+        name: "Protocol Buffers (the etcd-client crate's build script compiles etcd's .proto files)",
+        // prost-build runs the `protoc` this names instead of the one on `PATH`.
+        environment_variable: "PROTOC",
+        programs: &[
+            Program {
+                name: "protoc",
+                candidates: &["/usr/bin/protoc", "protoc"],
+                version_argument: Some("--version"),
+                package: "protobuf-compiler",
+            },
+            Program {
+                // etcd's protos import Google's well-known types, which `protobuf-compiler`
+                // does not ship.
+                name: "google/protobuf/descriptor.proto",
+                candidates: &["/usr/include/google/protobuf/descriptor.proto"],
+                version_argument: None,
+                package: "libprotobuf-dev",
+            },
+        ],
+    },
+    Server {
         name: "Chromium (renders the HTML report of `distlock compare` in the CLI's test)",
         environment_variable: "DISTLOCK_CHROMIUM",
         programs: &[Program {
@@ -177,7 +218,7 @@ const OTHER_SYSTEMS_HELP: &str = "\
 This system has no apt-get, so the xtask cannot install the servers the tests start.
 Install them yourself, e.g. on macOS:
 
-    brew install redis postgresql@15 mariadb zookeeper
+    brew install redis postgresql@15 mariadb zookeeper etcd protobuf
 
 or point the tests at servers that are already running:
 
@@ -185,6 +226,7 @@ or point the tests at servers that are already running:
     DISTLOCK_POSTGRES_URL=postgres://user:password@127.0.0.1:5432/database
     DISTLOCK_MYSQL_URL=mysql://user:password@127.0.0.1:3306/database
     DISTLOCK_ZOOKEEPER=127.0.0.1:2181
+    DISTLOCK_ETCD_URL=etcd://127.0.0.1:2379
 
 The ZooKeeper interop tests (Z03–Z05) also need a JDK and Apache Curator's jars (brew install
 openjdk, and the jars from Maven Central), named by
@@ -417,11 +459,11 @@ fn is_root() -> bool {
 
 /// While alive, tells Debian's maintainer scripts not to start services.
 ///
-/// Installing `redis-server`, `postgresql` or `mariadb-server` would otherwise start a system
-/// service on the standard port, which the tests do not use (they start their own servers) and
-/// which would only take memory or collide with servers already there. A `policy-rc.d` that
-/// exits 101 ("action forbidden") is Debian's standard way to prevent that; it is removed on
-/// drop. An existing `policy-rc.d` belongs to someone else and is left alone.
+/// Installing `redis-server`, `postgresql`, `mariadb-server` or `etcd-server` would otherwise
+/// start a system service on the standard port, which the tests do not use (they start their own
+/// servers) and which would only take memory or collide with servers already there. A
+/// `policy-rc.d` that exits 101 ("action forbidden") is Debian's standard way to prevent that; it
+/// is removed on drop. An existing `policy-rc.d` belongs to someone else and is left alone.
 struct NoServiceStart<'a> {
     /// How to remove the hook again; `None` if we did not create it.
     created_with: Option<&'a Privilege>,

@@ -71,6 +71,17 @@ pub(crate) const SLF4J_SIMPLE_JAR: Binary = Binary {
     search_path: false,
 };
 
+pub(crate) const ETCD: Binary =
+    Binary { name: "etcd", package: "etcd-server", dirs: &["/usr/bin", "/usr/local/bin"], search_path: true };
+
+/// etcd's command-line client: enables auth on a started server, and tests talk to etcd with it.
+pub(crate) const ETCDCTL: Binary = Binary {
+    name: "etcdctl",
+    package: "etcd-client",
+    dirs: &["/usr/bin", "/usr/local/bin"],
+    search_path: true,
+};
+
 /// Where Debian installs each PostgreSQL major version's server binaries.
 const POSTGRES_VERSIONS_DIR: &str = "/usr/lib/postgresql";
 

@@ -14,12 +14,19 @@ pub enum ServerKind {
     MariaDb,
     /// Apache ZooKeeper (`QuorumPeerMain` on a JVM).
     ZooKeeper,
+    /// `etcd`.
+    Etcd,
 }
 
 impl ServerKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ServerKind; 4] =
-        [ServerKind::Redis, ServerKind::Postgres, ServerKind::MariaDb, ServerKind::ZooKeeper];
+    pub const ALL: [ServerKind; 5] = [
+        ServerKind::Redis,
+        ServerKind::Postgres,
+        ServerKind::MariaDb,
+        ServerKind::ZooKeeper,
+        ServerKind::Etcd,
+    ];
 
     /// A short lowercase name without dashes, used in temp-dir names.
     pub fn slug(self) -> &'static str {
@@ -28,6 +35,7 @@ impl ServerKind {
             ServerKind::Postgres => "postgres",
             ServerKind::MariaDb => "mariadb",
             ServerKind::ZooKeeper => "zookeeper",
+            ServerKind::Etcd => "etcd",
         }
     }
 
@@ -44,6 +52,7 @@ impl fmt::Display for ServerKind {
             ServerKind::Postgres => "PostgreSQL",
             ServerKind::MariaDb => "MariaDB",
             ServerKind::ZooKeeper => "ZooKeeper",
+            ServerKind::Etcd => "etcd",
         })
     }
 }

@@ -1,14 +1,16 @@
-//! Real, throwaway servers for tests: Redis, PostgreSQL, MariaDB and ZooKeeper, each kind behind
-//! its own Cargo feature (`redis-server`, `postgres-server`, `mariadb-server`, `zookeeper-server`).
-//! Besides single servers: a [`RedisCluster`] (three primaries with a replica each, slots that
-//! tests can move), a [`RedisSentinelGroup`] (a primary, two replicas, three sentinels) and a
-//! [`ZooKeeperEnsemble`], whose nodes tests can kill, pause and restart one by one.
+//! Real, throwaway servers for tests: Redis, PostgreSQL, MariaDB, ZooKeeper and etcd, each kind
+//! behind its own Cargo feature (`redis-server`, `postgres-server`, `mariadb-server`,
+//! `zookeeper-server`, `etcd-server`). Besides single servers: a [`RedisCluster`] (three
+//! primaries with a replica each, slots that tests can move), a [`RedisSentinelGroup`] (a
+//! primary, two replicas, three sentinels), a [`ZooKeeperEnsemble`] and an [`EtcdCluster`], whose
+//! nodes tests can kill, pause and restart one by one.
 //!
 //! Each server is started from the installed binaries on free 127.0.0.1 ports (never the
 //! standard ones), in its own temp dir, and is ready when it answers a real protocol request:
-//! Redis `PING`, a PostgreSQL or MariaDB login with a password, ZooKeeper `srvr`/`ruok`. A group
-//! is ready when its members agree: every cluster node says `cluster_state:ok` and sees the same
-//! primaries and replicas; every sentinel knows both replicas and the other sentinels. A missing
+//! Redis `PING`, a PostgreSQL or MariaDB login with a password, ZooKeeper `srvr`/`ruok`, etcd
+//! `GET /health`. A group is ready when its members agree: every cluster node says
+//! `cluster_state:ok` and sees the same primaries and replicas; every sentinel knows both
+//! replicas and the other sentinels; a majority of etcd members name the same leader. A missing
 //! binary is an error naming the Debian package to install (`cargo xtask test` installs them
 //! all); nothing is skipped.
 //!
@@ -62,7 +64,8 @@
         feature = "redis-server",
         feature = "postgres-server",
         feature = "mariadb-server",
-        feature = "zookeeper-server"
+        feature = "zookeeper-server",
+        feature = "etcd-server"
     )),
     allow(dead_code, unused_imports)
 )]
@@ -71,6 +74,10 @@ mod binaries;
 mod command;
 mod dirs;
 mod error;
+#[cfg(feature = "etcd-server")]
+mod etcd;
+#[cfg(feature = "etcd-server")]
+mod etcd_cluster;
 mod kind;
 mod logs;
 #[cfg(feature = "mariadb-server")]
@@ -98,6 +105,10 @@ mod tree;
 mod zookeeper;
 
 pub use error::HarnessError;
+#[cfg(feature = "etcd-server")]
+pub use etcd::{EtcdOptions, EtcdServer};
+#[cfg(feature = "etcd-server")]
+pub use etcd_cluster::EtcdCluster;
 pub use kind::ServerKind;
 pub use logs::KEEP_LOGS_VARIABLE;
 #[cfg(feature = "mariadb-server")]

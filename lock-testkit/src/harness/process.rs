@@ -155,9 +155,10 @@ impl ServerProcess {
         self.keep_dir.store(true, Ordering::Relaxed);
     }
 
-    /// Whether the server's log says it could not bind a port (all four servers say it so).
+    /// Whether the server's log says it could not bind a port: libc's "Address already in use"
+    /// (Redis, PostgreSQL, MariaDB, ZooKeeper) or Go's "address already in use" (etcd).
     pub(crate) fn log_shows_port_in_use(&self) -> bool {
-        logs::tail(&self.log, BIND_SEARCH_LINES).contains("Address already in use")
+        logs::tail(&self.log, BIND_SEARCH_LINES).to_ascii_lowercase().contains("address already in use")
     }
 
     /// The exit status if the process has exited; forgets the child then.

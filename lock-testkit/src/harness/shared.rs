@@ -20,6 +20,7 @@
 //! | [`mariadb()`] | `DISTLOCK_MYSQL_URL` | `mysql://…` |
 //! | [`mariadb_tls()`] | `DISTLOCK_MYSQL_TLS_URL` | `mysql://…?ssl-mode=VERIFY_IDENTITY&ssl-ca=…` |
 //! | [`zookeeper()`] | `DISTLOCK_ZOOKEEPER` | `host:port[,host:port…]` |
+//! | [`etcd()`] | `DISTLOCK_ETCD_URL` | `etcd://[user:password@]host:port[,host:port…]` |
 //! | [`redis_tls()`] | `DISTLOCK_REDIS_TLS_URL` | `rediss://…/?cacert=<PEM file>` (TLS only) |
 //! | [`zookeeper_tls()`] | `DISTLOCK_ZOOKEEPER_TLS_URL` | `zk+tls://host:port[,…]/?cacert=<PEM file>` (TLS only) |
 //!
@@ -31,6 +32,8 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
+#[cfg(feature = "etcd-server")]
+use super::EtcdServer;
 #[cfg(feature = "mariadb-server")]
 use super::MariaDbServer;
 #[cfg(feature = "postgres-server")]
@@ -60,6 +63,8 @@ pub const MYSQL_URL_VARIABLE: &str = "DISTLOCK_MYSQL_URL";
 pub const MYSQL_TLS_URL_VARIABLE: &str = "DISTLOCK_MYSQL_TLS_URL";
 /// Names an external ZooKeeper ensemble (connect string) for [`zookeeper()`].
 pub const ZOOKEEPER_VARIABLE: &str = "DISTLOCK_ZOOKEEPER";
+/// Names an external etcd server or cluster (`etcd://…` URL) for [`etcd()`].
+pub const ETCD_URL_VARIABLE: &str = "DISTLOCK_ETCD_URL";
 /// Names an external TLS-only Redis server (`rediss://…` URL) for [`redis_tls()`].
 pub const REDIS_TLS_URL_VARIABLE: &str = "DISTLOCK_REDIS_TLS_URL";
 /// Names an external TLS-only ZooKeeper ensemble (`zk+tls://…` URL) for [`zookeeper_tls()`].
@@ -217,6 +222,18 @@ pub fn mariadb_tls() -> Result<&'static SharedServer<MariaDbServer>, HarnessErro
 pub fn zookeeper() -> Result<&'static SharedServer<ZooKeeperServer>, HarnessError> {
     static SLOT: Slot<ZooKeeperServer> = OnceLock::new();
     shared(&SLOT, ZOOKEEPER_VARIABLE, ZooKeeperServer::start)
+}
+
+#[cfg(feature = "etcd-server")]
+/// The shared single-node etcd server (without auth), or the server or cluster
+/// `DISTLOCK_ETCD_URL` names.
+///
+/// # Errors
+///
+/// [`HarnessError::Shared`] with the start failure (the same for every call).
+pub fn etcd() -> Result<&'static SharedServer<EtcdServer>, HarnessError> {
+    static SLOT: Slot<EtcdServer> = OnceLock::new();
+    shared(&SLOT, ETCD_URL_VARIABLE, EtcdServer::start)
 }
 
 /// The shared TLS-only Redis server ([`RedisServer::start_tls`]), or the one

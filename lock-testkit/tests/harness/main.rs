@@ -1,10 +1,12 @@
 //! The real-server harness, checked against real servers through the project's client crates:
 //! Redis (single nodes, Cluster, Sentinel) in `redis_servers.rs`, PostgreSQL and MariaDB in
-//! `sql_servers.rs`, ZooKeeper in `zookeeper_servers.rs`; here, the shared servers and the
-//! servers of a test binary that dies.
+//! `sql_servers.rs`, ZooKeeper in `zookeeper_servers.rs`, etcd in `etcd_servers.rs` (with the
+//! `etcd-server` feature); here, the shared servers and the servers of a test binary that dies.
 //!
 //! Every test that needs a server fails if the server cannot start: nothing is skipped.
 
+#[cfg(feature = "etcd-server")]
+mod etcd_servers;
 mod redis_servers;
 mod sql_servers;
 mod zookeeper_servers;
