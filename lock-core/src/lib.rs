@@ -50,6 +50,8 @@ mod abilities;
 mod acquire;
 mod backend;
 mod backoff;
+#[cfg(feature = "tokio")]
+pub mod blocking;
 mod callbacks;
 mod client;
 mod doubt;
