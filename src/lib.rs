@@ -4,9 +4,9 @@
 //! This facade re-exports [`lock_core`] (the API and the in-memory backend) and, behind Cargo
 //! features, each backend crate: `redis` (single-node locks and Redlock), `postgres` and `mysql`
 //! (lock table, row locks, advisory locks), `zookeeper` (Curator-compatible ephemeral-sequential
-//! locks). The feature `testkit` is test support — each enabled backend's conformance-suite
-//! targets and broken recipes, for this crate's own tests and `distlock compare` — and is **not
-//! semver-stable**.
+//! locks), `etcd` (etcd's `concurrency.Mutex`, mutex only). The feature `testkit` is test
+//! support — each enabled backend's conformance-suite targets and broken recipes, for this
+//! crate's own tests and `distlock compare` — and is **not semver-stable**.
 //!
 //! The guides — each backend's topologies and kinds, TLS, behaviour under faults, observability,
 //! benchmarks, the `distlock` command and the scenario catalogue — are the modules of
@@ -128,6 +128,26 @@ pub use lock_sql::mysql;
 /// ```
 #[cfg(feature = "zookeeper")]
 pub use lock_zk as zookeeper;
+
+/// The etcd backend (feature `etcd`): [`EtcdBackend`](lock_etcd::EtcdBackend), etcd's own
+/// `concurrency.Mutex` key for key (so `etcdctl lock` and Go services share a lock), one lease
+/// and keep-alive stream per client, each waiter watching only its predecessor, and the key's
+/// create revision as the fencing token. Mutex only for now.
+///
+/// ```no_run
+/// use distlock::etcd::EtcdBackend;
+/// use distlock::LockClient;
+///
+/// let backend = EtcdBackend::builder("10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379")
+///     .namespace("locks")
+///     .build()?;
+/// let client = LockClient::new(backend);
+/// let guard = client.lock_named("reports:daily")?.lock()?;
+/// guard.unlock()?;
+/// # Ok::<(), distlock::Error>(())
+/// ```
+#[cfg(feature = "etcd")]
+pub use lock_etcd as etcd;
 
 /// The guides in the repository's `docs/`, one concern each, rendered here so that docs.rs shows
 /// them beside the API of the release they describe (the files ship in this crate's package).

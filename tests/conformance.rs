@@ -6,7 +6,7 @@
 //! this crate's `testkit` feature turns on for every enabled backend.
 
 #[cfg(all(
-    any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper"),
+    any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper", feature = "etcd"),
     not(feature = "testkit")
 ))]
 compile_error!("the backends' conformance tests need this crate's `testkit` feature: use --all-features");
@@ -64,4 +64,12 @@ mod zookeeper {
 
     // The shared standalone harness server (or the ensemble `DISTLOCK_ZOOKEEPER` names).
     lock_testkit::conformance_tests!(curator_mutex, ZooKeeperTarget::new());
+}
+
+#[cfg(feature = "etcd")]
+mod etcd {
+    use distlock::etcd::testkit::EtcdTarget;
+
+    // The shared single-node harness server (or the server or cluster `DISTLOCK_ETCD_URL` names).
+    lock_testkit::conformance_tests!(mutex, EtcdTarget::new());
 }

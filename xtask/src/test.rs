@@ -15,12 +15,13 @@ use crate::TestArgs;
 /// facade alone, the test support of all of them, Redis without TLS, the SQL test support with
 /// one database, the CLI without `compare` (`exec` and `inspect` only) and the CLI's `compare`
 /// with one backend.
-const FEATURE_SETS: [(&str, &str); 13] = [
+const FEATURE_SETS: [(&str, &str); 14] = [
     ("distlock", "redis"),
     ("distlock", "postgres"),
     ("distlock", "mysql"),
     ("distlock", "zookeeper"),
-    ("distlock", "testkit,redis,postgres,mysql,zookeeper"),
+    ("distlock", "etcd"),
+    ("distlock", "testkit,redis,postgres,mysql,zookeeper,etcd"),
     ("distlock", "metrics"),
     ("lock-redis", ""),
     ("lock-zk", "tls"),
@@ -213,7 +214,11 @@ mod tests {
                 ("clippy (one feature)", one_feature("distlock", "postgres")),
                 ("clippy (one feature)", one_feature("distlock", "mysql")),
                 ("clippy (one feature)", one_feature("distlock", "zookeeper")),
-                ("clippy (one feature)", one_feature("distlock", "testkit,redis,postgres,mysql,zookeeper")),
+                ("clippy (one feature)", one_feature("distlock", "etcd")),
+                (
+                    "clippy (one feature)",
+                    one_feature("distlock", "testkit,redis,postgres,mysql,zookeeper,etcd")
+                ),
                 ("clippy (one feature)", one_feature("distlock", "metrics")),
                 ("clippy (one feature)", one_feature("lock-redis", "")),
                 ("clippy (one feature)", one_feature("lock-zk", "tls")),

@@ -1,0 +1,204 @@
+//! Waiting for the turn: Go's `waitDeletes`, one watch on one key at a time.
+//!
+//! The waiter reads the newest key under the prefix created before its own (create revision
+//! below ours, sorted by create revision, descending, limit 1) and watches only that key's
+//! deletion (from the moment the watch begins, then reading the key once more) — so one release
+//! wakes one waiter, never the herd — and reads again when it comes, until no older key is left.
+//! Then it checks that its own key still exists (Go v3.5's `ErrSessionExpired`): a lease that
+//! ended meanwhile took it.
+//!
+//! Unlike Go's `waitDelete`, a watch is never trusted alone: the waiter reads again on its own
+//! every [`RECHECK`] (a lost event delays it, never strands it), a watch whose start revision
+//! was compacted away is answered by reading again (Go aborts the lock), and the wait ends at
+//! once when the client's lease is lost.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use etcd_client::{Client, EventType, GetOptions, SortOrder, SortTarget, WatchFilterType, WatchOptions};
+use tonic::{Code, Status};
+
+use crate::error::Failure;
+use crate::keep_alive::ClientLease;
+use crate::keys::contenders_range;
+use crate::mutex::RETRY;
+use crate::EtcdBackend;
+
+/// A waiter reads the queue again on its own this often.
+pub(crate) const RECHECK: Duration = Duration::from_secs(5);
+
+/// How a watch on a predecessor ended.
+enum Watched {
+    /// It was deleted.
+    Deleted,
+    /// Its start revision was compacted: read again.
+    Compacted,
+}
+
+impl EtcdBackend {
+    /// Step 3 of the recipe: waits until no key older than ours (created at `revision`) is
+    /// left; returns when the read that showed our key still there was sent, or `None` when
+    /// `deadline` passed first. Every request is bounded by the I/O timeout and by the deadline
+    /// plus one I/O timeout; one without an answer is tried again, keeping our place.
+    pub(crate) fn wait_for_turn(
+        &self,
+        prefix: &str,
+        key: &str,
+        revision: i64,
+        lease: &ClientLease,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Instant>, Failure> {
+        let session = &self.inner.session;
+        let io_timeout = session.settings().io_timeout;
+        let bound =
+            |now: Instant| deadline.map_or(now + io_timeout, |d| (now + io_timeout).min(d + io_timeout));
+        let range = contenders_range(prefix);
+        loop {
+            let older = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Descend)
+                .with_limit(1)
+                .with_max_create_revision(revision - 1);
+            let found = match session.get(bound(Instant::now()), range.as_str(), Some(older)) {
+                Ok(found) => found,
+                Err(failure) => {
+                    self.pause_unless_final(failure, deadline)?;
+                    continue;
+                }
+            };
+            let Some(predecessor) = found.kvs().first() else { break };
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Ok(None);
+            }
+            let now = Instant::now();
+            let until = deadline.map_or(now + RECHECK, |deadline| deadline.min(now + RECHECK));
+            let watch = watch_deletion(session.client().clone(), predecessor.key().to_vec(), None);
+            let watched = session.wait_until(until, async {
+                tokio::select! {
+                    watched = watch => Some(watched),
+                    () = lease.lost() => None,
+                }
+            });
+            match watched {
+                // Time to read again (a recheck, or the deadline).
+                None => {}
+                Some(None) => return Err(Failure::LeaseLost),
+                Some(Some(Ok(Watched::Deleted))) => {
+                    self.inner.wake_ups.fetch_add(1, Ordering::Relaxed);
+                }
+                Some(Some(Ok(Watched::Compacted))) => {}
+                Some(Some(Err(failure))) => self.pause_unless_final(failure, deadline)?,
+            }
+        }
+        // Go v3.5: our key must still be there (a lease that ended took it).
+        loop {
+            let sent_at = Instant::now();
+            match session.get(bound(sent_at), key, None) {
+                Ok(found) => {
+                    return match found.kvs().first() {
+                        Some(ours) if ours.create_revision() == revision => Ok(Some(sent_at)),
+                        _ if lease.is_lost() => Err(Failure::LeaseLost),
+                        _ => Err(Failure::Unexpected(
+                            "the waiter's lock key was deleted while it waited (by hand, or its lease ended)",
+                        )),
+                    };
+                }
+                Err(failure) => self.pause_unless_final(failure, deadline)?,
+            }
+        }
+    }
+
+    /// A failed request in a wait: the failure if it is final (a definite answer, or past the
+    /// deadline), else a short pause before the wait goes on.
+    fn pause_unless_final(&self, failure: Failure, deadline: Option<Instant>) -> Result<(), Failure> {
+        if failure.is_definite() || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            return Err(failure);
+        }
+        let pause =
+            deadline.map_or(RETRY, |deadline| deadline.saturating_duration_since(Instant::now()).min(RETRY));
+        std::thread::sleep(pause);
+        Ok(())
+    }
+}
+
+/// Watches `key` until it is deleted: from revision `from` (inclusive), or from now, and then
+/// reads `key` once the watch is in place (`None`, what waiters do: a deletion before the watch
+/// began shows in that read). Not from the waiter's read revision as Go's `waitDelete` does: a
+/// watch starting at a revision the store already has is "unsynced" on the server and caught up
+/// by a loop every 100 ms, which cost 50 ms per hand-off in ML01. A watch refused at creation with
+/// "permission denied" — what etcd 3.4 says for an expired auth token too — is tried once more
+/// after renewing the token.
+async fn watch_deletion(client: Client, key: Vec<u8>, from: Option<i64>) -> Result<Watched, Failure> {
+    let mut renewed = false;
+    let mut watches = client.watch_client();
+    'create: loop {
+        let mut options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        if let Some(from) = from {
+            options = options.with_start_revision(from);
+        }
+        let mut stream = watches.watch(key.clone(), Some(options)).await?;
+        loop {
+            let Some(response) = stream.message().await? else {
+                return Err(Failure::Etcd(etcd_client::Error::WatchError("the watch stream ended".into())));
+            };
+            if response.canceled() {
+                if response.compact_revision() > 0 {
+                    return Ok(Watched::Compacted);
+                }
+                let reason = response.cancel_reason().to_owned();
+                if reason.contains("permission denied") && !renewed {
+                    renewed = true;
+                    // etcd-client renews the token when a unary call is refused, not when a watch
+                    // is. Best effort: the next creation says whether it helped.
+                    let _ = client.refresh_token().await;
+                    continue 'create;
+                }
+                let code =
+                    if reason.contains("permission denied") { Code::PermissionDenied } else { Code::Aborted };
+                return Err(Failure::Etcd(etcd_client::Error::GRpcStatus(Status::new(code, reason))));
+            }
+            if response.created() && from.is_none() {
+                let read =
+                    client.kv_client().get(key.clone(), Some(GetOptions::new().with_count_only())).await?;
+                if read.count() == 0 {
+                    return Ok(Watched::Deleted);
+                }
+            }
+            if response.events().iter().any(|event| event.event_type() == EventType::Delete) {
+                return Ok(Watched::Deleted);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock_testkit::harness::EtcdServer;
+
+    #[test]
+    fn a_watch_from_a_compacted_revision_asks_for_a_new_read() {
+        let server = EtcdServer::start().unwrap();
+        let backend = EtcdBackend::from_url(&server.url()).unwrap();
+        let session = &backend.inner.session;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut kv = session.client().kv_client();
+        let revision = |put: etcd_client::PutResponse| put.header().map(|header| header.revision()).unwrap();
+        let first = revision(session.call_until(deadline, kv.put("k", "1", None)).unwrap());
+        let last = revision(session.call_until(deadline, kv.put("k", "2", None)).unwrap());
+        session.call_until(deadline, kv.compact(last, None)).unwrap();
+        let watch = watch_deletion(session.client().clone(), b"k".to_vec(), Some(first));
+        assert!(matches!(session.wait_until(deadline, watch), Some(Ok(Watched::Compacted))));
+
+        let watch = watch_deletion(session.client().clone(), b"k".to_vec(), Some(last));
+        let deleted = session.wait_until(deadline, async {
+            let mut kv = kv.clone();
+            let (watched, _) = tokio::join!(watch, async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                kv.delete("k", None).await
+            });
+            watched
+        });
+        assert!(matches!(deleted, Some(Ok(Watched::Deleted))));
+    }
+}
