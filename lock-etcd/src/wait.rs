@@ -72,7 +72,11 @@ impl EtcdBackend {
             }
             let now = Instant::now();
             let until = deadline.map_or(now + RECHECK, |deadline| deadline.min(now + RECHECK));
-            let watch = watch_deletion(session.client().clone(), predecessor.key().to_vec(), None);
+            let watch = watch_deletion(
+                session.client().clone(),
+                predecessor.key().to_vec(),
+                Start::Now { created: predecessor.create_revision() },
+            );
             let watched = session.wait_until(until, async {
                 tokio::select! {
                     watched = watch => Some(watched),
@@ -121,19 +125,32 @@ impl EtcdBackend {
     }
 }
 
-/// Watches `key` until it is deleted: from revision `from` (inclusive), or from now, and then
-/// reads `key` once the watch is in place (`None`, what waiters do: a deletion before the watch
-/// began shows in that read). Not from the waiter's read revision as Go's `waitDelete` does: a
-/// watch starting at a revision the store already has is "unsynced" on the server and caught up
-/// by a loop every 100 ms, which cost 50 ms per hand-off in ML01. A watch refused at creation with
+/// Where a watch starts.
+#[derive(Clone, Copy)]
+enum Start {
+    /// From revision `from` (inclusive).
+    #[cfg_attr(not(test), allow(dead_code))]
+    At(i64),
+    /// From now, and then the key is read once the watch is in place: gone, or re-created (the
+    /// same client's key comes back with a new create revision after a release and a new lock),
+    /// counts as deleted. What waiters do, rather than Go's `waitDelete` from the waiter's read
+    /// revision: a watch starting at a revision the store already has is "unsynced" on the
+    /// server and caught up by a loop every 100 ms.
+    Now {
+        /// The create revision of the key as the waiter read it.
+        created: i64,
+    },
+}
+
+/// Watches `key` until it is deleted (see [`Start`]). A watch refused at creation with
 /// "permission denied" — what etcd 3.4 says for an expired auth token too — is tried once more
 /// after renewing the token.
-async fn watch_deletion(client: Client, key: Vec<u8>, from: Option<i64>) -> Result<Watched, Failure> {
+async fn watch_deletion(client: Client, key: Vec<u8>, start: Start) -> Result<Watched, Failure> {
     let mut renewed = false;
     let mut watches = client.watch_client();
     'create: loop {
         let mut options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
-        if let Some(from) = from {
+        if let Start::At(from) = start {
             options = options.with_start_revision(from);
         }
         let mut stream = watches.watch(key.clone(), Some(options)).await?;
@@ -157,10 +174,10 @@ async fn watch_deletion(client: Client, key: Vec<u8>, from: Option<i64>) -> Resu
                     if reason.contains("permission denied") { Code::PermissionDenied } else { Code::Aborted };
                 return Err(Failure::Etcd(etcd_client::Error::GRpcStatus(Status::new(code, reason))));
             }
-            if response.created() && from.is_none() {
+            if let (true, Start::Now { created }) = (response.created(), start) {
                 let read =
-                    client.kv_client().get(key.clone(), Some(GetOptions::new().with_count_only())).await?;
-                if read.count() == 0 {
+                    client.kv_client().get(key.clone(), Some(GetOptions::new().with_keys_only())).await?;
+                if read.kvs().first().is_none_or(|kv| kv.create_revision() != created) {
                     return Ok(Watched::Deleted);
                 }
             }
@@ -187,10 +204,10 @@ mod tests {
         let first = revision(session.call_until(deadline, kv.put("k", "1", None)).unwrap());
         let last = revision(session.call_until(deadline, kv.put("k", "2", None)).unwrap());
         session.call_until(deadline, kv.compact(last, None)).unwrap();
-        let watch = watch_deletion(session.client().clone(), b"k".to_vec(), Some(first));
+        let watch = watch_deletion(session.client().clone(), b"k".to_vec(), Start::At(first));
         assert!(matches!(session.wait_until(deadline, watch), Some(Ok(Watched::Compacted))));
 
-        let watch = watch_deletion(session.client().clone(), b"k".to_vec(), Some(last));
+        let watch = watch_deletion(session.client().clone(), b"k".to_vec(), Start::At(last));
         let deleted = session.wait_until(deadline, async {
             let mut kv = kv.clone();
             let (watched, _) = tokio::join!(watch, async {

@@ -210,18 +210,46 @@ impl MySqlBackend {
     /// create tables.
     pub fn ensure_schema(&self) -> Result<()> {
         let mut connection = self.inner.pool.get()?;
-        // Look before creating: `CREATE … IF NOT EXISTS` on a table waits for its metadata lock,
-        // which every open row-lock transaction holds.
+        if self.missing_tables(&mut connection)?.is_none() {
+            return Ok(());
+        }
+        // One client creates at a time, and the others look again once it is done. Otherwise a
+        // second client that also saw the objects missing runs `CREATE SEQUENCE IF NOT EXISTS`
+        // on the sequence the first one just created, which waits for the metadata lock of every
+        // transaction that took a token from it (measured: 1.7 s behind a 2 s transaction) —
+        // the first client's row-lock holds — and every later token queues behind that wait: a
+        // holder waiting for a refused rival then deadlocked with it until the I/O timeout (two
+        // `distlock compare` scenarios on a fresh server, 10 s). A `GET_LOCK` that times out
+        // still lets this client go on.
+        let key = self.inner.tables.schema_lock_key();
+        let wait = self.inner.pool.io_timeout().mul_f64(0.75).as_secs_f64();
+        connection.run(
+            "wait for another client creating the tables",
+            &format!("SELECT GET_LOCK({key}, {wait:.3})"),
+        )?;
+        let created = match self.missing_tables(&mut connection) {
+            Ok(Some(existing)) => {
+                connection.run("create the lock tables", &self.inner.tables.ddl(&existing)).map(drop)
+            }
+            Ok(None) => Ok(()),
+            Err(error) => Err(error),
+        };
+        // A connection broken by a failed creation is closed, which releases the lock as well.
+        let released =
+            connection.run("let other clients create the tables", &format!("DO RELEASE_LOCK({key})"));
+        created.and(released.map(drop))
+    }
+
+    /// The tables (and the lock table's newest column) that exist, when one is missing; `None`
+    /// when all do.
+    fn missing_tables(&self, connection: &mut MyConnection) -> Result<Option<Vec<String>>> {
         let existing = connection.run("look for the lock tables", &self.inner.tables.existing())?;
         let existing: Vec<String> = existing
             .sets
             .last()
             .map(|set| set.1.iter().filter_map(|row| row.get::<String, _>(0)).collect())
             .unwrap_or_default();
-        if existing.len() == Tables::COUNT {
-            return Ok(());
-        }
-        connection.run("create the lock tables", &self.inner.tables.ddl(&existing)).map(drop)
+        Ok((existing.len() < Tables::COUNT).then_some(existing))
     }
 
     /// The server's remaining lease on `name` (lock-table kind; `None` when free).

@@ -158,6 +158,12 @@ impl Tables {
     /// How many rows [`existing`](Self::existing) lists when the schema is up to date.
     pub(crate) const COUNT: usize = 9;
 
+    /// The `GET_LOCK` name (an SQL expression) that clients creating these tables in this
+    /// database take in turn: short whatever the table's name (lock names have a length limit).
+    pub(crate) fn schema_lock_key(&self) -> String {
+        format!("CONCAT('distlock-schema:', CRC32(CONCAT(DATABASE(), '.', '{}')))", self.names[0])
+    }
+
     /// Which of the tables (and the sequence) exist in the current database (sequences are
     /// listed as tables), and the lock table's newest column.
     pub(crate) fn existing(&self) -> String {
