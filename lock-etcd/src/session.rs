@@ -76,8 +76,12 @@ impl Session {
             .build()
             .map_err(|e| Error::backend(BACKEND, e))?;
         let deadline = Instant::now() + settings.connect_timeout;
-        let timing =
-            KeepAliveTiming { reply_timeout: settings.io_timeout, requests: Arc::new(AtomicU64::new(0)) };
+        // A keep-alive unanswered for a third of the TTL counts the stream broken (and reopens
+        // it on another member) whatever the I/O timeout: with the I/O timeout alone (5 s of a
+        // 10 s TTL by default) a stalled member left under 2 s to reopen before etcd expires
+        // the lease.
+        let reply_timeout = settings.io_timeout.min(settings.session_ttl / 3);
+        let timing = KeepAliveTiming { reply_timeout, requests: Arc::new(AtomicU64::new(0)) };
         let mut session = Self {
             settings,
             runtime: Some(runtime),

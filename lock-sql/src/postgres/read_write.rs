@@ -158,7 +158,15 @@ impl PostgresBackend {
             let mut connection = session.lock();
             let connection = connection.get();
             let io_timeout = connection.io_timeout();
-            self.rw_lock_on(connection, request.name, request.ttl, Access::Read, Some(io_timeout))?
+            let granted =
+                self.rw_lock_on(connection, request.name, request.ttl, Access::Read, Some(io_timeout));
+            if granted.is_err() {
+                // The read may have been granted before the failure: the writer's session must not
+                // go back to the pool with a hold nobody knows of (ending it ends the write hold
+                // too, which its renewal then reports).
+                connection.discard();
+            }
+            granted?
         };
         let Some((fence, waited, sent)) = granted else {
             return Err(Error::Backend {
