@@ -3,12 +3,12 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use lock_core::{
     check_lease, Acquired, DistributedLock, Error, Extension, Fencing, FencingToken, HoldKind, LockName,
-    NativeWait, OwnerToken, Result,
+    NativeWait, OwnerToken, Result, WriteHolds,
 };
 
 use crate::blocking::{async_context_error, in_async_context, refuse_async_context};
@@ -16,8 +16,9 @@ use crate::builder::{EtcdLockBuilder, Settings};
 use crate::error::BACKEND;
 use crate::keep_alive::ClientLease;
 use crate::keys::{contenders_range, Namespace};
-use crate::lease::{revision_token, EtcdLease};
+use crate::lease::{revision_token, EtcdLease, Held};
 use crate::mutex::{delete_if_revision, Wait, Won};
+use crate::read_write::SharedKey;
 use crate::session::Session;
 use crate::slots::LocalSlots;
 
@@ -43,8 +44,9 @@ const MAX_DRIFT: f64 = 0.1;
 /// Calls block; from a tokio async task they return [`Error::Unsupported`] (use
 /// `tokio::task::spawn_blocking`). A release refused there is still sent, in the background.
 ///
-/// Abilities: [`NativeWait`] (each waiter watches its predecessor's key) and [`Fencing`] (the
-/// key's create revision).
+/// Abilities: [`NativeWait`] (each waiter watches its predecessor's key), [`Fencing`] (the
+/// key's create revision), [`ReadWrite`](lock_core::ReadWrite) (etcd's `recipe.RWMutex` layout)
+/// and [`Permits`](lock_core::Permits).
 ///
 /// ```no_run
 /// use lock_core::LockClient;
@@ -65,6 +67,8 @@ pub(crate) struct Inner {
     pub(crate) session: Session,
     pub(crate) namespace: Namespace,
     pub(crate) slots: Arc<LocalSlots>,
+    /// The write locks held, for their owners' downgrades (see [`crate::read_write`]).
+    pub(crate) writers: WriteHolds<Weak<SharedKey>>,
     /// How many times a waiter of this backend was woken by a watch.
     pub(crate) wake_ups: AtomicU64,
 }
@@ -88,7 +92,9 @@ impl EtcdBackend {
     pub(crate) fn open(settings: Settings, namespace: Namespace) -> Result<Self> {
         let session = Session::open(settings)?;
         let slots = Arc::new(LocalSlots::default());
-        Ok(Self { inner: Arc::new(Inner { session, namespace, slots, wake_ups: AtomicU64::new(0) }) })
+        let writers = WriteHolds::default();
+        let wake_ups = AtomicU64::new(0);
+        Ok(Self { inner: Arc::new(Inner { session, namespace, slots, writers, wake_ups }) })
     }
 
     /// The namespace (key prefix) under which this backend's locks live; `""` for none.
@@ -99,6 +105,13 @@ impl EtcdBackend {
     /// The key prefix of the lock `name`: `etcdctl lock <prefix>` contends for the same lock.
     pub fn lock_prefix(&self, name: &LockName) -> String {
         self.inner.namespace.lock_prefix(name)
+    }
+
+    /// The key prefix of the election `name` (`[namespace/]%election/<name>`): `etcdctl elect
+    /// <prefix> <proposal>` and Go's `concurrency.NewElection(session, prefix)` campaign in the
+    /// same election.
+    pub fn election_prefix(&self, name: &LockName) -> String {
+        self.inner.namespace.election_prefix(name)
     }
 
     /// The id of the client's current lease (the one new acquisitions use).
@@ -253,6 +266,11 @@ impl DistributedLock for EtcdBackend {
             "a leader change is a short in-doubt blip (the lease is extended by the new leader); a \
              lease etcd revokes or lets expire loses every lock of its client",
         )
+        .with_elections(
+            "etcd's concurrency.Election (`etcdctl elect`): keys `<prefix>/<lease hex>` under \
+             `[ns/]%election/<name>` holding the value, the lowest create revision leads; a watch on \
+             the prefix wakes followers",
+        )
     }
 
     fn hold_kind(&self) -> HoldKind {
@@ -300,7 +318,11 @@ impl DistributedLock for EtcdBackend {
     }
 
     fn release(&self, mut lease: EtcdLease) -> Result<bool> {
-        let Some(held) = lease.held.take() else { return Ok(false) };
+        let Some(Held { slot, shared, .. }) = lease.held.take() else { return Ok(false) };
+        if !self.leave_key(&lease, shared) {
+            // A downgrade: another lease of this client still holds the key, which stays.
+            return self.key_still_there(&lease);
+        }
         // The lease is gone, and the key with it.
         if lease.lease.is_lost() {
             return Ok(false);
@@ -308,18 +330,18 @@ impl DistributedLock for EtcdBackend {
         let key = std::mem::take(&mut lease.key);
         if let Err(error) = refuse_async_context() {
             // Not waited for here, but sent: the key goes as soon as etcd can delete it.
-            self.abandon(key, lease.create_revision, Arc::clone(&lease.lease), held.slot);
+            self.abandon(key, lease.create_revision, Arc::clone(&lease.lease), slot);
             return Err(error);
         }
         let session = &self.inner.session;
         match session.txn(self.io_deadline(), delete_if_revision(&key, lease.create_revision)) {
             Ok(response) => Ok(response.succeeded()),
             Err(failure) if failure.is_lease_gone() => Ok(false),
-            Err(failure) if failure.is_definite() => Err(failure.into_error("release")),
             Err(failure) => {
-                // The reply is lost: the key may still be there. Delete it in the background
-                // until etcd answers (or the lease ends, which deletes it too).
-                self.abandon(key, lease.create_revision, Arc::clone(&lease.lease), held.slot);
+                // Refused or unanswered: the key may still be there, holding the lock for as
+                // long as the client lives. Delete it in the background until etcd confirms
+                // (or the lease ends, which deletes it too).
+                self.abandon(key, lease.create_revision, Arc::clone(&lease.lease), slot);
                 Err(failure.into_error("release"))
             }
         }
@@ -333,8 +355,20 @@ impl DistributedLock for EtcdBackend {
         Some(self)
     }
 
+    fn elections(&self) -> Option<&dyn lock_core::Elections<Lease = EtcdLease>> {
+        Some(self)
+    }
+
+    fn read_write(&self) -> Option<&dyn lock_core::ReadWrite<Lease = EtcdLease>> {
+        Some(self)
+    }
+
+    fn permits(&self) -> Option<&dyn lock_core::Permits<Lease = EtcdLease>> {
+        Some(self)
+    }
+
     fn missing_abilities(&self) -> Option<&'static str> {
-        Some("etcd read-write locks and semaphores are not implemented yet")
+        None
     }
 }
 

@@ -28,6 +28,9 @@ const DEFAULT_PORT: u16 = 2379;
 pub struct EtcdLockBuilder {
     pub(crate) settings: Settings,
     pub(crate) namespace: String,
+    /// Whether `io_timeout` was set: the default gives way to a short session TTL, a choice
+    /// does not.
+    io_timeout_chosen: bool,
 }
 
 /// What a backend connects with.
@@ -75,7 +78,14 @@ fn endpoint(entry: &str) -> Result<String> {
     if entry.contains("://") {
         return invalid("takes no scheme: list `host:port` (TLS is the builder's `tls`, or an etcds:// URL)");
     }
-    if entry.contains(['/', '@', '?', '#']) || entry.chars().any(char::is_whitespace) {
+    if entry.contains('@') {
+        // Not echoed: what precedes the `@` may be a password.
+        return Err(Error::invalid_config(
+            "an etcd endpoint holds a `@`: credentials go to `credentials(user, password)` or an \
+             etcd://user:password@host URL, never the endpoint list",
+        ));
+    }
+    if entry.contains(['/', '?', '#']) || entry.chars().any(char::is_whitespace) {
         return invalid("must be `host:port`");
     }
     // `[v6]` or `[v6]:port`; otherwise a `:` starts the port.
@@ -93,10 +103,20 @@ fn endpoint(entry: &str) -> Result<String> {
     }
 }
 
+/// `endpoints` for `Debug`: an entry with a `@` (credentials put where they do not belong,
+/// which `build` refuses) shows only what follows it.
+fn shown_endpoints(endpoints: &str) -> String {
+    let shown = endpoints.split(',').map(|entry| match entry.rsplit_once('@') {
+        Some((_, host)) => format!("<redacted>@{host}"),
+        None => entry.to_owned(),
+    });
+    shown.collect::<Vec<_>>().join(",")
+}
+
 impl fmt::Debug for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Settings")
-            .field("endpoints", &self.endpoints)
+            .field("endpoints", &shown_endpoints(&self.endpoints))
             .field("user", &self.credentials.as_ref().map(|(user, _)| user))
             .field("session_ttl", &self.session_ttl)
             .field("connect_timeout", &self.connect_timeout)
@@ -127,6 +147,7 @@ impl EtcdLockBuilder {
                 tls: None,
             },
             namespace: String::new(),
+            io_timeout_chosen: false,
         }
     }
 
@@ -211,9 +232,11 @@ impl EtcdLockBuilder {
     }
 
     /// How long one request may wait for its reply; a wait for the lock itself is bounded by
-    /// the caller's deadline instead. Defaults to 5 s.
+    /// the caller's deadline instead. Must be shorter than the session TTL. Defaults to 5 s, or
+    /// half the session TTL if that is shorter.
     pub fn io_timeout(mut self, timeout: Duration) -> Self {
         self.settings.io_timeout = timeout;
+        self.io_timeout_chosen = true;
         self
     }
 
@@ -241,7 +264,7 @@ impl EtcdLockBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a bad endpoint list or namespace, timeouts or a TTL that are
-    /// zero or over an hour, an empty user, TLS settings tonic cannot do (`require`,
+    /// zero or over an hour, an I/O timeout not below the TTL, an empty user, TLS settings tonic cannot do (`require`,
     /// `verify-ca`, `prefer`, TLS without the `tls` feature, unreadable certificate files);
     /// [`Error::Connection`] when every endpoint refuses connections; [`Error::Timeout`] when
     /// none answers within the connect timeout (a server that accepts connections but never
@@ -250,7 +273,10 @@ impl EtcdLockBuilder {
     /// task: building connects, and blocks until the servers answer; call it from
     /// `tokio::task::spawn_blocking`.
     pub fn build(self) -> Result<EtcdBackend> {
-        let settings = self.settings;
+        let mut settings = self.settings;
+        if !self.io_timeout_chosen {
+            settings.io_timeout = settings.io_timeout.min(settings.session_ttl / 2);
+        }
         let namespace = Namespace::new(&self.namespace)?;
         settings.endpoint_list()?;
         let limits = [settings.session_ttl, settings.connect_timeout, settings.io_timeout];
@@ -258,6 +284,11 @@ impl EtcdLockBuilder {
             return Err(Error::invalid_config(
                 "etcd timeouts and the session TTL must be greater than zero and at most an hour",
             ));
+        }
+        if settings.io_timeout >= settings.session_ttl {
+            // A request could then outlive every hold it serves: a hold is believed for one TTL
+            // after its last confirmed keep-alive.
+            return Err(Error::invalid_config("the etcd I/O timeout must be shorter than the session TTL"));
         }
         if settings.credentials.as_ref().is_some_and(|(user, _)| user.is_empty()) {
             return Err(Error::invalid_config("the etcd user must not be empty"));
@@ -319,10 +350,14 @@ mod tests {
             base().io_timeout(Duration::MAX),
             base().connect_timeout(Duration::ZERO),
             base().credentials("", "pw"),
+            base().session_ttl(Duration::from_secs(2)).io_timeout(Duration::from_secs(2)),
+            EtcdLockBuilder::new("user:s3cret@h:2379"),
             EtcdLockBuilder::new(" "),
             EtcdLockBuilder::new("http://h:2379"),
         ] {
-            assert!(matches!(builder.build(), Err(Error::InvalidConfig { .. })));
+            assert!(!format!("{builder:?}").contains("s3cret"));
+            let error = builder.build().unwrap_err();
+            assert!(matches!(error, Error::InvalidConfig { .. }) && !error.to_string().contains("s3cret"));
         }
     }
 }

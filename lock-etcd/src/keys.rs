@@ -15,12 +15,31 @@
 //! `concurrency.NewMutex` share with distlock. (etcd keys are arbitrary bytes and
 //! [`LockName`] already refuses control characters, so nothing else needs escaping.)
 //!
+//! Read-write locks, semaphores and elections of a name are other locks than its mutex: each
+//! lives under a directory of its own whose name starts with `%` and a letter — which no encoded
+//! name can (an encoded `%` is always followed by two hex digits) — so the four never meet:
+//!
+//! | primitive `N` | prefix (Go's recipe on it) |
+//! | --- | --- |
+//! | mutex | `[ns/]N` (`concurrency.NewMutex`, `etcdctl lock`) |
+//! | read-write lock | `[ns/]%read-write/N` (`recipe.NewRWMutex`) |
+//! | semaphore | `[ns/]%semaphore/N` (no Go recipe) |
+//! | election | `[ns/]%election/N` (`concurrency.NewElection`, `etcdctl elect`) |
+//! | fenced value `K` | the key `[ns/]%fenced/K` |
+//!
 //! A namespace is taken as written: namespaces must not extend one another (`ns` and `ns/a`)
 //! for the same reason, and the builder cannot see the other clients' namespaces to check.
 
 use std::fmt::Write as _;
 
 use lock_core::{Error, LockName, Result};
+
+/// The directories of the other primitives and of fenced values: `%` and a letter, which no
+/// encoded name starts with.
+const READ_WRITE_DIR: &str = "%read-write";
+const SEMAPHORE_DIR: &str = "%semaphore";
+const ELECTION_DIR: &str = "%election";
+const FENCED_DIR: &str = "%fenced";
 
 /// A validated namespace: empty (none), or `/`-separated non-empty components without control
 /// characters, with no leading or trailing `/`.
@@ -56,10 +75,34 @@ impl Namespace {
 
     /// The prefix of the mutex `name`: `<namespace>/<encoded name>`, or the encoded name alone.
     pub(crate) fn lock_prefix(&self, name: &LockName) -> String {
-        let encoded = encode_name(name.as_str());
+        self.under(&encode_name(name.as_str()))
+    }
+
+    /// The prefix of the read-write lock `name` (Go's `recipe.NewRWMutex` prefix).
+    pub(crate) fn read_write_prefix(&self, name: &LockName) -> String {
+        self.under(&format!("{READ_WRITE_DIR}/{}", encode_name(name.as_str())))
+    }
+
+    /// The prefix of the semaphore `name`.
+    pub(crate) fn semaphore_prefix(&self, name: &LockName) -> String {
+        self.under(&format!("{SEMAPHORE_DIR}/{}", encode_name(name.as_str())))
+    }
+
+    /// The prefix of the election `name` (Go's `concurrency.NewElection` prefix, `etcdctl elect`).
+    pub(crate) fn election_prefix(&self, name: &LockName) -> String {
+        self.under(&format!("{ELECTION_DIR}/{}", encode_name(name.as_str())))
+    }
+
+    /// The key of the fenced value `key` (a fenced store's or a guarded write's).
+    pub(crate) fn fenced_key(&self, key: &str) -> String {
+        self.under(&format!("{FENCED_DIR}/{}", encode_name(key)))
+    }
+
+    /// `path` under the namespace.
+    fn under(&self, path: &str) -> String {
         match self.0.is_empty() {
-            true => encoded,
-            false => format!("{}/{encoded}", self.0),
+            true => path.to_owned(),
+            false => format!("{}/{path}", self.0),
         }
     }
 }
@@ -127,6 +170,31 @@ mod tests {
                 let range = contenders_range(&none.lock_prefix(&name(one)));
                 let key = contender_key(&none.lock_prefix(&name(other)), 0x1f);
                 assert!(!key.starts_with(&range), "{one:?} would see {other:?}'s key {key}");
+            }
+        }
+    }
+
+    #[test]
+    fn primitives_of_one_name_never_share_a_range() {
+        let ns = Namespace::new("apps").unwrap();
+        let names = ["a", "a/b", "%read-write", "%election", "%semaphore", "%fenced", "read"];
+        let prefixes = |text: &str| {
+            let name = name(text);
+            [
+                ns.lock_prefix(&name),
+                ns.read_write_prefix(&name),
+                ns.semaphore_prefix(&name),
+                ns.election_prefix(&name),
+                ns.fenced_key(text),
+            ]
+        };
+        assert_eq!(ns.read_write_prefix(&name("a/b")), "apps/%read-write/a%2Fb");
+        assert_eq!(Namespace::default().election_prefix(&name("e")), "%election/e");
+        let all: Vec<String> = names.iter().flat_map(|text| prefixes(text)).collect();
+        for (i, one) in all.iter().enumerate() {
+            for (j, other) in all.iter().enumerate().filter(|(j, _)| *j != i) {
+                let key = contender_key(other, 0x1f);
+                assert!(!key.starts_with(&contenders_range(one)), "{one} (#{i}) would see {key} (#{j})");
             }
         }
     }

@@ -10,6 +10,9 @@
 //! | hold | [`HoldKind::Session`](lock_core::HoldKind::Session): as long as the client's lease |
 //! | fencing | the key's create revision |
 //! | lost | the lease revoked or expired; in doubt while its keep-alive stream is broken |
+//! | read-write locks | etcd's `recipe.RWMutex`: keys `[ns/]%read-write/<name>/read/<unix nanos>` and `…/write/<unix nanos>`; a reader waits for older write keys, a writer for every older key (by mod revision), each watching only the newest such key |
+//! | semaphores | a key `[ns/]%semaphore/<name>/<unix nanos>` per request, holding the permit count; the `permits` oldest keys (by create revision) hold; waiters watch the prefix for deletions |
+//! | elections | etcd's `concurrency.Election` (`etcdctl elect`): the key `[ns/]%election/<name>/<lease hex>` holds the candidate's value and queues as a lock's; `proclaim` puts a value while the key's create revision is ours; followers watch the prefix |
 //!
 //! ```no_run
 //! use lock_core::LockClient;
@@ -79,6 +82,34 @@
 //! `etcdctl lock` defaults to a 10 s lease (`--ttl`); it deletes its key when its command ends
 //! or on SIGINT. Killed otherwise, its lock is free one TTL later.
 //!
+//! # Elections and `etcdctl elect`
+//! An election is etcd's `concurrency.Election` on the prefix
+//! [`EtcdBackend::election_prefix`] (`%election/<name>`, under the namespace if any): a
+//! campaign is the mutex's acquisition on that prefix whose key holds the campaign's value, the
+//! leader is the key with the lowest create revision (its value, and its create revision as the
+//! token), and `proclaim` is Go's `Proclaim`. So `etcdctl elect %election/<name> <proposal>`
+//! and Go's `NewElection(session, "%election/<name>")` campaign in the same election as
+//! `client.election("<name>")`, each seeing the other's value (`etcdctl elect -l` observes).
+//! Followers watch the prefix from the revision of their last read: woken by every change,
+//! never by a poll. As with locks, a client's threads campaigning for one election queue
+//! in-process first.
+//!
+//! # Read-write locks, semaphores and Go's `recipe.RWMutex`
+//! A read-write lock `N` is etcd's `recipe.RWMutex` (`go.etcd.io/etcd/client/v3/experimental/
+//! recipes`) on the prefix `%read-write/N` (under the namespace if any), key for key: Go's
+//! `NewRWMutex(session, "%read-write/N")` and `client.read_write_lock("N")` exclude each other.
+//! Every acquisition has a key of its own, so a client's threads contend as clients do. Writers
+//! are not starved: a reader behind a waiting writer waits for it. A writer's own read lock (a
+//! downgrade) is a read key of its own when no writer waits behind the write lock, shared with
+//! other readers once the write goes; when one does, the read keeps the write key until released
+//! (see the `read_write` module). Tokens are the keys' create revisions, for both modes.
+//!
+//! etcd has no semaphore recipe; distlock's is in the same spirit: a key per permit request on
+//! the client's lease, `%semaphore/N/<unix nanos>`, whose value is the count. The `permits`
+//! oldest keys hold; a key with another count is
+//! [`Error::PermitsMismatch`](lock_core::Error::PermitsMismatch), never over-admission. A release
+//! wakes every waiter to read once (one watch on the prefix each).
+//!
 //! # Operational life
 //! - Every call is bounded by one connect timeout (only when a new lease must be granted) and
 //!   one I/O timeout; a waiting acquisition returns by its deadline plus one I/O timeout. A
@@ -114,24 +145,26 @@
 //! with `cert=` and `key=`. A refused certificate is [`Error::Tls`](lock_core::Error::Tls) with
 //! rustls's reason.
 //!
-//! # Not yet
-//! Read-write locks, semaphores and elections (etcd's `recipes.RWMutex` and
-//! `concurrency.Election` layouts) are to come; [`DistributedLock::missing_abilities`] says so.
+//! # Limits
 //! A lock key deleted by hand (`etcdctl del`) while held is not noticed by its holder — as with
 //! etcd's own Mutex: the lease is what is watched; revoke it to take a client's locks away.
-//!
-//! [`DistributedLock::missing_abilities`]: lock_core::DistributedLock::missing_abilities
 #![warn(missing_docs)]
 
 mod backend;
 mod blocking;
 mod builder;
+mod election;
 mod error;
+mod fenced;
+mod guarded;
 mod keep_alive;
 mod keys;
 mod lease;
 mod mutex;
+mod own_key;
+mod read_write;
 mod requests;
+mod semaphore;
 mod session;
 mod slots;
 mod tls;
@@ -143,5 +176,6 @@ pub mod testkit;
 pub use backend::EtcdBackend;
 pub use builder::EtcdLockBuilder;
 pub use etcd_client;
+pub use fenced::EtcdFencedStore;
 pub use lease::EtcdLease;
 pub use session::ETCD_THREAD_NAME;

@@ -2,9 +2,10 @@
 //! on the client's one lease:
 //!
 //! 1. **Enqueue** in one transaction: if the key `<prefix>/<lease hex>` has never been created
-//!    (`create_revision == 0`), put it (value `""`, attached to the lease) and get the oldest
-//!    key under `<prefix>/`; else get the key and the oldest. The holder is the key with the
-//!    lowest create revision: ours, if the oldest is ours.
+//!    (`create_revision == 0`), put it (value `""` for a lock; for an election, the campaign's
+//!    value, as Go's `Election.Campaign` puts it — see [`crate::election`]) attached to the
+//!    lease, and get the oldest key under `<prefix>/`; else get the key and the oldest. The
+//!    holder is the key with the lowest create revision: ours, if the oldest is ours.
 //! 2. **Try**: not the holder — delete our key (v3.5 `TryLock`) and report contention.
 //! 3. **Wait** ([`crate::wait`]): for the newest key older than ours to be deleted, again until
 //!    none is left; then check that our key still exists (v3.5's `ErrSessionExpired`).
@@ -29,15 +30,18 @@ use crate::error::Failure;
 use crate::keep_alive::ClientLease;
 use crate::keys::{contender_key, contenders_range};
 use crate::lease::{EtcdLease, Held};
-use crate::slots::{SlotGuard, SlotWait};
+use crate::slots::SlotWait;
 use crate::EtcdBackend;
 
 /// How long a request without an answer waits before it is sent again (a clean-up, a wait).
 pub(crate) const RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// The longest pause between two attempts of a background clean-up.
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How many times an acquisition deletes a leftover key of its own, or replaces a lease lost
 /// under it, before it gives up.
-const ATTEMPTS: usize = 3;
+pub(crate) const ATTEMPTS: usize = 3;
 
 /// How long an acquisition may wait for the lock.
 #[derive(Debug, Clone, Copy)]
@@ -74,15 +78,16 @@ pub(crate) struct Won {
     pub(crate) waited: bool,
 }
 
-/// The enqueue transaction of Go's `Mutex.tryAcquire`.
-fn enqueue_txn(key: &str, range: &str, lease: i64) -> Txn {
+/// The enqueue transaction of Go's `Mutex.tryAcquire` (and `Election.Campaign`, which puts
+/// `value` and reads the oldest key in a wait of its own).
+fn enqueue_txn(key: &str, range: &str, lease: i64, value: &[u8]) -> Txn {
     let oldest = || {
         Some(GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend).with_limit(1))
     };
     Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, 0)])
         .and_then([
-            TxnOp::put(key, "", Some(PutOptions::new().with_lease(lease))),
+            TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease))),
             TxnOp::get(range, oldest()),
         ])
         .or_else([TxnOp::get(key, None), TxnOp::get(range, oldest())])
@@ -116,12 +121,24 @@ impl EtcdBackend {
         wait: Wait,
         ttl: std::time::Duration,
     ) -> Result<Option<Won>> {
+        self.acquire_on(name, &self.inner.namespace.lock_prefix(name), b"", wait, ttl)
+    }
+
+    /// [`acquire`](Self::acquire) on the queue `prefix` of the primitive `name` (the mutex's, or
+    /// an election's), whose key is put with `value`.
+    pub(crate) fn acquire_on(
+        &self,
+        name: &LockName,
+        prefix: &str,
+        value: &[u8],
+        wait: Wait,
+        ttl: std::time::Duration,
+    ) -> Result<Option<Won>> {
         let asked_at = Instant::now();
-        let prefix = self.inner.namespace.lock_prefix(name);
         // Another thread of this client holding the name is contention too.
-        let (slot, slot_waited) = match self.inner.slots.take(&prefix, SlotWait::No) {
+        let (slot, slot_waited) = match self.inner.slots.take(prefix, SlotWait::No) {
             Some(slot) => (slot, false),
-            None => match self.inner.slots.take(&prefix, wait.slot_wait()) {
+            None => match self.inner.slots.take(prefix, wait.slot_wait()) {
                 Some(slot) => (slot, true),
                 None => return Ok(None),
             },
@@ -130,25 +147,30 @@ impl EtcdBackend {
         loop {
             attempt += 1;
             let lease = self.inner.session.lease()?;
-            let key = contender_key(&prefix, lease.id);
-            let held = |slot| Some(Held { slot, backend: Arc::downgrade(&self.inner) });
+            let key = contender_key(prefix, lease.id);
+            let held =
+                |slot| Some(Held { slot: Some(slot), backend: Arc::downgrade(&self.inner), shared: None });
             let lease_of = |revision, slot, lease| EtcdLease {
                 name: name.clone(),
                 key: key.clone(),
                 create_revision: revision,
                 lease,
+                exclusive: true,
                 held: held(slot),
             };
             let try_deadline = Instant::now() + self.inner.session.settings().io_timeout;
             let fresh = matches!(wait, Wait::No) && Self::hold_start(&lease, ttl, asked_at) < asked_at;
-            let queued = match self.enqueue(&prefix, &key, &lease, try_deadline, fresh.then_some(asked_at)) {
+            let confirm_since = fresh.then_some(asked_at);
+            let queued = match self.enqueue(prefix, &key, value, &lease, try_deadline, confirm_since) {
                 Ok(queued) => queued,
                 Err(failure) if failure.is_lease_gone() && attempt < ATTEMPTS => {
                     lease.mark_lost("etcd refused a put on it: requested lease not found");
                     continue;
                 }
                 Err(failure) => {
-                    if !failure.is_definite() {
+                    // Even a definite failure may come after the key was put (the keep-alive
+                    // sent beside the enqueue failed): look, and delete it if it is there.
+                    if !failure.is_lease_gone() {
                         self.abandon_unknown(key, lease, slot);
                     }
                     return Err(failure.into_error("acquire"));
@@ -166,15 +188,17 @@ impl EtcdBackend {
                 }
                 Wait::Until(deadline) => deadline,
             };
-            match self.wait_for_turn(&prefix, &key, queued.revision, &lease, deadline) {
+            match self.wait_for_turn(prefix, &key, queued.revision, &lease, deadline) {
                 Ok(Some(confirmed_at)) => {
                     let lease = lease_of(queued.revision, slot, lease);
                     return Ok(Some(Won { lease, confirmed_at, waited: true }));
                 }
                 Ok(None) => {
+                    // The whole call returns by its deadline plus one I/O timeout: what the
+                    // wait's last request left of that bounds the delete, and past it the
+                    // delete goes on in the background.
                     let io_timeout = self.inner.session.settings().io_timeout;
-                    let cleanup_deadline =
-                        deadline.map_or(Instant::now(), |d| d.max(Instant::now())) + io_timeout;
+                    let cleanup_deadline = deadline.unwrap_or_else(Instant::now) + io_timeout;
                     self.delete_or_abandon(key.clone(), queued.revision, lease, slot, cleanup_deadline);
                     return Ok(None);
                 }
@@ -193,12 +217,13 @@ impl EtcdBackend {
         }
     }
 
-    /// Step 1: our key in the queue, by `deadline` — with a keep-alive sent after `confirm_since`
-    /// confirmed too, if given.
+    /// Step 1: our key (with its value) in the queue, by `deadline` — with a keep-alive sent
+    /// after `confirm_since` confirmed too, if given.
     fn enqueue(
         &self,
         prefix: &str,
         key: &str,
+        value: &[u8],
         lease: &ClientLease,
         deadline: Instant,
         confirm_since: Option<Instant>,
@@ -207,7 +232,7 @@ impl EtcdBackend {
         let range = contenders_range(prefix);
         for _ in 0..ATTEMPTS {
             let sent_at = Instant::now();
-            let txn = session.txn_request(deadline, enqueue_txn(key, &range, lease.id));
+            let txn = session.txn_request(deadline, enqueue_txn(key, &range, lease.id, value));
             let response = match confirm_since {
                 None => session.call_until(deadline, txn)?,
                 Some(since) => session.call_until(deadline, async {
@@ -235,78 +260,115 @@ impl EtcdBackend {
         Err(Failure::Unexpected("the client's own lock key kept reappearing"))
     }
 
-    /// Deletes our key (created at `revision`) by `deadline`; if that gets no answer, in the
-    /// background until it does. The slot is freed once the key is known gone.
-    fn delete_or_abandon(
+    /// Deletes our key (created at `revision`) by `deadline`; if that fails or gets no answer,
+    /// in the background until it is done. The slot (the mutex's; `()` for a key of its own) is
+    /// freed once the key is known gone.
+    pub(crate) fn delete_or_abandon(
         &self,
         key: String,
         revision: i64,
         lease: Arc<ClientLease>,
-        slot: SlotGuard,
+        slot: impl Send + 'static,
         deadline: Instant,
     ) {
+        if Instant::now() >= deadline {
+            return self.abandon(key, revision, lease, slot);
+        }
         match self.inner.session.txn(deadline, delete_if_revision(&key, revision)) {
             Ok(_) => drop(slot),
-            Err(failure) if failure.is_definite() => {
-                tracing::warn!(?failure, "deleting an etcd lock key failed; it goes with the client's lease");
-            }
+            Err(failure) if failure.is_lease_gone() => drop(slot),
             Err(_) => self.abandon(key, revision, lease, slot),
         }
     }
 
-    /// Deletes `key` (created at `revision`) in the background, again until etcd answers or the
-    /// lease is lost (which deletes it too); `slot` is held until then, so no other thread of
-    /// this client queues on the name while the key may still be there.
-    pub(crate) fn abandon(&self, key: String, revision: i64, lease: Arc<ClientLease>, slot: SlotGuard) {
-        let mut kv = self.inner.session.client().kv_client();
+    /// Deletes `key` (created at `revision`) in the background, again until etcd confirms it or
+    /// the lease is lost (which deletes it too) — a key left on a live lease would hold the
+    /// lock, or a place in its queue, for as long as the client lives. `slot` is held until
+    /// then, so no other thread of this client queues on the name while the key may be there.
+    pub(crate) fn abandon(
+        &self,
+        key: String,
+        revision: i64,
+        lease: Arc<ClientLease>,
+        slot: impl Send + 'static,
+    ) {
+        let kv = self.inner.session.client().kv_client();
+        let io_timeout = self.inner.session.settings().io_timeout;
         self.inner.session.spawn(async move {
             let _slot = slot;
-            loop {
-                let attempt = tokio::select! {
-                    outcome = kv.txn(delete_if_revision(&key, revision)) => outcome.map_err(Failure::from),
-                    () = lease.lost() => return,
-                };
-                match attempt {
-                    Err(failure) if !failure.is_definite() => tokio::time::sleep(RETRY).await,
-                    _ => return,
-                }
-            }
+            retry_until_done(&lease, io_timeout, &key, || {
+                let (mut kv, txn) = (kv.clone(), delete_if_revision(&key, revision));
+                async move { kv.txn(txn).await.map(drop) }
+            })
+            .await;
         });
     }
 
-    /// After an enqueue without an answer: our key may or may not exist, at a revision we do
-    /// not know. Deleted in the background once etcd answers what it is.
-    fn abandon_unknown(&self, key: String, lease: Arc<ClientLease>, slot: SlotGuard) {
-        let mut kv = self.inner.session.client().kv_client();
+    /// After an enqueue without an answer (or with an error after it was sent): our key may or
+    /// may not exist, at a revision we do not know. Deleted in the background once etcd answers
+    /// what it is — if it is on our lease (a key of its own whose creation failed may be
+    /// another client's).
+    pub(crate) fn abandon_unknown(&self, key: String, lease: Arc<ClientLease>, slot: impl Send + 'static) {
+        let kv = self.inner.session.client().kv_client();
+        let io_timeout = self.inner.session.settings().io_timeout;
+        let lease_id = lease.id;
         self.inner.session.spawn(async move {
             let _slot = slot;
-            loop {
-                let found = tokio::select! {
-                    found = kv.get(key.as_str(), None) => found.map_err(Failure::from),
-                    () = lease.lost() => return,
-                };
-                let revision = match found {
-                    Ok(found) => match found.kvs().first() {
-                        Some(ours) => ours.create_revision(),
-                        None => return,
-                    },
-                    Err(failure) if !failure.is_definite() => {
-                        tokio::time::sleep(RETRY).await;
-                        continue;
+            retry_until_done(&lease, io_timeout, &key, || {
+                let (mut kv, key) = (kv.clone(), key.clone());
+                async move {
+                    let found = kv.get(key.as_str(), None).await?;
+                    match found.kvs().first() {
+                        Some(ours) if ours.lease() == lease_id => {
+                            kv.txn(delete_if_revision(&key, ours.create_revision())).await.map(drop)
+                        }
+                        _ => Ok(()),
                     }
-                    Err(_) => return,
-                };
-                let deleted = kv.txn(delete_if_revision(&key, revision)).await.map_err(Failure::from);
-                if !matches!(deleted, Err(failure) if !failure.is_definite()) {
-                    return;
                 }
-                tokio::time::sleep(RETRY).await;
-            }
+            })
+            .await;
         });
     }
 }
 
+/// Runs the clean-up `attempt` until it succeeds or `lease` is lost, each attempt bounded by
+/// `io_timeout`, pausing [`RETRY`] and doubling up to [`RETRY_MAX`] between failures; the first
+/// definite failure is logged (a permanent one, such as a revoked permission, retries at the
+/// slowest pace until the lease ends).
+async fn retry_until_done<Fut>(
+    lease: &ClientLease,
+    io_timeout: std::time::Duration,
+    key: &str,
+    mut attempt: impl FnMut() -> Fut,
+) where
+    Fut: std::future::Future<Output = Result<(), etcd_client::Error>>,
+{
+    let mut pause = RETRY;
+    let mut logged = false;
+    loop {
+        let outcome = tokio::select! {
+            outcome = tokio::time::timeout(io_timeout, attempt()) => outcome,
+            () = lease.lost() => return,
+        };
+        match outcome.map(|done| done.map_err(Failure::from)) {
+            Ok(Ok(())) => return,
+            Ok(Err(failure)) if failure.is_lease_gone() => return,
+            Ok(Err(failure)) if failure.is_definite() && !logged => {
+                logged = true;
+                tracing::warn!(
+                    key,
+                    ?failure,
+                    "deleting an etcd lock key failed; trying again until it goes or the client's lease ends"
+                );
+            }
+            _ => {}
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RETRY_MAX);
+    }
+}
+
 /// Whether a wait until `deadline` has time left.
-fn wait_left(deadline: Option<Instant>) -> bool {
+pub(crate) fn wait_left(deadline: Option<Instant>) -> bool {
     deadline.is_none_or(|deadline| Instant::now() < deadline)
 }

@@ -1,21 +1,27 @@
-//! Waiting for the turn: Go's `waitDeletes`, one watch on one key at a time.
+//! Waiting for the turn: Go's `waitDeletes` (the mutex) and `waitOnLastRev` (the read-write
+//! lock), one watch on one key at a time.
 //!
-//! The waiter reads the newest key under the prefix created before its own (create revision
-//! below ours, sorted by create revision, descending, limit 1) and watches only that key's
-//! deletion (from the moment the watch begins, then reading the key once more) — so one release
-//! wakes one waiter, never the herd — and reads again when it comes, until no older key is left.
-//! Then it checks that its own key still exists (Go v3.5's `ErrSessionExpired`): a lease that
-//! ended meanwhile took it.
+//! The waiter reads the newest key of its range ordered before its own (revision below ours,
+//! sorted by that revision, descending, limit 1: the mutex orders by create revision, Go's
+//! `RWMutex` by mod revision) and watches only that key's deletion (from the moment the watch
+//! begins, then reading the key once more) — so one release wakes one waiter, never the herd —
+//! and reads again when it comes, until no older key is left. Then it checks that its own key
+//! still exists (Go v3.5's `ErrSessionExpired`): a lease that ended meanwhile took it.
 //!
 //! Unlike Go's `waitDelete`, a watch is never trusted alone: the waiter reads again on its own
 //! every [`RECHECK`] (a lost event delays it, never strands it), a watch whose start revision
 //! was compacted away is answered by reading again (Go aborts the lock), and the wait ends at
 //! once when the client's lease is lost.
+//!
+//! [`Watch`] (a watch confirmed by etcd, its token renewed once if refused) serves the
+//! semaphore's wait on a whole prefix too ([`crate::semaphore`]).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, EventType, GetOptions, SortOrder, SortTarget, WatchFilterType, WatchOptions};
+use etcd_client::{
+    Client, Event, EventType, GetOptions, SortOrder, SortTarget, WatchFilterType, WatchOptions, WatchStream,
+};
 use tonic::{Code, Status};
 
 use crate::error::Failure;
@@ -35,14 +41,54 @@ enum Watched {
     Compacted,
 }
 
+/// Which revision orders a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// The create revision: Go's `Mutex` (`WithFirstCreate`, `WithMaxCreateRev`).
+    Created,
+    /// The mod revision: Go's `RWMutex` (`WithLastRev`, `WithMaxModRev`). The same as the create
+    /// revision for keys written once, as every contender's is.
+    Modified,
+}
+
+impl Order {
+    /// The newest key of a prefix ordered below `revision`.
+    fn newest_below(self, revision: i64) -> GetOptions {
+        let options = GetOptions::new().with_prefix().with_limit(1);
+        match self {
+            Order::Created => options
+                .with_sort(SortTarget::Create, SortOrder::Descend)
+                .with_max_create_revision(revision - 1),
+            Order::Modified => {
+                options.with_sort(SortTarget::Mod, SortOrder::Descend).with_max_mod_revision(revision - 1)
+            }
+        }
+    }
+}
+
 impl EtcdBackend {
-    /// Step 3 of the recipe: waits until no key older than ours (created at `revision`) is
-    /// left; returns when the read that showed our key still there was sent, or `None` when
-    /// `deadline` passed first. Every request is bounded by the I/O timeout and by the deadline
-    /// plus one I/O timeout; one without an answer is tried again, keeping our place.
+    /// Step 3 of the mutex recipe: waits until no key under `<prefix>/` older than ours
+    /// (created at `revision`) is left; see [`wait_for_none_below`](Self::wait_for_none_below).
     pub(crate) fn wait_for_turn(
         &self,
         prefix: &str,
+        key: &str,
+        revision: i64,
+        lease: &ClientLease,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Instant>, Failure> {
+        self.wait_for_none_below(&contenders_range(prefix), Order::Created, key, revision, lease, deadline)
+    }
+
+    /// Waits until no key under the prefix `range` that `order` puts below `revision` (our
+    /// key's) is left; returns when the read that showed our key still there was sent, or
+    /// `None` when `deadline` passed first. Every request is bounded by the I/O timeout and by
+    /// the deadline plus one I/O timeout; one without an answer is tried again, keeping our
+    /// place.
+    pub(crate) fn wait_for_none_below(
+        &self,
+        range: &str,
+        order: Order,
         key: &str,
         revision: i64,
         lease: &ClientLease,
@@ -52,14 +98,9 @@ impl EtcdBackend {
         let io_timeout = session.settings().io_timeout;
         let bound =
             |now: Instant| deadline.map_or(now + io_timeout, |d| (now + io_timeout).min(d + io_timeout));
-        let range = contenders_range(prefix);
         loop {
-            let older = GetOptions::new()
-                .with_prefix()
-                .with_sort(SortTarget::Create, SortOrder::Descend)
-                .with_limit(1)
-                .with_max_create_revision(revision - 1);
-            let found = match session.get(bound(Instant::now()), range.as_str(), Some(older)) {
+            let older = order.newest_below(revision);
+            let found = match session.get(bound(Instant::now()), range, Some(older)) {
                 Ok(found) => found,
                 Err(failure) => {
                     self.pause_unless_final(failure, deadline)?;
@@ -114,7 +155,11 @@ impl EtcdBackend {
 
     /// A failed request in a wait: the failure if it is final (a definite answer, or past the
     /// deadline), else a short pause before the wait goes on.
-    fn pause_unless_final(&self, failure: Failure, deadline: Option<Instant>) -> Result<(), Failure> {
+    pub(crate) fn pause_unless_final(
+        &self,
+        failure: Failure,
+        deadline: Option<Instant>,
+    ) -> Result<(), Failure> {
         if failure.is_definite() || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
             return Err(failure);
         }
@@ -142,50 +187,107 @@ enum Start {
     },
 }
 
-/// Watches `key` until it is deleted (see [`Start`]). A watch refused at creation with
-/// "permission denied" — what etcd 3.4 says for an expired auth token too — is tried once more
-/// after renewing the token.
+/// Watches `key` until it is deleted (see [`Start`]).
 async fn watch_deletion(client: Client, key: Vec<u8>, start: Start) -> Result<Watched, Failure> {
-    let mut renewed = false;
-    let mut watches = client.watch_client();
-    'create: loop {
-        let mut options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
-        if let Start::At(from) = start {
-            options = options.with_start_revision(from);
+    let mut options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+    if let Start::At(from) = start {
+        options = options.with_start_revision(from);
+    }
+    let mut watch = Watch::open(&client, key.clone(), options).await?;
+    if let Start::Now { created } = start {
+        let read = client.kv_client().get(key, Some(GetOptions::new().with_keys_only())).await?;
+        if read.kvs().first().is_none_or(|kv| kv.create_revision() != created) {
+            return Ok(Watched::Deleted);
         }
-        let mut stream = watches.watch(key.clone(), Some(options)).await?;
-        loop {
-            let Some(response) = stream.message().await? else {
-                return Err(Failure::Etcd(etcd_client::Error::WatchError("the watch stream ended".into())));
-            };
-            if response.canceled() {
-                if response.compact_revision() > 0 {
-                    return Ok(Watched::Compacted);
-                }
-                let reason = response.cancel_reason().to_owned();
-                if reason.contains("permission denied") && !renewed {
-                    renewed = true;
-                    // etcd-client renews the token when a unary call is refused, not when a watch
-                    // is. Best effort: the next creation says whether it helped.
-                    let _ = client.refresh_token().await;
-                    continue 'create;
-                }
-                let code =
-                    if reason.contains("permission denied") { Code::PermissionDenied } else { Code::Aborted };
-                return Err(Failure::Etcd(etcd_client::Error::GRpcStatus(Status::new(code, reason))));
-            }
-            if let (true, Start::Now { created }) = (response.created(), start) {
-                let read =
-                    client.kv_client().get(key.clone(), Some(GetOptions::new().with_keys_only())).await?;
-                if read.kvs().first().is_none_or(|kv| kv.create_revision() != created) {
-                    return Ok(Watched::Deleted);
-                }
-            }
-            if response.events().iter().any(|event| event.event_type() == EventType::Delete) {
+    }
+    loop {
+        match watch.next().await? {
+            Report::Compacted => return Ok(Watched::Compacted),
+            Report::Events(events) if events.iter().any(|event| event.event_type() == EventType::Delete) => {
                 return Ok(Watched::Deleted);
+            }
+            Report::Events(_) => {}
+        }
+    }
+}
+
+/// A watch etcd has confirmed: the events from then on (or from its start revision) come
+/// through [`Watch::next`].
+pub(crate) struct Watch {
+    stream: WatchStream,
+    /// Cancelled at creation for a compacted start revision.
+    compacted: bool,
+}
+
+/// What a watch reported.
+pub(crate) enum Report {
+    /// Events, in order.
+    Events(Vec<Event>),
+    /// Its start revision was compacted away: read again.
+    Compacted,
+}
+
+impl Watch {
+    /// Opens a watch on `key` with `options` and waits until etcd confirms it. A watch refused
+    /// at creation with "permission denied" — what etcd 3.4 says for an expired auth token too —
+    /// is tried once more after renewing the token.
+    pub(crate) async fn open(client: &Client, key: Vec<u8>, options: WatchOptions) -> Result<Self, Failure> {
+        let mut renewed = false;
+        let mut watches = client.watch_client();
+        'create: loop {
+            let mut stream = watches.watch(key.clone(), Some(options.clone())).await?;
+            loop {
+                let response = next_message(&mut stream).await?;
+                if response.canceled() {
+                    if response.compact_revision() > 0 {
+                        return Ok(Self { stream, compacted: true });
+                    }
+                    let reason = response.cancel_reason().to_owned();
+                    if reason.contains("permission denied") && !renewed {
+                        renewed = true;
+                        // etcd-client renews the token when a unary call is refused, not when a
+                        // watch is. Best effort: the next creation says whether it helped.
+                        let _ = client.refresh_token().await;
+                        continue 'create;
+                    }
+                    return Err(canceled(reason));
+                }
+                if response.created() {
+                    return Ok(Self { stream, compacted: false });
+                }
             }
         }
     }
+
+    /// The next events (or the watch's end).
+    pub(crate) async fn next(&mut self) -> Result<Report, Failure> {
+        if self.compacted {
+            return Ok(Report::Compacted);
+        }
+        let response = next_message(&mut self.stream).await?;
+        if response.canceled() {
+            if response.compact_revision() > 0 {
+                self.compacted = true;
+                return Ok(Report::Compacted);
+            }
+            return Err(canceled(response.cancel_reason().to_owned()));
+        }
+        Ok(Report::Events(response.events().to_vec()))
+    }
+}
+
+/// The next message of a watch stream; its end is an error.
+async fn next_message(stream: &mut WatchStream) -> Result<etcd_client::WatchResponse, Failure> {
+    match stream.message().await? {
+        Some(response) => Ok(response),
+        None => Err(Failure::Etcd(etcd_client::Error::WatchError("the watch stream ended".into()))),
+    }
+}
+
+/// A watch cancelled by etcd for `reason`, as an error.
+fn canceled(reason: String) -> Failure {
+    let code = if reason.contains("permission denied") { Code::PermissionDenied } else { Code::Aborted };
+    Failure::Etcd(etcd_client::Error::GRpcStatus(Status::new(code, reason)))
 }
 
 #[cfg(test)]

@@ -2,8 +2,6 @@
 //! and workload target, on the shared harness server (or the server or cluster
 //! `DISTLOCK_ETCD_URL` names).
 //!
-//! Mutex only for now: read-write locks, semaphores, elections and guarded writes are not
-//! implemented by this crate yet, so their scenarios report n/a with the backend's reason.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +15,49 @@ use lock_testkit::suite::{Abilities, NotApplicable, OwnServers, RestartableServe
 use lock_testkit::workload::RoundTripProbe;
 
 use crate::{EtcdBackend, EtcdLockBuilder};
+
+mod interop;
+mod keep_alive;
+mod leader_kill;
+mod lease_loss;
+
+pub use leader_kill::{serve_e02_child_if_asked, CHILD_VARIABLE as E02_CHILD_VARIABLE};
+
+/// The etcd scenarios of `docs/scenarios.md`: E01 (interop with `etcdctl lock`), E02 (a 3-member
+/// cluster's leader killed under contention from 2 processes), E03 (the client's lease revoked,
+/// expired behind a cut network, or unconfirmable with the server dead), E04 (2,000 holds, one
+/// keep-alive stream). Each starts harness servers of its own.
+pub fn scenarios() -> Vec<lock_testkit::BackendScenario> {
+    use lock_testkit::BackendScenario;
+    vec![
+        BackendScenario::new("E01", "interop with etcdctl lock, both ways", || {
+            interop::a_distlock_waiter_gets_the_lock_when_etcdctl_lets_go();
+            interop::etcdctl_waits_for_a_distlock_holder();
+            interop::etcdctl_and_distlock_contending_never_overlap_and_both_progress();
+            interop::names_with_a_slash_are_encoded_and_etcdctl_can_name_them();
+        }),
+        BackendScenario::new("E02", "the cluster's leader killed under 8 threads in 2 processes", || {
+            // In the second process, this is where it does its part.
+            serve_e02_child_if_asked();
+            leader_kill::a_hold_survives_the_leader_s_death();
+            leader_kill::contention_through_a_leader_kill();
+        }),
+        BackendScenario::new(
+            "E03",
+            "the client's lease revoked or expired: every hold told lost first",
+            || {
+                lease_loss::a_revoked_lease_loses_every_hold_of_the_client();
+                lease_loss::a_cut_off_holder_is_told_before_a_rival_gets_the_lock();
+                lease_loss::a_killed_server_puts_holds_in_doubt_then_loses_them_on_time();
+            },
+        ),
+        BackendScenario::new(
+            "E04",
+            "2,000 holds on one client: one keep-alive stream",
+            keep_alive::two_thousand_holds_use_one_keep_alive_stream,
+        ),
+    ]
+}
 
 /// The connect and I/O timeouts of every client the target makes: short, so S13's
 /// unreachable-server check is quick, and far above a loopback round trip.
@@ -129,30 +170,30 @@ impl SuiteTarget for EtcdTarget {
     }
 
     fn abilities(&self) -> Abilities {
-        // Create-revision fencing tokens and watch wake-ups; read-write locks, semaphores and
-        // elections are not implemented yet (the backend's `missing_abilities` says so).
-        Abilities::ALL
+        // Create-revision fencing tokens, watch wake-ups, read-write locks (etcd's
+        // `recipe.RWMutex` layout), semaphores, and elections (`concurrency.Election`).
+        Abilities::ALL.with_shared(true, true).with_elections()
     }
 
     fn fenced_store(&self) -> Result<lock_core::Result<Box<dyn lock_core::FencedStore>>, NotApplicable> {
-        Err(NotApplicable("lock-etcd has no fenced store yet (a txn guarded by the key's create revision)"))
+        Ok(self.backend().map(|backend| Box::new(crate::EtcdFencedStore::new(backend)) as _))
     }
 
     fn write_if_held(
         &self,
-        _guard: &lock_core::LockGuard<EtcdBackend>,
-        _key: &str,
-        _value: &[u8],
+        guard: &lock_core::LockGuard<EtcdBackend>,
+        key: &str,
+        value: &[u8],
     ) -> Result<lock_core::Result<()>, NotApplicable> {
-        Err(NotApplicable("lock-etcd has no guarded write yet (Go's Mutex.IsOwner() in a txn)"))
+        Ok(guard.with_lease(|backend, lease| backend.put_if_held(lease, &guarded_key(backend, key), value)))
     }
 
     fn read_guarded(
         &self,
         _name: &LockName,
-        _key: &str,
+        key: &str,
     ) -> Result<lock_core::Result<Option<Vec<u8>>>, NotApplicable> {
-        Err(NotApplicable("lock-etcd has no guarded write yet (Go's Mutex.IsOwner() in a txn)"))
+        Ok(self.backend().and_then(|backend| backend.get_guarded(&guarded_key(&backend, key))))
     }
 
     fn backend(&self) -> lock_core::Result<EtcdBackend> {
@@ -268,6 +309,15 @@ impl SuiteTarget for EtcdTarget {
                 Ok(Box::new(move || backend.write_round_trip().map_err(|e| e.to_string())))
             },
         ))
+    }
+}
+
+/// GW01: where the suite's guarded writes of `key` go: under the namespace, apart from locks.
+fn guarded_key(backend: &EtcdBackend, key: &str) -> String {
+    let key = format!("%guarded/{}", crate::keys::encode_name(key));
+    match backend.namespace() {
+        "" => key,
+        namespace => format!("{namespace}/{key}"),
     }
 }
 

@@ -9,8 +9,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lock_core::LockClient;
-use lock_etcd::EtcdBackend;
 use lock_testkit::harness::EtcdServer;
+
+use crate::EtcdBackend;
 
 const HOLDS: usize = 2_000;
 const THREADS: usize = 4;
@@ -46,8 +47,7 @@ fn traffic(server: &EtcdServer, backend: &EtcdBackend) -> (u64, f64, f64) {
     )
 }
 
-#[test]
-fn two_thousand_holds_use_one_keep_alive_stream() {
+pub(super) fn two_thousand_holds_use_one_keep_alive_stream() {
     let server = EtcdServer::start().unwrap();
     let client = LockClient::new(
         EtcdBackend::builder(server.endpoint()).session_ttl(Duration::from_secs(3)).build().unwrap(),

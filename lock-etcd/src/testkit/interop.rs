@@ -9,8 +9,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lock_core::{LockClient, LockName};
-use lock_etcd::EtcdBackend;
 use lock_testkit::harness::EtcdServer;
+
+use crate::EtcdBackend;
 
 /// `etcdctl lock`'s session TTL here (its default is 10 s): a killed etcdctl frees the lock soon.
 const ETCDCTL_TTL: &str = "2";
@@ -41,8 +42,7 @@ fn exited_within(child: &mut Child, timeout: Duration) -> bool {
     false
 }
 
-#[test]
-fn a_distlock_waiter_gets_the_lock_when_etcdctl_lets_go() {
+pub(super) fn a_distlock_waiter_gets_the_lock_when_etcdctl_lets_go() {
     let server = EtcdServer::start().unwrap();
     let client = LockClient::new(backend(&server));
     let mut etcdctl = etcdctl_lock(&server, "e01-a", &[]);
@@ -75,8 +75,7 @@ fn a_distlock_waiter_gets_the_lock_when_etcdctl_lets_go() {
     drop(output);
 }
 
-#[test]
-fn etcdctl_waits_for_a_distlock_holder() {
+pub(super) fn etcdctl_waits_for_a_distlock_holder() {
     let server = EtcdServer::start().unwrap();
     let client = LockClient::new(backend(&server));
     let guard = client.lock_named("e01-b").unwrap().lock().unwrap();
@@ -89,10 +88,9 @@ fn etcdctl_waits_for_a_distlock_holder() {
     assert!(output.trim().starts_with("e01-b/"), "{output:?}");
 }
 
-#[test]
-fn etcdctl_and_distlock_contending_never_overlap_and_both_progress() {
+pub(super) fn etcdctl_and_distlock_contending_never_overlap_and_both_progress() {
     let server = Arc::new(EtcdServer::start().unwrap());
-    let dir = tempfile_dir();
+    let dir = temp_dir();
     let journal = dir.join("journal");
     std::fs::write(&journal, "").unwrap();
     let client = LockClient::new(backend(&server));
@@ -141,8 +139,7 @@ fn etcdctl_and_distlock_contending_never_overlap_and_both_progress() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-#[test]
-fn names_with_a_slash_are_encoded_and_etcdctl_can_name_them() {
+pub(super) fn names_with_a_slash_are_encoded_and_etcdctl_can_name_them() {
     let server = EtcdServer::start().unwrap();
     let client = LockClient::new(backend(&server));
     let name = LockName::new("jobs/nightly").unwrap();
@@ -155,7 +152,7 @@ fn names_with_a_slash_are_encoded_and_etcdctl_can_name_them() {
 }
 
 /// A fresh directory under the system's temp dir.
-fn tempfile_dir() -> std::path::PathBuf {
+fn temp_dir() -> std::path::PathBuf {
     let nanos = std::time::SystemTime::UNIX_EPOCH.elapsed().unwrap().as_nanos();
     let dir = std::env::temp_dir().join(format!("lock-etcd-e01-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

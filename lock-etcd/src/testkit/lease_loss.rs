@@ -7,9 +7,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use lock_core::{HoldState, LockClient, LockOptions};
-use lock_etcd::EtcdBackend;
 use lock_testkit::harness::EtcdServer;
 use lock_testkit::FaultProxy;
+
+use crate::EtcdBackend;
 
 /// The client lease's TTL in these tests: etcd's minimum with its default timing.
 const TTL: Duration = Duration::from_secs(2);
@@ -35,8 +36,7 @@ fn within(timeout: Duration, mut condition: impl FnMut() -> bool) -> Option<Inst
     None
 }
 
-#[test]
-fn a_revoked_lease_loses_every_hold_of_the_client() {
+pub(super) fn a_revoked_lease_loses_every_hold_of_the_client() {
     let server = EtcdServer::start().unwrap();
     let options = LockOptions::builder()
         .lease(Duration::from_secs(3))
@@ -65,8 +65,7 @@ fn a_revoked_lease_loses_every_hold_of_the_client() {
     again.unlock().unwrap();
 }
 
-#[test]
-fn a_cut_off_holder_is_told_before_a_rival_gets_the_lock() {
+pub(super) fn a_cut_off_holder_is_told_before_a_rival_gets_the_lock() {
     let server = EtcdServer::start().unwrap();
     let upstream: SocketAddr = server.endpoint().parse().unwrap();
     let proxy = FaultProxy::start(upstream).unwrap();
@@ -105,8 +104,7 @@ fn a_cut_off_holder_is_told_before_a_rival_gets_the_lock() {
     drop(guard);
 }
 
-#[test]
-fn a_killed_server_puts_holds_in_doubt_then_loses_them_on_time() {
+pub(super) fn a_killed_server_puts_holds_in_doubt_then_loses_them_on_time() {
     let server = EtcdServer::start().unwrap();
     let holder = LockClient::new(backend_at(&server.endpoint()));
     let guard = holder.lock_named("e03-kill").unwrap().lock().unwrap();
