@@ -42,6 +42,9 @@ pub enum AnyBackend {
     /// ZooKeeper.
     #[cfg(feature = "zookeeper")]
     ZooKeeper(lock_zk::ZooKeeperBackend),
+    /// etcd.
+    #[cfg(feature = "etcd")]
+    Etcd(lock_etcd::EtcdBackend),
 }
 
 /// A lease of an [`AnyBackend`]: the inner backend's lease, in the variant of its backend.
@@ -68,6 +71,9 @@ pub enum AnyLease {
     /// Of [`AnyBackend::ZooKeeper`].
     #[cfg(feature = "zookeeper")]
     ZooKeeper(lock_zk::ZooKeeperLease),
+    /// Of [`AnyBackend::Etcd`].
+    #[cfg(feature = "etcd")]
+    Etcd(lock_etcd::EtcdLease),
 }
 
 /// Runs `$body` with `$inner` bound to the inner backend, whatever the variant.
@@ -85,6 +91,8 @@ macro_rules! each {
             AnyBackend::MySql($inner) => $body,
             #[cfg(feature = "zookeeper")]
             AnyBackend::ZooKeeper($inner) => $body,
+            #[cfg(feature = "etcd")]
+            AnyBackend::Etcd($inner) => $body,
         }
     };
 }
@@ -105,6 +113,8 @@ macro_rules! paired {
             (AnyBackend::MySql($inner), AnyLease::MySql($inner_lease)) => $body,
             #[cfg(feature = "zookeeper")]
             (AnyBackend::ZooKeeper($inner), AnyLease::ZooKeeper($inner_lease)) => $body,
+            #[cfg(feature = "etcd")]
+            (AnyBackend::Etcd($inner), AnyLease::Etcd($inner_lease)) => $body,
             // Unreachable with no backend feature: the memory pair is then the only one.
             #[allow(unreachable_patterns)]
             ($any, _) => $mismatch,
@@ -131,6 +141,7 @@ lease_from! {
     #[cfg(feature = "postgres")] Postgres(lock_sql::postgres::PostgresLease),
     #[cfg(feature = "mysql")] MySql(lock_sql::mysql::MySqlLease),
     #[cfg(feature = "zookeeper")] ZooKeeper(lock_zk::ZooKeeperLease),
+    #[cfg(feature = "etcd")] Etcd(lock_etcd::EtcdLease),
 }
 
 /// A lease of another backend's variant handed to this one: a caller's bug, reported as such.
@@ -190,6 +201,8 @@ impl AnyBackend {
             }
             #[cfg(feature = "zookeeper")]
             AnyBackend::ZooKeeper(backend) => Box::new(lock_zk::ZooKeeperFencedStore::new(backend.clone())),
+            #[cfg(feature = "etcd")]
+            AnyBackend::Etcd(backend) => Box::new(lock_etcd::EtcdFencedStore::new(backend.clone())),
         })
     }
 }
@@ -291,6 +304,8 @@ impl DistributedLock for AnyBackend {
             AnyBackend::MySql(inner) => extend_batch(self, inner, batch, pick!(MySql)),
             #[cfg(feature = "zookeeper")]
             AnyBackend::ZooKeeper(inner) => extend_batch(self, inner, batch, pick!(ZooKeeper)),
+            #[cfg(feature = "etcd")]
+            AnyBackend::Etcd(inner) => extend_batch(self, inner, batch, pick!(Etcd)),
         }
     }
 

@@ -35,11 +35,13 @@ pub enum BackendKind {
     MySqlAdvisory,
     /// `zookeeper`: Curator-compatible ephemeral-sequential lock.
     ZooKeeper,
+    /// `etcd`: etcd's `concurrency.Mutex` (`etcdctl lock`).
+    Etcd,
 }
 
 impl BackendKind {
     /// Every kind, in the `distlock kinds` table's order.
-    pub const ALL: [BackendKind; 11] = [
+    pub const ALL: [BackendKind; 12] = [
         Self::Memory,
         Self::Redis,
         Self::RedisHash,
@@ -51,6 +53,7 @@ impl BackendKind {
         Self::MySqlRow,
         Self::MySqlAdvisory,
         Self::ZooKeeper,
+        Self::Etcd,
     ];
 
     /// The kind's name: `redis-hash`, `pg-row`, …
@@ -67,6 +70,7 @@ impl BackendKind {
             Self::MySqlRow => "mysql-row",
             Self::MySqlAdvisory => "mysql-advisory",
             Self::ZooKeeper => "zookeeper",
+            Self::Etcd => "etcd",
         }
     }
 
@@ -87,6 +91,7 @@ impl BackendKind {
             Self::PgTable | Self::PgRow | Self::PgAdvisory => Family::Postgres,
             Self::MySqlTable | Self::MySqlRow | Self::MySqlAdvisory => Family::MySql,
             Self::ZooKeeper => Family::ZooKeeper,
+            Self::Etcd => Family::Etcd,
         }
     }
 }
@@ -141,7 +146,8 @@ impl ConnectOptions {
 
     /// The kind of lock, where the URL's scheme has several (`redis-hash`, `pg-row`, …); a kind
     /// of another scheme is [`Error::InvalidConfig`]. Defaults to the first kind of the scheme:
-    /// `redis`, `pg-table`, `mysql-table`, `zookeeper`; `redlock` for a list of `redis://` URLs.
+    /// `redis`, `pg-table`, `mysql-table`, `zookeeper`, `etcd`; `redlock` for a list of `redis://`
+    /// URLs.
     pub fn kind(mut self, kind: BackendKind) -> Self {
         self.kind = Some(kind);
         self
@@ -155,22 +161,25 @@ impl ConnectOptions {
     }
 
     /// How long one exchange with the server may take (each builder's `io_timeout`; Redlock's
-    /// node timeout). Defaults to the backend's default.
+    /// node timeout; for etcd, at most half the client's 10 s session TTL). Defaults to the
+    /// backend's default.
     pub fn io_timeout(mut self, timeout: Duration) -> Self {
         self.io_timeout = Some(timeout);
         self
     }
 
     /// The connection pool's size (each builder's `max_connections`); ignored by ZooKeeper,
-    /// whose backend has one session. Defaults to the backend's default.
+    /// whose backend has one session, and etcd, whose requests share one HTTP/2 connection per
+    /// member. Defaults to the backend's default.
     pub fn max_connections(mut self, max: u32) -> Self {
         self.max_connections = Some(max);
         self
     }
 
     /// The namespace (each builder's `namespace`: Redis's key prefix, the SQL advisory-lock
-    /// namespace, ZooKeeper's root path, which it replaces the URL's path as). Defaults to the
-    /// backend's default (or, for ZooKeeper, the URL's path).
+    /// namespace, ZooKeeper's root path, etcd's key prefix; for ZooKeeper and etcd it replaces
+    /// the URL's path). Defaults to the backend's default (or, for ZooKeeper and etcd, the URL's
+    /// path).
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.namespace = Some(namespace.into());
         self
@@ -186,6 +195,7 @@ enum Family {
     Postgres,
     MySql,
     ZooKeeper,
+    Etcd,
 }
 
 /// The family of `url`'s form:
@@ -197,7 +207,8 @@ enum Family {
 /// - `postgres://`, `postgresql://`, or a libpq `key=value …` string: PostgreSQL;
 /// - `mysql://`: MySQL or MariaDB;
 /// - `zk://`, `zookeeper://`: a ZooKeeper ensemble; `zk+tls://` over TLS (feature
-///   `zookeeper-tls`).
+///   `zookeeper-tls`);
+/// - `etcd://`: an etcd cluster; `etcds://` over TLS.
 fn family_of(url: &str) -> Result<Family> {
     if url == "memory" || url == "memory://" {
         return Ok(Family::Memory);
@@ -209,7 +220,7 @@ fn family_of(url: &str) -> Result<Family> {
             return Ok(Family::Postgres);
         }
         return Err(Error::invalid_config(format!(
-            "{} is not a URL: write scheme://… (redis://, postgres://, mysql://, zk://)",
+            "{} is not a URL: write scheme://… (redis://, postgres://, mysql://, zk://, etcd://)",
             shown()
         )));
     };
@@ -231,9 +242,10 @@ fn family_of(url: &str) -> Result<Family> {
         "postgres" | "postgresql" => Ok(Family::Postgres),
         "mysql" => Ok(Family::MySql),
         "zk" | "zookeeper" | "zk+tls" | "zookeeper+tls" => Ok(Family::ZooKeeper),
+        "etcd" | "etcds" => Ok(Family::Etcd),
         "memory" => Ok(Family::Memory),
         other => Err(Error::invalid_config(format!(
-            "no backend for {other}:// URLs (redis, rediss, redis+sentinel, redis+cluster, postgres, postgresql, mysql, zk, zk+tls, zookeeper): {}",
+            "no backend for {other}:// URLs (redis, rediss, redis+sentinel, redis+cluster, postgres, postgresql, mysql, zk, zk+tls, zookeeper, etcd, etcds): {}",
             shown()
         ))),
     }
@@ -250,6 +262,7 @@ fn resolve(url: &str, kind: Option<BackendKind>) -> Result<BackendKind> {
             Family::Postgres => BackendKind::PgTable,
             Family::MySql => BackendKind::MySqlTable,
             Family::ZooKeeper => BackendKind::ZooKeeper,
+            Family::Etcd => BackendKind::Etcd,
         });
     };
     // One redis:// URL may be a Redlock of one node; a list is Redlock only.
@@ -278,6 +291,8 @@ pub fn check_url(url: &str, kind: Option<BackendKind>) -> Result<BackendKind> {
         Family::MySql => Err(not_built("mysql")),
         #[cfg(not(feature = "zookeeper"))]
         Family::ZooKeeper => Err(not_built("zookeeper")),
+        #[cfg(not(feature = "etcd"))]
+        Family::Etcd => Err(not_built("etcd")),
         _ => Ok(kind),
     }
 }
@@ -293,6 +308,7 @@ fn feature_message(feature: &'static str) -> &'static str {
         "redis" => "redis:// URLs in this build (enable the `redis` feature)",
         "postgres" => "postgres:// URLs in this build (enable the `postgres` feature)",
         "mysql" => "mysql:// URLs in this build (enable the `mysql` feature)",
+        "etcd" => "etcd:// URLs in this build (enable the `etcd` feature)",
         _ => "zk:// URLs in this build (enable the `zookeeper` feature)",
     }
 }
@@ -328,6 +344,7 @@ pub fn parse_url(url: &str) -> Result<AnyBackend> {
 /// | `postgres://` or `postgresql://[user[:password]@]host[:port]/db[?…]`, libpq `host=… dbname=…` | PostgreSQL | `pg-table` (default), `pg-row`, `pg-advisory` |
 /// | `mysql://[user[:password]@]host[:port]/db` | MySQL, MariaDB | `mysql-table` (default), `mysql-row`, `mysql-advisory` |
 /// | `zk://[user:password@]host:port[,host:port…][/namespace]`, `zookeeper://…`, `zk+tls://…` (TLS, feature `zookeeper-tls`) | ZooKeeper (digest auth with credentials) | `zookeeper` |
+/// | `etcd://[user:password@]host[:port][,host[:port]…][/namespace]`, `etcds://…` (TLS: `?cacert=…&cert=…&key=…`) | etcd (etcd's user auth with credentials; port 2379 by default) | `etcd` |
 ///
 /// User names and passwords are percent-decoded (`%40` for `@`, `%3A` for `:`, `%2F` for `/`).
 /// The SQL kinds need their tables: call [`AnyBackend::ensure_schema`] once.
@@ -351,13 +368,21 @@ pub fn parse_url_opts(url: &str, options: &ConnectOptions) -> Result<AnyBackend>
         Family::MySql => mysql(url, kind, options),
         #[cfg(feature = "zookeeper")]
         Family::ZooKeeper => zookeeper(url, options),
+        #[cfg(feature = "etcd")]
+        Family::Etcd => etcd(url, options),
         #[allow(unreachable_patterns)]
         _ => unreachable!("check_url refuses the families this build lacks"),
     }
 }
 
 /// Applies the options that are set to a builder, through its setters of the same names.
-#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql", feature = "zookeeper"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "zookeeper",
+    feature = "etcd"
+))]
 macro_rules! apply {
     ($builder:expr, $options:expr, $($setting:ident),*) => {{
         let mut builder = $builder;
@@ -424,6 +449,14 @@ fn zookeeper(url: &str, options: &ConnectOptions) -> Result<AnyBackend> {
     apply!(builder, options, connect_timeout, io_timeout, namespace).build().map(AnyBackend::ZooKeeper)
 }
 
+/// `etcd://` or `etcds://`: the builder parses the URL (endpoints, credentials, namespace, TLS);
+/// `max_connections` does not apply (one HTTP/2 connection per member).
+#[cfg(feature = "etcd")]
+fn etcd(url: &str, options: &ConnectOptions) -> Result<AnyBackend> {
+    let builder = lock_etcd::EtcdLockBuilder::from_url(url)?;
+    apply!(builder, options, connect_timeout, io_timeout, namespace).build().map(AnyBackend::Etcd)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,7 +466,9 @@ mod tests {
         for kind in BackendKind::ALL {
             assert_eq!(kind.name().parse::<BackendKind>().unwrap(), kind);
         }
-        assert!(matches!("etcd".parse::<BackendKind>(), Err(Error::InvalidConfig { .. })));
+        assert_eq!("etcd".parse::<BackendKind>().unwrap(), BackendKind::Etcd);
+        let unknown = "consul".parse::<BackendKind>().unwrap_err();
+        assert!(matches!(unknown, Error::InvalidConfig { .. }) && unknown.to_string().contains("etcd"));
     }
 
     #[test]
@@ -449,6 +484,9 @@ mod tests {
             ("mysql://u:p@h/db", BackendKind::MySqlTable),
             ("zk://u:p@h1:1,h2:2/a@b", BackendKind::ZooKeeper),
             ("zookeeper://h:1", BackendKind::ZooKeeper),
+            ("etcd://h", BackendKind::Etcd),
+            ("etcd://u:p%40w@h1:2379,h2:2379/locks", BackendKind::Etcd),
+            ("etcds://h:2379/locks?cacert=ca.pem", BackendKind::Etcd),
         ];
         for (url, kind) in cases {
             assert_eq!(resolve(url, None).unwrap(), kind, "{url}");
@@ -462,6 +500,9 @@ mod tests {
             ("postgres://h/db", BackendKind::Redis),
             ("zk://h:1", BackendKind::MySqlRow),
             ("redis://h:1/,redis://h:2/", BackendKind::RedisHash),
+            ("etcd://h:1", BackendKind::ZooKeeper),
+            ("zk://h:1", BackendKind::Etcd),
+            ("etcd://h:1,etcd://h:2", BackendKind::Etcd),
         ] {
             assert!(matches!(resolve(url, Some(kind)), Err(Error::InvalidConfig { .. })), "{url} {kind}");
         }
@@ -471,5 +512,32 @@ mod tests {
         }
         let shown = resolve("ftp://u:hunter2@h/", None).unwrap_err().to_string();
         assert!(!shown.contains("hunter2"), "{shown}");
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn etcd_urls_are_checked_by_the_builder_before_connecting() {
+        assert_eq!(check_url("etcds://h/locks", None).unwrap(), BackendKind::Etcd);
+        // TLS parameters on a plaintext URL, and a fragment: the builder's refusals, no password.
+        for bad in ["etcd://u:hunter2@h/locks?cacert=ca.pem", "etcd://u:hunter2@h/#f"] {
+            let error = parse_url(bad).unwrap_err();
+            assert!(matches!(error, Error::InvalidConfig { .. }), "{bad}: {error}");
+            assert!(!error.to_string().contains("hunter2"), "{error}");
+        }
+        // The options reach the builder: an invalid namespace and a zero timeout are refused.
+        let namespace = ConnectOptions::new().namespace("a//b");
+        assert!(matches!(parse_url_opts("etcd://127.0.0.1:1", &namespace), Err(Error::InvalidConfig { .. })));
+        let timeout = ConnectOptions::new().io_timeout(Duration::ZERO);
+        assert!(matches!(parse_url_opts("etcd://127.0.0.1:1", &timeout), Err(Error::InvalidConfig { .. })));
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    #[test]
+    fn etcd_urls_need_the_etcd_feature() {
+        let error = check_url("etcd://h:2379", None).unwrap_err();
+        assert!(
+            matches!(error, Error::Unsupported { .. }) && error.to_string().contains("`etcd` feature"),
+            "{error}"
+        );
     }
 }

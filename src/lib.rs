@@ -4,9 +4,10 @@
 //! This facade re-exports [`lock_core`] (the API and the in-memory backend) and, behind Cargo
 //! features, each backend crate: `redis` (single-node locks and Redlock), `postgres` and `mysql`
 //! (lock table, row locks, advisory locks), `zookeeper` (Curator-compatible ephemeral-sequential
-//! locks), `etcd` (etcd's `concurrency.Mutex`, mutex only). The feature `testkit` is test
-//! support — each enabled backend's conformance-suite targets and broken recipes, for this
-//! crate's own tests and `distlock compare` — and is **not semver-stable**.
+//! locks), `etcd` (etcd's own `concurrency` layouts, shared with `etcdctl lock` and `etcdctl
+//! elect`). The feature `testkit` is test support — each enabled backend's conformance-suite
+//! targets and broken recipes, for this crate's own tests and `distlock compare` — and is **not
+//! semver-stable**.
 //!
 //! The guides — each backend's topologies and kinds, TLS, behaviour under faults, observability,
 //! benchmarks, the `distlock` command and the scenario catalogue — are the modules of
@@ -25,7 +26,8 @@
 //! A program that takes its lock server from configuration gets a ready backend of any kind from
 //! a URL with [`parse_url`] (or [`parse_url_opts`], with a kind and the settings every backend
 //! shares): `redis://`, `rediss://`, `postgres://`, `postgresql://` (or libpq `key=value`),
-//! `mysql://`, `zk://`; a comma-separated list of `redis://` URLs is Redlock.
+//! `mysql://`, `zk://`, `etcd://`, `etcds://`; a comma-separated list of `redis://` URLs is
+//! Redlock.
 //!
 //! ```no_run
 //! use distlock::{parse_url_opts, BackendKind, ConnectOptions, LockClient};
@@ -132,7 +134,9 @@ pub use lock_zk as zookeeper;
 /// The etcd backend (feature `etcd`): [`EtcdBackend`](lock_etcd::EtcdBackend), etcd's own
 /// `concurrency.Mutex` key for key (so `etcdctl lock` and Go services share a lock), one lease
 /// and keep-alive stream per client, each waiter watching only its predecessor, and the key's
-/// create revision as the fencing token. Mutex only for now.
+/// create revision as the fencing token; read-write locks (Go's `recipe.RWMutex`), semaphores,
+/// elections (`concurrency.Election`, so `etcdctl elect` shares them), guarded writes and a
+/// fenced store ([`EtcdFencedStore`](lock_etcd::EtcdFencedStore)).
 ///
 /// ```no_run
 /// use distlock::etcd::EtcdBackend;
@@ -163,6 +167,7 @@ pub mod guide {
             #[doc = "[redis.md]: crate::guide::redis"]
             #[doc = "[sql.md]: crate::guide::sql"]
             #[doc = "[zookeeper.md]: crate::guide::zookeeper"]
+            #[doc = "[etcd.md]: crate::guide::etcd"]
             #[doc = "[primitives.md]: crate::guide::primitives"]
             #[doc = "[faults.md]: crate::guide::faults"]
             #[doc = "[tls.md]: crate::guide::tls"]
@@ -181,6 +186,7 @@ pub mod guide {
     guide!(redis, "redis.md");
     guide!(sql, "sql.md");
     guide!(zookeeper, "zookeeper.md");
+    guide!(etcd, "etcd.md");
     guide!(primitives, "primitives.md");
     guide!(faults, "faults.md");
     guide!(tls, "tls.md");

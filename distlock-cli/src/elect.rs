@@ -1,6 +1,11 @@
 //! `distlock elect`: campaign in an election and run a command while leader, like
 //! `etcdctl elect` with a command; `distlock leader`: who leads an election.
 //!
+//! On etcd it *is* `etcdctl elect`'s election (etcd's `concurrency.Election` keys): the
+//! election `N` is the prefix `%election/N` (with a URL's namespace `ns`, `ns/%election/N`), so
+//! `etcdctl elect %election/N VALUE` campaigns against `distlock elect --url etcd://… --name N`
+//! and `etcdctl elect -l %election/N` observes it.
+//!
 //! The command runs with `DISTLOCK_ELECTION`, `DISTLOCK_LEADER_VALUE` and (where the backend
 //! issues them) `DISTLOCK_FENCING_TOKEN` in its environment while the leadership is renewed in
 //! the background. Exit status as `distlock exec`'s: the command's own; [`BUSY`] when another

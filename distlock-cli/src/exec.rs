@@ -1,5 +1,7 @@
 //! `distlock exec`: hold a distributed lock while a command runs, like `flock(1)` and
-//! `etcdctl lock`.
+//! `etcdctl lock`. On etcd it *is* `etcdctl lock`'s lock: `distlock exec --url etcd://HOST:2379
+//! --name N -- CMD` and `etcdctl lock N -- CMD` exclude each other (same keys; a URL's
+//! namespace `ns` is `etcdctl lock ns/N`).
 //!
 //! The command runs with `DISTLOCK_NAME` and
 //! `DISTLOCK_FENCING_TOKEN` in its environment, while the lease is renewed in the background.
@@ -9,7 +11,7 @@
 //! [`FAILED`] when the lock could not be taken for another reason. SIGINT, SIGTERM and SIGHUP sent
 //! to `distlock` are passed on to the command; the lock is released when it has exited.
 //!
-//! A hold bound to a session (row and advisory locks, ZooKeeper) can be *in doubt*: a liveness
+//! A hold bound to a session (row and advisory locks, ZooKeeper, etcd) can be *in doubt*: a liveness
 //! check went unanswered, and the server may be about to end the session. With `--on-doubt stop`
 //! (the default, Curator's advice for SUSPENDED) the command is stopped then, as on a loss —
 //! before anyone else can take the lock; with `--on-doubt continue` it runs on until the hold is

@@ -11,8 +11,8 @@ use distlock::LockName;
 /// Options of `distlock inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The lock server: a `redis://`, `rediss://`, `postgres://`, `postgresql://`, `mysql://` or
-    /// `zk://` URL, or a libpq `key=value` string.
+    /// The lock server: a `redis://`, `rediss://`, `postgres://`, `postgresql://`, `mysql://`,
+    /// `zk://`, `etcd://` or `etcds://` URL, or a libpq `key=value` string.
     #[arg(long)]
     url: String,
     /// The lock's name (also accepted as `--name`, as `exec`, `elect` and `leader` take it).
@@ -109,8 +109,23 @@ fn read(url: &str, name: &LockName) -> Result<Seen, String> {
                 ..Seen::default()
             })
         }
+        #[cfg(feature = "etcd")]
+        distlock::AnyBackend::Etcd(backend) => {
+            // The same keys as `etcdctl lock`'s: its holders and waiters show here too.
+            let contenders = backend.contenders(name).map_err(|e| e.to_string())?;
+            let holder = backend.holder(name).map_err(|e| e.to_string())?;
+            Ok(Seen {
+                holder: holder.as_ref().map(|(key, _)| format!("key {key}")),
+                fencing_counter: holder.map(|(_, revision)| revision),
+                waiters: Some(contenders.len().saturating_sub(1)),
+                note: Some(
+                    "a session hold: the key lives as long as its client's lease; the fencing counter is the holder key's create revision",
+                ),
+                ..Seen::default()
+            })
+        }
         other => Err(format!(
-            "inspect does not read {} locks (it reads one Redis server, PostgreSQL, MySQL and ZooKeeper)",
+            "inspect does not read {} locks (it reads one Redis server, PostgreSQL, MySQL, ZooKeeper and etcd)",
             distlock::DistributedLock::backend_name(&other)
         )),
     }

@@ -3,6 +3,8 @@
 //!
 //! Adding a backend kind is one row here (and its `open` function in a module of `kinds/`).
 
+#[cfg(feature = "etcd")]
+mod etcd;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]
@@ -43,7 +45,8 @@ pub struct Opened {
     pub single_node_reference: Option<SingleNodeReference>,
     /// How to measure where one lock pair's time goes, for kinds that can tell (Redis: the
     /// server time of one acquire, renewal and release beside the plain recipe's; ZooKeeper: the
-    /// protocol's floor); `distlock bench` prints it.
+    /// protocol's floor; etcd: etcd's own Lock service on the same client); `distlock bench`
+    /// prints it.
     pub time_breakdown: Option<Box<dyn Fn() -> std::result::Result<String, String>>>,
 }
 
@@ -69,7 +72,7 @@ type Open = fn(Servers<'_>) -> std::result::Result<Opened, String>;
 /// The docs' broken recipes a kind's column shows (each family's, under one of its kinds).
 type Recipes = fn() -> Vec<BrokenRecipe>;
 
-/// A kind's own scenarios of `docs/scenarios.md` (R01–R04, Q01–Q03, Z01–Z03).
+/// A kind's own scenarios of `docs/scenarios.md` (R01–R04, Q01–Q03, Z01–Z03, E01–E04).
 type OwnScenarios = fn() -> Vec<BackendScenario>;
 
 /// Which of a user's servers a kind runs on (`distlock compare --redis URL`, …).
@@ -91,6 +94,8 @@ pub enum Family {
     MySql,
     /// A ZooKeeper ensemble.
     ZooKeeper,
+    /// An etcd server or cluster.
+    Etcd,
 }
 
 /// One backend kind.
@@ -165,6 +170,7 @@ pub const KINDS: &[Kind] = &[
     kind!("mysql-row", "mysql", MySql, "MySQL/MariaDB SELECT ... FOR UPDATE row lock", mysql::row, scenarios: mysql::row_scenarios),
     kind!("mysql-advisory", "mysql", MySql, "MySQL/MariaDB GET_LOCK advisory lock", mysql::advisory, scenarios: mysql::advisory_scenarios),
     kind!("zookeeper", "zookeeper", ZooKeeper, "ZooKeeper, Curator-compatible ephemeral-sequential lock", zookeeper::curator_mutex, scenarios: zookeeper::scenarios),
+    kind!("etcd", "etcd", Etcd, "etcd, concurrency.Mutex layout (shared with etcdctl lock)", etcd::mutex, scenarios: etcd::scenarios),
 ];
 
 /// The suffix of a kind's TLS twin (`pg-row-tls`): the same kind on TLS-only servers.
@@ -263,7 +269,7 @@ impl Kind {
         self.recipes.map_or_else(Vec::new, |recipes| recipes())
     }
 
-    /// This kind's own scenarios (R01–R04, Q01–Q03, Z01–Z03), where its crate ships them.
+    /// This kind's own scenarios (R01–R04, Q01–Q03, Z01–Z03, E01–E04), where its crate ships them.
     pub fn own_scenarios(&self) -> Vec<BackendScenario> {
         self.scenarios.map_or_else(Vec::new, |scenarios| scenarios())
     }
@@ -430,6 +436,13 @@ impl Properties {
     }
 }
 
+/// If this process is a backend scenario's second process (etcd's E02: this binary re-run with
+/// its variable set), does its part and exits; otherwise returns.
+pub fn serve_scenario_child() {
+    #[cfg(feature = "etcd")]
+    etcd::serve_scenario_child();
+}
+
 /// If this process is S04's holder (the suite re-runs this binary as it re-runs a test binary:
 /// [`S04_HOLD_VARIABLE`] set, the holder's test name and libtest's `--exact` as arguments), holds
 /// the lock until killed and returns the exit code for when it could not (unknown kind, or its
@@ -484,8 +497,32 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), KINDS.len(), "duplicate kind names");
         assert!(Kind::find("memory").is_ok());
-        let error = Kind::find("etcd").err().expect("unknown kind");
-        assert!(error.contains("unknown backend kind `etcd`") && error.contains("memory"), "{error}");
+        let error = Kind::find("consul").err().expect("unknown kind");
+        assert!(error.contains("unknown backend kind `consul`") && error.contains("memory"), "{error}");
+        // The CLI's kinds that are backend kinds of the facade carry its names.
+        for kind in KINDS.iter().filter(|kind| !kind.name.ends_with("-nonfair")) {
+            if matches!(
+                kind.family,
+                Family::InProcess
+                    | Family::Redis
+                    | Family::Postgres
+                    | Family::MySql
+                    | Family::ZooKeeper
+                    | Family::Etcd
+            ) {
+                assert!(kind.name.parse::<distlock::BackendKind>().is_ok(), "{}", kind.name);
+            }
+        }
+    }
+
+    #[cfg(feature = "etcd")]
+    #[test]
+    fn etcd_runs_on_its_own_urls_only_and_has_no_tls_twin() {
+        let etcd = Kind::find("etcd").unwrap();
+        assert!(!etcd.has_tls_twin() && Selected::find("etcd-tls").is_err());
+        let wrong = etcd.open(Servers::Url("zk://127.0.0.1:1")).err().expect("a zk:// URL");
+        assert!(wrong.contains("does not go with"), "{wrong}");
+        assert!(etcd.open(Servers::HarnessTls).is_err());
     }
 
     #[cfg(not(feature = "redis"))]

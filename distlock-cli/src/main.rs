@@ -75,6 +75,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A backend scenario's second process (etcd's E02), which exits when done.
+    #[cfg(feature = "compare")]
+    kinds::serve_scenario_child();
     // S04's holder process: the suite re-runs this binary as it re-runs a test binary, with the
     // holder's test name and libtest's `--exact`.
     #[cfg(feature = "compare")]

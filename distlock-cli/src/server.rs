@@ -8,8 +8,9 @@ use distlock::AnyBackend;
 /// Which server, which kind of lock on it, and how long to wait for it.
 #[derive(Debug, Args)]
 pub struct ServerArgs {
-    /// The lock server: a `redis://`, `rediss://`, `postgres://`, `postgresql://`, `mysql://` or
-    /// `zk://` URL, a libpq `key=value` string, or comma-separated `redis://` URLs (Redlock).
+    /// The lock server: a `redis://`, `rediss://`, `postgres://`, `postgresql://`, `mysql://`,
+    /// `zk://`, `etcd://` or `etcds://` URL, a libpq `key=value` string, or comma-separated
+    /// `redis://` URLs (Redlock).
     #[arg(long)]
     pub url: String,
     /// The kind of lock where a scheme has several: `redis`, `redis-hash` or `redlock`;
@@ -17,7 +18,8 @@ pub struct ServerArgs {
     /// Defaults to the first of each (`redlock` for a list of URLs).
     #[arg(long)]
     pub kind: Option<String>,
-    /// How long to wait for a connection, and for each reply of the server.
+    /// How long to wait for a connection, and for each reply of the server (on etcd, at most half
+    /// its 10 s session TTL).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     pub timeout: Duration,
 }

@@ -46,7 +46,7 @@ pub struct HoldArgs {
     /// How long the command has between SIGTERM and SIGKILL once the hold is lost.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     pub grace: Duration,
-    /// What to do while a session hold (row or advisory lock, ZooKeeper) is in doubt — a
+    /// What to do while a session hold (row or advisory lock, ZooKeeper, etcd) is in doubt — a
     /// liveness check went unanswered: `stop` the command as on a loss, or `continue` until the
     /// hold is known lost.
     #[arg(long, value_enum, default_value = "stop")]

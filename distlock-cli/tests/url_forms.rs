@@ -76,6 +76,7 @@ fn every_documented_url_form_works_through_every_command() {
     let postgres = shared::postgres().unwrap().address().to_owned();
     let mysql = shared::mariadb().unwrap().address().to_owned();
     let zookeeper = shared::zookeeper().unwrap().address().to_owned();
+    let etcd = shared::etcd().unwrap().address().to_owned();
 
     exec_and_inspect(&redis, None);
     exec_and_inspect(&redis, Some("redis-hash"));
@@ -91,11 +92,16 @@ fn every_documented_url_form_works_through_every_command() {
     exec_and_inspect(&format!("zk://app:p%40ss@{zookeeper}/url-forms-digest"), None);
     let port = zookeeper.rsplit_once(':').unwrap().1;
     exec_and_inspect(&format!("zookeeper://127.0.0.1:{port},localhost:{port}/url-forms"), Some("zookeeper"));
+    // etcd:// bare, and with a namespace, two endpoints and (ignored without auth) credentials.
+    exec_and_inspect(&etcd, None);
+    let port = port_of(&etcd);
+    exec_and_inspect(&format!("etcd://app:p%40ss@127.0.0.1:{port},localhost:{port}/url-forms"), Some("etcd"));
 
     bench_and_compare("zookeeper", "--zookeeper", &format!("zk://{zookeeper}/url-forms-compare"));
     bench_and_compare("redis", "--redis", &redis);
     bench_and_compare("pg-table", "--postgres", &postgres.replacen("postgres://", "postgresql://", 1));
     bench_and_compare("mysql-advisory", "--mysql", &mysql);
+    bench_and_compare("etcd", "--etcd", &format!("{etcd}/url-forms-compare"));
 
     // A kind of another scheme is refused, by exec and compare alike.
     let run = distlock(&["exec", "--url", &redis, "--name", "x", "--kind", "pg-row", "--", "true"]);
@@ -132,6 +138,8 @@ fn leaky_urls() -> Vec<(&'static str, String)> {
         ("pg-table", format!("host=127.0.0.1 port={closed} password={MARK}x")),
         ("mysql-table", format!("mysql://distlock:{ENCODED}@127.0.0.1:{closed}/distlock")),
         ("zookeeper", format!("zk://app:{ENCODED}@127.0.0.1:{closed}/locks")),
+        ("etcd", format!("etcd://app:{ENCODED}@127.0.0.1:{closed}/locks")),
+        ("etcd", format!("etcds://app:{SECRET}@127.0.0.1:{closed}/locks?cacert=/nonexistent.pem")),
     ]
 }
 
@@ -183,6 +191,7 @@ fn no_password_appears_in_errors_debug_output_or_reports() {
             }
             "pg-table" => format!("{:?}", distlock::postgres::PostgresBackend::builder(url.as_str())),
             "mysql-table" => format!("{:?}", distlock::mysql::MySqlBackend::builder(url.as_str())),
+            "etcd" => format!("{:?}", distlock::etcd::EtcdLockBuilder::from_url(&url)),
             _ => format!("{:?}", distlock::zookeeper::ZooKeeperLockBuilder::from_url(&url)),
         };
         assert_secret_free(&format!("Debug of the {kind} builder"), &debug);
@@ -216,6 +225,7 @@ fn no_password_appears_in_errors_debug_output_or_reports() {
             "redlock" => "--redlock",
             "pg-table" => "--postgres",
             "mysql-table" => "--mysql",
+            "etcd" => "--etcd",
             _ => "--zookeeper",
         };
         let out = tempfile::tempdir().unwrap();

@@ -28,9 +28,6 @@ const DEFAULT_PORT: u16 = 2379;
 pub struct EtcdLockBuilder {
     pub(crate) settings: Settings,
     pub(crate) namespace: String,
-    /// Whether `io_timeout` was set: the default gives way to a short session TTL, a choice
-    /// does not.
-    io_timeout_chosen: bool,
 }
 
 /// What a backend connects with.
@@ -147,7 +144,6 @@ impl EtcdLockBuilder {
                 tls: None,
             },
             namespace: String::new(),
-            io_timeout_chosen: false,
         }
     }
 
@@ -232,11 +228,11 @@ impl EtcdLockBuilder {
     }
 
     /// How long one request may wait for its reply; a wait for the lock itself is bounded by
-    /// the caller's deadline instead. Must be shorter than the session TTL. Defaults to 5 s, or
-    /// half the session TTL if that is shorter.
+    /// the caller's deadline instead. Capped at half the session TTL: a request must not
+    /// outlive every hold it serves (a hold is believed for one TTL after its last confirmed
+    /// keep-alive). Defaults to 5 s.
     pub fn io_timeout(mut self, timeout: Duration) -> Self {
         self.settings.io_timeout = timeout;
-        self.io_timeout_chosen = true;
         self
     }
 
@@ -264,7 +260,7 @@ impl EtcdLockBuilder {
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a bad endpoint list or namespace, timeouts or a TTL that are
-    /// zero or over an hour, an I/O timeout not below the TTL, an empty user, TLS settings tonic cannot do (`require`,
+    /// zero or over an hour, an empty user, TLS settings tonic cannot do (`require`,
     /// `verify-ca`, `prefer`, TLS without the `tls` feature, unreadable certificate files);
     /// [`Error::Connection`] when every endpoint refuses connections; [`Error::Timeout`] when
     /// none answers within the connect timeout (a server that accepts connections but never
@@ -274,9 +270,6 @@ impl EtcdLockBuilder {
     /// `tokio::task::spawn_blocking`.
     pub fn build(self) -> Result<EtcdBackend> {
         let mut settings = self.settings;
-        if !self.io_timeout_chosen {
-            settings.io_timeout = settings.io_timeout.min(settings.session_ttl / 2);
-        }
         let namespace = Namespace::new(&self.namespace)?;
         settings.endpoint_list()?;
         let limits = [settings.session_ttl, settings.connect_timeout, settings.io_timeout];
@@ -285,14 +278,10 @@ impl EtcdLockBuilder {
                 "etcd timeouts and the session TTL must be greater than zero and at most an hour",
             ));
         }
-        if settings.io_timeout >= settings.session_ttl {
-            // A request could then outlive every hold it serves: a hold is believed for one TTL
-            // after its last confirmed keep-alive.
-            return Err(Error::invalid_config("the etcd I/O timeout must be shorter than the session TTL"));
-        }
         if settings.credentials.as_ref().is_some_and(|(user, _)| user.is_empty()) {
             return Err(Error::invalid_config("the etcd user must not be empty"));
         }
+        settings.io_timeout = settings.io_timeout.min(settings.session_ttl / 2);
         let tls = settings.tls.as_ref().map(crate::tls::check).transpose()?.flatten();
         let settings = Settings { tls, ..settings };
         crate::blocking::refuse_async_context()?;
@@ -350,7 +339,6 @@ mod tests {
             base().io_timeout(Duration::MAX),
             base().connect_timeout(Duration::ZERO),
             base().credentials("", "pw"),
-            base().session_ttl(Duration::from_secs(2)).io_timeout(Duration::from_secs(2)),
             EtcdLockBuilder::new("user:s3cret@h:2379"),
             EtcdLockBuilder::new(" "),
             EtcdLockBuilder::new("http://h:2379"),

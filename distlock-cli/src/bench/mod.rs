@@ -33,7 +33,8 @@ pub struct BenchArgs {
     runs: usize,
     /// Also measure where a lock pair's time goes on the `--url` server (always done on throwaway
     /// servers): the server time per operation on the Redis kinds, which resets the server's
-    /// statistics (`CONFIG RESETSTAT`); the request floor on ZooKeeper (nodes under the root).
+    /// statistics (`CONFIG RESETSTAT`); the request floor on ZooKeeper (nodes under the root);
+    /// the lock's pair beside etcd's own Lock service on etcd (keys under the namespace).
     #[arg(long)]
     server_time: bool,
     /// Which workloads to run (`m1`: W1 without and with a metrics recorder, five times each).

@@ -69,6 +69,10 @@ pub struct CompareArgs {
     /// or a bare `host:port[,host:port…]`).
     #[arg(long, value_name = "URL")]
     zookeeper: Option<String>,
+    /// Run the etcd kind on this server or cluster
+    /// (`etcd://[user:password@]host:port[,host:port…][/namespace]`, `etcds://…` for TLS).
+    #[arg(long, value_name = "URL")]
+    etcd: Option<String>,
     /// Write `report.json`, `report.md` and `report.html` into this directory.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -95,6 +99,7 @@ impl CompareArgs {
             Family::Postgres => self.postgres.as_deref(),
             Family::MySql => self.mysql.as_deref(),
             Family::ZooKeeper => self.zookeeper.as_deref(),
+            Family::Etcd => self.etcd.as_deref(),
         }
     }
 

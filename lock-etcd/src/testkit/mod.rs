@@ -20,8 +20,10 @@ mod interop;
 mod keep_alive;
 mod leader_kill;
 mod lease_loss;
+mod lock_service;
 
 pub use leader_kill::{serve_e02_child_if_asked, CHILD_VARIABLE as E02_CHILD_VARIABLE};
+pub use lock_service::LockServicePairs;
 
 /// The etcd scenarios of `docs/scenarios.md`: E01 (interop with `etcdctl lock`), E02 (a 3-member
 /// cluster's leader killed under contention from 2 processes), E03 (the client's lease revoked,
