@@ -62,8 +62,9 @@ impl FencedStore for EtcdFencedStore {
         let etcd_key = self.etcd_key(key)?;
         let session = &self.backend.inner.session;
         let data = encode(token, value);
+        // One I/O timeout for the whole write, however many times it reads again.
+        let deadline = self.backend.io_deadline();
         for _ in 0..ATTEMPTS {
-            let deadline = self.backend.io_deadline();
             let found = session
                 .get(deadline, etcd_key.as_str(), None)
                 .map_err(|failure| failure.into_error("fenced read"))?;
@@ -82,7 +83,7 @@ impl FencedStore for EtcdFencedStore {
         }
         Err(Error::Timeout {
             backend: BACKEND,
-            operation: "fenced write (the key kept changing)",
+            operation: "fenced write (the key kept changing for as many reads)",
             source: None,
         })
     }

@@ -44,7 +44,9 @@ impl EtcdBackend {
                  shared holders cannot tell their writes apart",
             ));
         }
-        if lease.held.is_none() {
+        // The hold already counted lost (lock-core may have told its holder) writes nothing,
+        // as a proclaim does; the transaction's compare decides everything else.
+        if lease.held.is_none() || lease.lease.is_lost() {
             return Err(Error::NotHeld { name: lease.name.clone() });
         }
         let txn = Txn::new().when([lease.is_owner()]).and_then([TxnOp::put(key, value, None)]);

@@ -122,7 +122,9 @@ impl EtcdBackend {
                         return Err(failure.into_error(operation));
                     }
                 };
-            let outcome = match contention.holds_at_once(&key, &found) {
+            // What bounds the clean-up of our key, past which it goes on in the background: the
+            // step that refused or gave up returns by then (`None`: no deadline, one I/O timeout).
+            let (outcome, cleanup_by) = match contention.holds_at_once(&key, &found) {
                 Ok(true) => {
                     return Ok(Some(Turn { key, revision, lease, confirmed_at: sent_at, waited: false }))
                 }
@@ -131,17 +133,19 @@ impl EtcdBackend {
                     self.delete_or_abandon(key, revision, lease, (), try_deadline);
                     return Ok(None);
                 }
-                Ok(false) => contention.wait(self, &key, revision, &lease, deadline),
-                Err(refused) => Err(refused),
+                Ok(false) => (
+                    contention.wait(self, &key, revision, &lease, deadline),
+                    deadline.map(|deadline| deadline + io_timeout),
+                ),
+                Err(refused) => (Err(refused), Some(try_deadline)),
             };
+            let cleanup_deadline = || cleanup_by.unwrap_or_else(|| Instant::now() + io_timeout);
             match outcome {
                 Ok(Some(confirmed_at)) => {
                     return Ok(Some(Turn { key, revision, lease, confirmed_at, waited: true }));
                 }
                 Ok(None) => {
-                    let now = Instant::now();
-                    let cleanup_deadline = deadline.map_or(now, |d| d.max(now)) + io_timeout;
-                    self.delete_or_abandon(key, revision, lease, (), cleanup_deadline);
+                    self.delete_or_abandon(key, revision, lease, (), cleanup_deadline());
                     return Ok(None);
                 }
                 Err(Refused::Failed(failure))
@@ -157,7 +161,7 @@ impl EtcdBackend {
                     return Err(failure.into_error(operation));
                 }
                 Err(Refused::Error(error)) => {
-                    self.delete_or_abandon(key, revision, lease, (), Instant::now() + io_timeout);
+                    self.delete_or_abandon(key, revision, lease, (), cleanup_deadline());
                     return Err(error);
                 }
             }

@@ -220,7 +220,8 @@ impl Round<'_> {
         let client: &Client = self.session.client();
         let options =
             WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoPut]).with_prev_key();
-        let mut watch = Watch::open(client, self.permit.range.clone().into_bytes(), options).await?;
+        let range = self.permit.range.clone().into_bytes();
+        let mut watch = Watch::open(client, range.clone(), options.clone()).await?;
         loop {
             if let Some(room) = self.read().await? {
                 return Ok(room);
@@ -228,8 +229,13 @@ impl Round<'_> {
             loop {
                 let events = match watch.next().await? {
                     Report::Events(events) => events,
-                    // (A watch from now is never compacted.) Read again.
-                    Report::Compacted => break,
+                    // etcd cancelled the watch (a slow watcher overtaken by a compaction):
+                    // watch anew from now, then read again — the cancelled one would report
+                    // the same at once, forever.
+                    Report::Compacted => {
+                        watch = Watch::open(client, range.clone(), options.clone()).await?;
+                        break;
+                    }
                 };
                 // A key below ours went (a deletion without its previous value may have been).
                 let below = events.iter().any(|event| {
