@@ -81,13 +81,15 @@ impl EtcdBackend {
             let lease_id = session.lease()?.id;
             let mut client = session.client().clone();
             let started = Instant::now();
-            let pair = async {
-                let locked =
-                    client.lock(prefix.as_str(), Some(LockOptions::new().with_lease(lease_id))).await?;
-                client.unlock(locked.key().to_vec()).await.map(drop)
-            };
+            // Two blocking calls, as a blocking program makes them (and as the lock's pair does).
+            let locked = session
+                .call_until(
+                    self.io_deadline(),
+                    client.lock(prefix.as_str(), Some(LockOptions::new().with_lease(lease_id))),
+                )
+                .map_err(|failure| failure.into_error("time etcd's Lock service"))?;
             session
-                .call_until(self.io_deadline(), pair)
+                .call_until(self.io_deadline(), client.unlock(locked.key().to_vec()))
                 .map_err(|failure| failure.into_error("time etcd's Lock service"))?;
             let service_time = started.elapsed();
             // The first half warms the connection and the server up.
