@@ -53,6 +53,14 @@ pub(crate) enum Wait {
 }
 
 impl Wait {
+    /// The deadline of a wait (`Some(now)` for none at all).
+    pub(crate) fn deadline(self) -> Option<Instant> {
+        match self {
+            Wait::No => Some(Instant::now()),
+            Wait::Until(deadline) => deadline,
+        }
+    }
+
     fn slot_wait(self) -> SlotWait {
         match self {
             Wait::No => SlotWait::No,
@@ -144,6 +152,7 @@ impl EtcdBackend {
             },
         };
         let mut attempt = 0;
+        let mut outage = Outage::default();
         loop {
             attempt += 1;
             let lease = self.inner.session.lease()?;
@@ -165,6 +174,12 @@ impl EtcdBackend {
                 Ok(queued) => queued,
                 Err(failure) if failure.is_lease_gone() && attempt < ATTEMPTS => {
                     lease.mark_lost("etcd refused a put on it: requested lease not found");
+                    continue;
+                }
+                // No answer (a member killed, a leader being elected) while the caller may still
+                // wait: queue again (a key the lost request did put is a leftover of ours then).
+                Err(failure) if outage.may_retry(&failure, wait.deadline(), self.session_ttl()) => {
+                    attempt -= 1;
                     continue;
                 }
                 Err(failure) => {
@@ -365,6 +380,42 @@ async fn retry_until_done<Fut>(
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(RETRY_MAX);
+    }
+}
+
+/// Requests without an answer in a row while an acquisition may still wait: it queues again,
+/// pausing [`RETRY`] and doubling up to a second, until its deadline — or, waiting without one,
+/// until they have lasted one session TTL (a failover takes a few seconds; longer is an outage
+/// the caller hears of).
+#[derive(Debug, Default)]
+pub(crate) struct Outage {
+    since: Option<Instant>,
+    pause: std::time::Duration,
+}
+
+impl Outage {
+    /// Whether to try again after `failure`, pausing first if so.
+    pub(crate) fn may_retry(
+        &mut self,
+        failure: &Failure,
+        deadline: Option<Instant>,
+        session_ttl: std::time::Duration,
+    ) -> bool {
+        if failure.is_definite() {
+            return false;
+        }
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        self.pause = (self.pause * 2).clamp(RETRY, std::time::Duration::from_secs(1));
+        let resume = now + self.pause;
+        let allowed = match deadline {
+            Some(deadline) => resume < deadline,
+            None => resume < since + session_ttl,
+        };
+        if allowed {
+            std::thread::sleep(self.pause);
+        }
+        allowed
     }
 }
 

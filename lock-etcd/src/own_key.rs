@@ -18,7 +18,7 @@ use lock_core::{Deadline, Error, LockName, Request, Result};
 use crate::error::Failure;
 use crate::keep_alive::ClientLease;
 use crate::lease::{EtcdLease, Held};
-use crate::mutex::{wait_left, ATTEMPTS};
+use crate::mutex::{wait_left, Outage, ATTEMPTS};
 use crate::read_write::SharedKey;
 use crate::EtcdBackend;
 
@@ -104,6 +104,7 @@ impl EtcdBackend {
         let operation = contention.operation();
         let deadline = request.deadline.instant();
         let mut attempt = 0;
+        let mut outage = Outage::default();
         loop {
             attempt += 1;
             let lease = self.inner.session.lease()?;
@@ -113,6 +114,18 @@ impl EtcdBackend {
                     Ok(created) => created,
                     Err(NotCreated { failure, .. }) if failure.is_lease_gone() && attempt < ATTEMPTS => {
                         lease.mark_lost("etcd refused a put on it: requested lease not found");
+                        continue;
+                    }
+                    // No answer while the caller may still wait: a new unique key (one the lost
+                    // request did put goes in the background).
+                    Err(NotCreated { failure, key })
+                        if request.deadline != Deadline::Now
+                            && outage.may_retry(&failure, deadline, self.session_ttl()) =>
+                    {
+                        if let Some(key) = key {
+                            self.abandon_unknown(key, lease, ());
+                        }
+                        attempt -= 1;
                         continue;
                     }
                     Err(NotCreated { failure, key }) => {
