@@ -262,9 +262,14 @@ impl DistributedLock for EtcdBackend {
     fn profile(&self) -> lock_core::BackendProfile {
         lock_core::BackendProfile::new(
             "the lock key's create revision",
-            "a watch on the predecessor's key: one release wakes one waiter",
+            "a watch on the predecessor's key: one release wakes one waiter (a semaphore's release \
+             wakes its waiters to read once)",
             "a leader change is a short in-doubt blip (the lease is extended by the new leader); a \
              lease etcd revokes or lets expire loses every lock of its client",
+        )
+        .with_guarded_writes(
+            "EtcdFencedStore: a txn guarded by the key's mod revision as read (compare-and-swap); \
+             put_if_held: a txn guarded by the lock key's create revision (Go's IsOwner())",
         )
         .with_elections(
             "etcd's concurrency.Election (`etcdctl elect`): keys `<prefix>/<lease hex>` under \
