@@ -281,7 +281,9 @@ impl EtcdLockBuilder {
         if settings.credentials.as_ref().is_some_and(|(user, _)| user.is_empty()) {
             return Err(Error::invalid_config("the etcd user must not be empty"));
         }
-        settings.io_timeout = settings.io_timeout.min(settings.session_ttl / 2);
+        // Against the TTL etcd is asked for (whole seconds, rounded up), not a sub-second one.
+        let asked_ttl = Duration::from_secs(u64::try_from(settings.ttl_secs()).unwrap_or(1).max(1));
+        settings.io_timeout = settings.io_timeout.min(asked_ttl / 2);
         let tls = settings.tls.as_ref().map(crate::tls::check).transpose()?.flatten();
         let settings = Settings { tls, ..settings };
         crate::blocking::refuse_async_context()?;

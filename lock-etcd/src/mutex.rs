@@ -171,8 +171,15 @@ impl EtcdBackend {
             let fresh = matches!(wait, Wait::No) && Self::hold_start(&lease, ttl, asked_at) < asked_at;
             let confirm_since = fresh.then_some(asked_at);
             let queued = match self.enqueue(prefix, &key, value, &lease, try_deadline, confirm_since) {
-                Ok(queued) => queued,
-                Err(failure) if failure.is_lease_gone() && attempt < ATTEMPTS => {
+                Ok(queued) => {
+                    outage = Outage::default();
+                    queued
+                }
+                Err(failure)
+                    if failure.is_lease_gone()
+                        && attempt < ATTEMPTS
+                        && (matches!(wait, Wait::No) || wait_left(wait.deadline())) =>
+                {
                     lease.mark_lost("etcd refused a put on it: requested lease not found");
                     continue;
                 }
@@ -329,19 +336,29 @@ impl EtcdBackend {
         let lease_id = lease.id;
         self.inner.session.spawn(async move {
             let _slot = slot;
-            retry_until_done(&lease, io_timeout, &key, || {
-                let (mut kv, key) = (kv.clone(), key.clone());
-                async move {
-                    let found = kv.get(key.as_str(), None).await?;
-                    match found.kvs().first() {
-                        Some(ours) if ours.lease() == lease_id => {
-                            kv.txn(delete_if_revision(&key, ours.create_revision())).await.map(drop)
-                        }
-                        _ => Ok(()),
+            // A request whose answer was lost may still be applied after a first look found
+            // nothing: look once more an I/O timeout later, by when etcd has applied or dropped it.
+            for look in 0..2 {
+                if look > 0 {
+                    tokio::select! {
+                        () = tokio::time::sleep(io_timeout) => {}
+                        () = lease.lost() => return,
                     }
                 }
-            })
-            .await;
+                retry_until_done(&lease, io_timeout, &key, || {
+                    let (mut kv, key) = (kv.clone(), key.clone());
+                    async move {
+                        let found = kv.get(key.as_str(), None).await?;
+                        match found.kvs().first() {
+                            Some(ours) if ours.lease() == lease_id => {
+                                kv.txn(delete_if_revision(&key, ours.create_revision())).await.map(drop)
+                            }
+                            _ => Ok(()),
+                        }
+                    }
+                })
+                .await;
+            }
         });
     }
 }

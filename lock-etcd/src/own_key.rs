@@ -111,8 +111,15 @@ impl EtcdBackend {
             let try_deadline = Instant::now() + io_timeout;
             let Created { key, revision, found, sent_at } =
                 match self.create_own_key(contention, &lease, try_deadline) {
-                    Ok(created) => created,
-                    Err(NotCreated { failure, .. }) if failure.is_lease_gone() && attempt < ATTEMPTS => {
+                    Ok(created) => {
+                        outage = Outage::default();
+                        created
+                    }
+                    Err(NotCreated { failure, .. })
+                        if failure.is_lease_gone()
+                            && attempt < ATTEMPTS
+                            && (request.deadline == Deadline::Now || wait_left(deadline)) =>
+                    {
                         lease.mark_lost("etcd refused a put on it: requested lease not found");
                         continue;
                     }

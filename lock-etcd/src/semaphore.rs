@@ -196,7 +196,7 @@ impl EtcdBackend {
                 Some(None) => return Err(Failure::LeaseLost.into()),
                 Some(Some(Ok(Room::Free(sent_at)))) => return Ok(Some(sent_at)),
                 Some(Some(Ok(Room::Refused(error)))) => return Err(Refused::Error(error)),
-                Some(Some(Err(failure))) => self.pause_unless_final(failure, deadline)?,
+                Some(Some(Err(failure))) => self.pause_unless_final(failure, lease, deadline)?,
             }
         }
     }

@@ -103,7 +103,7 @@ impl EtcdBackend {
             let found = match session.get(bound(Instant::now()), range, Some(older)) {
                 Ok(found) => found,
                 Err(failure) => {
-                    self.pause_unless_final(failure, deadline)?;
+                    self.pause_unless_final(failure, lease, deadline)?;
                     continue;
                 }
             };
@@ -132,7 +132,7 @@ impl EtcdBackend {
                     self.inner.wake_ups.fetch_add(1, Ordering::Relaxed);
                 }
                 Some(Some(Ok(Watched::Compacted))) => {}
-                Some(Some(Err(failure))) => self.pause_unless_final(failure, deadline)?,
+                Some(Some(Err(failure))) => self.pause_unless_final(failure, lease, deadline)?,
             }
         }
         // Go v3.5: our key must still be there (a lease that ended took it).
@@ -148,18 +148,25 @@ impl EtcdBackend {
                         )),
                     };
                 }
-                Err(failure) => self.pause_unless_final(failure, deadline)?,
+                Err(failure) => self.pause_unless_final(failure, lease, deadline)?,
             }
         }
     }
 
     /// A failed request in a wait: the failure if it is final (a definite answer, or past the
-    /// deadline), else a short pause before the wait goes on.
+    /// deadline), the lease's loss once the keep-alive has given it up (a wait without a
+    /// deadline must not retry into an outage forever: the caller then queues on a new lease,
+    /// which fails within the connect timeout if etcd stays away), else a short pause before
+    /// the wait goes on.
     pub(crate) fn pause_unless_final(
         &self,
         failure: Failure,
+        lease: &ClientLease,
         deadline: Option<Instant>,
     ) -> Result<(), Failure> {
+        if lease.is_lost() {
+            return Err(Failure::LeaseLost);
+        }
         if failure.is_definite() || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
             return Err(failure);
         }

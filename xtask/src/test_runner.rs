@@ -56,8 +56,14 @@ const ALONE_FIRST: [(&str, &str); 1] = [("distlock", "conformance")];
 /// alone and builds the workspace again, about 20 s).
 pub const EXAMPLES: [&str; 3] = ["seckill", "reentrant", "metrics"];
 
-const ALONE_LAST: [(&str, &str); 3] =
-    [("lock-sql", "session_limits"), ("lock-zk", "connection_cut"), ("lock-zk", "scenarios")];
+const ALONE_LAST: [(&str, &str); 4] = [
+    ("lock-sql", "session_limits"),
+    ("lock-zk", "connection_cut"),
+    ("lock-zk", "scenarios"),
+    // E02 (a 3-member cluster, a leader killed under 8 threads in 2 processes) and E04 (2,000
+    // holds): beside it, MariaDB waits timed out in lock-sql's and the CLI's tests.
+    ("lock-etcd", "lock_etcd"),
+];
 
 /// One test binary (or the doctests) to run.
 struct Job {
