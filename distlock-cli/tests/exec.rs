@@ -165,3 +165,76 @@ fn inspect_shows_the_holder_its_lease_and_the_fencing_counter() {
     assert_eq!(exit_code(holder), 0);
     assert!(inspect().contains("holder:          none (free)"));
 }
+
+/// PB01 from the command line: four processes run `distlock exec` 25 times each on one name,
+/// through the harness's PgBouncer in transaction pooling (`pooler=transaction`), for pg-table
+/// and pg-row: no two commands overlap, and every one ran.
+#[cfg(feature = "postgres")]
+mod through_transaction_pooling {
+    use super::*;
+
+    const PROCESSES: usize = 4;
+    const ROUNDS: usize = 25;
+
+    fn pooled_url() -> String {
+        let pgbouncer = shared::pgbouncer().expect("the shared PgBouncer");
+        format!("{}transaction?pooler=transaction", pgbouncer.address())
+    }
+
+    fn commands_never_overlap_and_all_run(kind: &str) {
+        let name = unique_name(&format!("exec-{kind}-pooled"));
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join("journal");
+        fs::write(&journal, "").unwrap();
+        let url = pooled_url();
+        let loops: Vec<_> = (0..PROCESSES)
+            .map(|process| {
+                let (name, url, journal) = (name.clone(), url.clone(), journal.clone());
+                let kind = kind.to_owned();
+                thread::spawn(move || {
+                    let section = format!(
+                        "echo 'B {process}' >> {0}; sleep 0.01; echo 'E {process}' >> {0}",
+                        journal.display()
+                    );
+                    for _ in 0..ROUNDS {
+                        let output = Command::new(env!("CARGO_BIN_EXE_distlock"))
+                            .args(["exec", "--url", &url, "--kind", &kind, "--name", name.as_str(), "--"])
+                            .args(["sh", "-c", &section])
+                            .stdin(Stdio::null())
+                            .output()
+                            .unwrap();
+                        assert!(
+                            output.status.success(),
+                            "{kind} process {process}: {}{}",
+                            String::from_utf8_lossy(&output.stdout),
+                            String::from_utf8_lossy(&output.stderr)
+                        );
+                    }
+                })
+            })
+            .collect();
+        let ended: Vec<_> = loops.into_iter().map(thread::JoinHandle::join).collect();
+        assert!(ended.iter().all(Result::is_ok), "a command failed (its message is above)");
+        let lines: Vec<String> = fs::read_to_string(&journal).unwrap().lines().map(str::to_owned).collect();
+        let mut holder: Option<&str> = None;
+        for line in &lines {
+            let (step, who) = line.split_once(' ').unwrap();
+            match (step, holder) {
+                ("B", None) => holder = Some(who),
+                ("E", Some(current)) if current == who => holder = None,
+                _ => panic!("{kind}: overlap at {line:?} in {lines:#?}"),
+            }
+        }
+        assert_eq!(lines.len(), 2 * PROCESSES * ROUNDS, "{kind}: not every command ran: {lines:#?}");
+    }
+
+    #[test]
+    fn pb01_pg_table_commands_never_overlap() {
+        commands_never_overlap_and_all_run("pg-table");
+    }
+
+    #[test]
+    fn pb01_pg_row_commands_never_overlap() {
+        commands_never_overlap_and_all_run("pg-row");
+    }
+}

@@ -145,12 +145,16 @@ pub(crate) struct Settings {
     pub(crate) restart_delay: bool,
     /// The builder's TLS options (the URL's parameters are merged in by `crate::tls`).
     pub(crate) tls: Option<TlsOptions>,
+    /// PostgreSQL: the builder's pooler (over the URL's `pooler=`); `None`: not declared.
+    #[cfg(feature = "postgres")]
+    pub(crate) pooler: Option<crate::postgres::Pooler>,
 }
 
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The URL may carry a password: show it redacted.
-        f.debug_struct("Settings")
+        let mut debug = f.debug_struct("Settings");
+        debug
             .field("url", &self.address())
             .field("table", &self.table)
             .field("connect_timeout", &self.connect_timeout)
@@ -159,8 +163,10 @@ impl std::fmt::Debug for Settings {
             .field("namespace", &self.namespace)
             .field("fair", &self.fair)
             .field("restart_delay", &self.restart_delay)
-            .field("tls", &self.tls)
-            .finish()
+            .field("tls", &self.tls);
+        #[cfg(feature = "postgres")]
+        debug.field("pooler", &self.pooler);
+        debug.finish()
     }
 }
 
@@ -176,6 +182,8 @@ impl Settings {
             fair: true,
             restart_delay: true,
             tls: None,
+            #[cfg(feature = "postgres")]
+            pooler: None,
         }
     }
 

@@ -91,6 +91,16 @@
 //!   (a restart ends the connection). [`SqlLockBuilder::restart_delay`] turns it off, for a server
 //!   no lock can predate (one started for a test).
 //!
+//! # Behind a pooler
+//! PostgreSQL behind PgBouncer (or pgcat, Supavisor, RDS Proxy): say so with `pooler=` in the URL
+//! or [`PostgresLockBuilder::pooler`](postgres::PostgresLockBuilder::pooler) — see
+//! [`postgres::Pooler`]. Through **session** pooling every kind works; through **transaction**
+//! pooling the lock table and the row lock work (statements unnamed; the row lock's open
+//! transaction pins its server connection; lock-table waiters re-check within 4–100 ms instead of
+//! a `LISTEN` wake-up) and the advisory lock is refused at `build`; **statement** pooling is
+//! refused. Undeclared, `build` probes and refuses the pooling it finds certainly breaking, and
+//! warns otherwise. The [SQL guide][sql-guide] has the errors a user sees and pool sizing.
+//!
 //! Each row or advisory hold owns a connection, so the pool size caps how many one client holds:
 //! with every connection in use, `try_lock` answers
 //! [`Error::PoolExhausted`](lock_core::Error::PoolExhausted) at once, a timed wait waits for a

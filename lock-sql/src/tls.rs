@@ -70,15 +70,15 @@ fn take_parameters(url: &str, vocabulary: &Vocabulary) -> Result<(String, TlsPar
 }
 
 /// One `key=value` of a libpq connection string: its text as written, and the value unquoted.
-struct KeyValue<'a> {
-    text: &'a str,
-    key: String,
-    value: String,
+pub(crate) struct KeyValue<'a> {
+    pub(crate) text: &'a str,
+    pub(crate) key: String,
+    pub(crate) value: String,
 }
 
 /// libpq's `key = value key='quoted \' value'` pairs (ASCII whitespace separates; a backslash
 /// escapes the next character, quoted or not).
-fn key_value_pairs(text: &str) -> Result<Vec<KeyValue<'_>>> {
+pub(crate) fn key_value_pairs(text: &str) -> Result<Vec<KeyValue<'_>>> {
     let malformed = || {
         Error::invalid_config(format!(
             "malformed key=value connection string: {}",

@@ -97,6 +97,17 @@ const SERVERS: &[Server] = &[
         ],
     },
     Server {
+        name: "PgBouncer",
+        environment_variable: "DISTLOCK_PGBOUNCER_URL",
+        programs: &[Program {
+            name: "pgbouncer",
+            candidates: &["/usr/sbin/pgbouncer", "pgbouncer"],
+            version_argument: Some("--version"),
+            // Its system service (on port 6432) is kept from starting while it installs.
+            package: "pgbouncer",
+        }],
+    },
+    Server {
         name: "MariaDB",
         environment_variable: "DISTLOCK_MYSQL_URL",
         programs: &[
@@ -459,7 +470,7 @@ fn is_root() -> bool {
 
 /// While alive, tells Debian's maintainer scripts not to start services.
 ///
-/// Installing `redis-server`, `postgresql`, `mariadb-server` or `etcd-server` would otherwise
+/// Installing `redis-server`, `postgresql`, `pgbouncer`, `mariadb-server` or `etcd-server` would otherwise
 /// start a system service on the standard port, which the tests do not use (they start their own
 /// servers) and which would only take memory or collide with servers already there. A
 /// `policy-rc.d` that exits 101 ("action forbidden") is Debian's standard way to prevent that; it

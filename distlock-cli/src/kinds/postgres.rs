@@ -5,6 +5,7 @@ use distlock::postgres::testkit::PostgresTarget;
 use distlock::postgres::PostgresLockKind;
 use lock_testkit::harness::shared;
 
+use distlock::postgres::testkit::pooler::{pb01, pb02};
 use distlock::postgres::testkit::scenarios::{q01, q02, q03};
 use lock_testkit::BackendScenario;
 
@@ -53,15 +54,20 @@ fn open_target(kind: PostgresLockKind, servers: Servers<'_>, fair: bool) -> Resu
     Ok(Opened::new(if fair { target } else { target.non_fair() }))
 }
 
-/// Q01 (lock table), Q02 (row lock), Q03 (advisory lock), each under its kind's column.
+/// Q01 (lock table), Q02 (row lock), Q03 (advisory lock), each under its kind's column, and
+/// PB01/PB02 (through PgBouncer) under each; their holder processes re-run this binary as the
+/// kind's S04 holder (`compare/<kind>`), on the pooled URL the parent passes.
 pub(super) fn table_scenarios() -> Vec<BackendScenario> {
-    vec![q01(PostgresLockKind::Table)]
+    let kind = PostgresLockKind::Table;
+    vec![q01(kind), pb01(kind, "compare/pg-table"), pb02(kind, "compare/pg-table")]
 }
 
 pub(super) fn row_scenarios() -> Vec<BackendScenario> {
-    vec![q02(PostgresLockKind::Row)]
+    let kind = PostgresLockKind::Row;
+    vec![q02(kind), pb01(kind, "compare/pg-row"), pb02(kind, "compare/pg-row")]
 }
 
 pub(super) fn advisory_scenarios() -> Vec<BackendScenario> {
-    vec![q03(PostgresLockKind::Advisory)]
+    let kind = PostgresLockKind::Advisory;
+    vec![q03(kind), pb01(kind, "compare/pg-advisory"), pb02(kind, "compare/pg-advisory")]
 }

@@ -7,6 +7,7 @@ use lock_core::{Error, Result};
 
 use super::listener::Listener;
 use super::pool::{PgPool, PgSettings};
+use super::pooler::{self, Pooler};
 use super::schema::Tables;
 use super::{Inner, PostgresBackend, PostgresLockKind};
 use crate::builder::SqlLockBuilder;
@@ -15,6 +16,16 @@ use crate::builder::SqlLockBuilder;
 pub type PostgresLockBuilder = SqlLockBuilder<PostgresLockKind>;
 
 impl PostgresLockBuilder {
+    /// The connection pooler between this client and PostgreSQL (PgBouncer's `pool_mode`),
+    /// over the URL's `pooler=` parameter. Set it behind a pooler: probes can miss pooling, and
+    /// then named prepared statements and session locks break (see the crate docs, "Behind a
+    /// pooler"). `Pooler::None` says there is none and silences the warning `build` logs when the
+    /// server answers on another port than the URL's. Undeclared by default.
+    pub fn pooler(mut self, pooler: Pooler) -> Self {
+        self.settings.pooler = Some(pooler);
+        self
+    }
+
     /// Validates the settings and connects once.
     ///
     /// # Errors
@@ -25,7 +36,9 @@ impl PostgresLockBuilder {
     /// [`Error::Timeout`] or [`Error::Authentication`] when the server cannot be reached or
     /// refuses the credentials; [`Error::Tls`] when the TLS handshake fails (an untrusted
     /// certificate, a wrong host name, a server without TLS) or a TLS-only server refuses a
-    /// plaintext connection.
+    /// plaintext connection. [`Error::InvalidConfig`] for statement pooling (declared, or met by
+    /// the probe), the advisory kind through transaction pooling, and transaction pooling met
+    /// where the settings did not declare it (see [`Pooler`]).
     pub fn build(self) -> Result<PostgresBackend> {
         let table = self.settings.validate(
             &["postgres", "postgresql"],
@@ -35,6 +48,10 @@ impl PostgresLockBuilder {
         let settings = &self.settings;
         let address = settings.address();
         let (url, tls) = crate::tls::resolve(settings, &crate::tls::LIBPQ)?;
+        let (url, url_pooler) = pooler::take_from_url(&url)?;
+        let declared = settings.pooler.or(url_pooler);
+        let pooler = declared.unwrap_or_default();
+        pooler.check(self.kind)?;
         let tls = tls.unwrap_or_default();
         let mut config = tokio_postgres::Config::from_str(&url)
             .map_err(|e| Error::InvalidConfig { reason: format!("bad postgres URL {address}: {e}") })?;
@@ -42,7 +59,7 @@ impl PostgresLockBuilder {
         config.application_name("distlock");
         config.ssl_mode(super::tls::ssl_mode(tls.mode()));
         let pool = PgPool::new(
-            config,
+            config.clone(),
             super::tls::connector(&tls)?,
             PgSettings {
                 max_connections: settings.max_connections,
@@ -50,25 +67,23 @@ impl PostgresLockBuilder {
                 io_timeout: settings.io_timeout,
                 warn_plaintext: tls.mode() == lock_core::TlsMode::Prefer,
                 restart_delay: settings.restart_delay,
+                unnamed_statements: pooler.unnamed_statements(),
             },
         )?;
         let mut tables = Tables::new(&table, settings.fair)?;
         // Connect once now: a wrong password or an unreachable server is reported here.
         let probe = pool.open_unpooled(None)?;
-        let version: String = probe
-            .run("read the server version", |client| async move {
-                client.query_one("SHOW server_version_num", &[]).await
-            })?
-            .get(0);
-        if version.parse::<u32>().is_ok_and(|version| version < 140_000) {
+        let server = pooler::probe(&pool, &probe, &config, declared, self.kind)?;
+        if server.version < 140_000 {
             tables.without_idle_session_timeout();
         }
         Ok(PostgresBackend {
             inner: Arc::new(Inner {
-                listener: Listener::new(pool.clone(), &tables.election.channel),
+                listener: Listener::new(pool.clone(), &tables.election.channel, pooler.can_listen()),
                 tables,
                 pool,
                 kind: self.kind,
+                pooler,
                 fair: self.settings.fair,
                 namespace: self.settings.namespace,
                 address,

@@ -60,6 +60,9 @@ pub(crate) struct PgConnection {
     /// Statements prepared on this connection, by text: a statement is parsed and planned once
     /// per connection, then each call is one Bind/Execute round trip.
     statements: RefCell<HashMap<String, Statement>>,
+    /// Behind a pooler: no named statements; each is parsed with its call, unnamed
+    /// (`pooler.rs`).
+    unnamed: bool,
     /// The age of the server's sessions, once a session lock asked ([`crate::restart_delay`]).
     sessions_age: Cell<SessionsAge>,
 }
@@ -90,6 +93,7 @@ impl PgConnection {
             broken: Cell::new(false),
             stalled: Cell::new(false),
             statements: RefCell::default(),
+            unnamed: settings.unnamed_statements,
             sessions_age: Cell::new(SessionsAge::new(settings.restart_delay)),
         };
         if settings.warn_plaintext {
@@ -187,19 +191,31 @@ impl PgConnection {
         sql: &str,
         params: &[Param<'_>],
     ) -> std::result::Result<Vec<Row>, CallFailure> {
-        let statement = self.prepared(sql, params)?;
-        let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(value, _)| *value).collect();
-        let (statement, values) = (&statement, values.as_slice());
+        let statement = self.statement(sql, params)?;
+        let statement = &statement;
         self.run_for(operation, timeout, |client| async move {
             if begin {
-                let (begun, rows) =
-                    tokio::join!(client.batch_execute("BEGIN"), client.query(statement, values));
+                let (begun, rows) = tokio::join!(client.batch_execute("BEGIN"), statement.query(client));
                 begun?;
                 rows
             } else {
-                client.query(statement, values).await
+                statement.query(client).await
             }
         })
+    }
+
+    /// `sql` with `params`, ready to send: prepared once per connection, or unnamed behind a
+    /// pooler.
+    fn statement<'s>(
+        &self,
+        sql: &'s str,
+        params: &'s [Param<'s>],
+    ) -> std::result::Result<Ready<'s>, CallFailure> {
+        if self.unnamed {
+            return Ok(Ready::Unnamed(sql, params));
+        }
+        let statement = self.prepared(sql, params)?;
+        Ok(Ready::Prepared(statement, params.iter().map(|(value, _)| *value).collect()))
     }
 
     /// Like [`query`](Self::query) without `BEGIN`, bounded by the I/O timeout, errors mapped.
@@ -224,11 +240,10 @@ impl PgConnection {
         params: &[Param<'_>],
         then: &str,
     ) -> std::result::Result<Vec<Row>, CallFailure> {
-        let statement = self.prepared(sql, params)?;
-        let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(value, _)| *value).collect();
-        let (statement, values) = (&statement, values.as_slice());
+        let statement = self.statement(sql, params)?;
+        let statement = &statement;
         self.run_for(operation, self.io_timeout, |client| async move {
-            let (rows, done) = tokio::join!(client.query(statement, values), client.batch_execute(then));
+            let (rows, done) = tokio::join!(statement.query(client), client.batch_execute(then));
             let rows = rows?;
             done.map(|()| rows)
         })
@@ -308,6 +323,22 @@ impl PgConnection {
 
     pub(crate) fn io_timeout(&self) -> Duration {
         self.io_timeout
+    }
+}
+
+/// A statement ready to run: prepared by name, with its values; or its text and typed values,
+/// sent unnamed (parsed and run in one round trip, nothing left on the server session).
+enum Ready<'s> {
+    Prepared(Statement, Vec<&'s (dyn ToSql + Sync)>),
+    Unnamed(&'s str, &'s [Param<'s>]),
+}
+
+impl Ready<'_> {
+    async fn query(&self, client: &Client) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
+        match self {
+            Ready::Prepared(statement, values) => client.query(statement, values).await,
+            Ready::Unnamed(sql, params) => client.query_typed(sql, params).await,
+        }
     }
 }
 

@@ -183,6 +183,10 @@ impl Elections for PostgresBackend {
 
     fn watch_leader(&self, name: &LockName) -> Result<Box<dyn LeaderWatch + '_>> {
         let listener = &self.inner.listener;
+        if !listener.wakes() {
+            // Transaction pooling: no notices; the follower re-reads at its documented pace.
+            return Ok(Box::new(lock_core::SleepingWatch));
+        }
         let registration = listener.register_election(name.as_str());
         let settings = self.inner.pool.settings();
         listener.wait_listening(Instant::now() + settings.connect_timeout + settings.io_timeout);

@@ -95,6 +95,10 @@ impl From<PgFailure> for Error {
                     Error::Timeout { backend: BACKEND, operation, source: Some(failure.into()) }
                 }
                 Meaning::Other => Error::Backend { backend: BACKEND, source: failure.into() },
+                Meaning::SharedSession => Error::Backend {
+                    backend: BACKEND,
+                    source: Box::new(super::pooler::SharedSession { failure: failure.into() }),
+                },
             },
             PgFailure::Handshake { .. } => Error::Tls { backend: BACKEND, source: failure.into() },
             PgFailure::Timeout { operation, .. } => {
@@ -119,6 +123,8 @@ enum Meaning {
     PlaintextRefused,
     Connection,
     Timeout,
+    /// A pooler shares server sessions the settings did not declare (`pooler.rs`).
+    SharedSession,
     Other,
 }
 
@@ -127,6 +133,10 @@ fn meaning(error: &tokio_postgres::Error) -> Meaning {
         Meaning::Tls
     } else if refuses_plaintext(error) {
         Meaning::PlaintextRefused
+    } else if super::pooler::is_shared_session_symptom(error)
+        || super::pooler::is_statement_mode_refusal(error)
+    {
+        Meaning::SharedSession
     } else {
         meaning_of(error.code())
     }

@@ -2,6 +2,7 @@
 //! checks and raises the row's fence in the same statement.
 
 use lock_core::{Error, FencedStore, FencingToken, Result};
+use tokio_postgres::types::Type;
 
 use super::PostgresBackend;
 use crate::identifier::TableName;
@@ -86,9 +87,12 @@ impl FencedStore for PostgresFencedStore {
         for _ in 0..2 {
             let connection = self.backend.inner.pool.get()?;
             let written = connection.run("fenced write", |client| async move {
-                client.query_opt(sql, &[&key, &value, &fence]).await
+                // Unnamed: safe behind a pooler (`pooler.rs`).
+                client
+                    .query_typed(sql, &[(&key, Type::TEXT), (&value, Type::BYTEA), (&fence, Type::INT8)])
+                    .await
             })?;
-            if written.is_some() {
+            if !written.is_empty() {
                 return Ok(());
             }
             lock_core::admit(key, self.read(key)?.map(|(highest, _)| highest), token)?;
@@ -102,8 +106,10 @@ impl FencedStore for PostgresFencedStore {
     fn read(&self, key: &str) -> Result<Option<(FencingToken, Vec<u8>)>> {
         let connection = self.backend.inner.pool.get()?;
         let sql = self.read.as_str();
-        let row =
-            connection.run("fenced read", |client| async move { client.query_opt(sql, &[&key]).await })?;
+        let rows = connection.run("fenced read", |client| async move {
+            client.query_typed(sql, &[(&key, Type::TEXT)]).await
+        })?;
+        let row = rows.into_iter().next();
         // A table made before, with other column types, is an error, not a panic.
         row.map(|row| {
             let fence: i64 = row.try_get(0)?;

@@ -15,7 +15,7 @@
 //! it is: the write may have been made, while the lock was held.
 
 use lock_core::{Error, Result};
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 
 use super::lease::Hold;
 use super::{PostgresBackend, PostgresLease};
@@ -100,12 +100,12 @@ impl PostgresBackend {
                 let key = *key;
                 let connection = connection.get();
                 let held: bool = connection
-                    .run(
-                        "guarded write",
-                        |client| async move { client.query_one(ADVISORY_HELD, &[&key]).await },
-                    )
+                    .run("guarded write", |client| async move {
+                        client.query_typed(ADVISORY_HELD, &[(&key, Type::INT8)]).await
+                    })
                     .map_err(|error| session_gone(error, &lease.name))?
-                    .get(0);
+                    .first()
+                    .is_some_and(|row| row.get::<_, bool>(0));
                 if held {
                     Some(connection.run("guarded write", |client| async move {
                         client.execute(statement, params).await

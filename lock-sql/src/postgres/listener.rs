@@ -10,6 +10,10 @@
 //! thread drives it. Notifications are best effort (a listener reconnecting misses some), so
 //! waiters also re-check at the holder's expiry — an expiry sends no `NOTIFY` — and at least
 //! every [`FALLBACK_RECHECK`].
+//!
+//! Through transaction pooling there is no listening at all (a `LISTEN` would stay on a server
+//! connection that other clients get next, and this one would hear nothing): waiters re-check on
+//! their own, from [`POLLED_RECHECK_FIRST`] doubling up to [`POLLED_RECHECK_MAX`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -23,6 +27,14 @@ use crate::waiters::{Registration, Waiters};
 
 /// The longest a waiter sleeps without a notification before it re-checks on its own.
 pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
+
+/// Without `LISTEN` (transaction pooling): a waiter's first re-check comes this soon after its
+/// attempt, and each next one twice as late, up to [`POLLED_RECHECK_MAX`] — a hand-off costs
+/// up to that much more than with a wake-up; each re-check is one statement.
+pub(crate) const POLLED_RECHECK_FIRST: Duration = Duration::from_millis(4);
+
+/// The longest a waiter sleeps between re-checks without `LISTEN`.
+pub(crate) const POLLED_RECHECK_MAX: Duration = Duration::from_millis(100);
 
 /// The name of the listening thread (one per backend that has waited).
 pub const LISTENER_THREAD_NAME: &str = "distlock-pgwake";
@@ -47,6 +59,8 @@ struct Shared {
     elections: Waiters,
     /// Whether `LISTEN` is in force on a live connection.
     listening: Mutex<bool>,
+    /// Whether this client may `LISTEN` (not through transaction pooling).
+    can_listen: bool,
     changed: Condvar,
     started: AtomicBool,
     stop: AtomicBool,
@@ -54,8 +68,9 @@ struct Shared {
 
 impl Listener {
     /// A listener on a new channel of its own (`distlock_w_` and 16 random hex digits), and on
-    /// `elections_channel` (a validated identifier), the channel of the elections' notices.
-    pub(crate) fn new(pool: PgPool, elections_channel: &str) -> Self {
+    /// `elections_channel` (a validated identifier), the channel of the elections' notices;
+    /// one that never listens unless `can_listen`.
+    pub(crate) fn new(pool: PgPool, elections_channel: &str, can_listen: bool) -> Self {
         let channel = format!("distlock_w_{}", &lock_core::OwnerToken::random().to_hex()[..16]);
         Self {
             shared: Arc::new(Shared {
@@ -66,6 +81,7 @@ impl Listener {
                 elections_channel: elections_channel.to_owned(),
                 elections: Waiters::default(),
                 listening: Mutex::new(false),
+                can_listen,
                 changed: Condvar::new(),
                 started: AtomicBool::new(false),
                 stop: AtomicBool::new(false),
@@ -97,7 +113,25 @@ impl Listener {
         *self.shared.listening.lock()
     }
 
+    /// Whether this client's waiters are woken by notifications at all (not through
+    /// transaction pooling).
+    pub(crate) fn wakes(&self) -> bool {
+        self.shared.can_listen
+    }
+
+    /// How long a waiter sleeps before its `round`th re-check (from 0) when no notification
+    /// comes: [`FALLBACK_RECHECK`] with `LISTEN`; without, a quick pace that slows down.
+    pub(crate) fn recheck_after(&self, round: u32) -> Duration {
+        if self.shared.can_listen {
+            return FALLBACK_RECHECK;
+        }
+        POLLED_RECHECK_FIRST.saturating_mul(1 << round.min(16)).min(POLLED_RECHECK_MAX)
+    }
+
     fn start(&self) {
+        if !self.shared.can_listen {
+            return;
+        }
         if !self.shared.started.swap(true, Ordering::AcqRel) {
             let shared = Arc::clone(&self.shared);
             let spawned =
@@ -110,8 +144,11 @@ impl Listener {
         }
     }
 
-    /// Waits until `LISTEN` is in force, or `until`.
+    /// Waits until `LISTEN` is in force, or `until` (at once for a client that never listens).
     pub(crate) fn wait_listening(&self, until: Instant) {
+        if !self.shared.can_listen {
+            return;
+        }
         let mut listening = self.shared.listening.lock();
         while !*listening {
             if self.shared.changed.wait_until(&mut listening, until).timed_out() {

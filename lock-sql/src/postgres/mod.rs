@@ -4,7 +4,8 @@
 //! row and advisory kinds (holds that own a connection), `election.rs` leader election, `wait.rs`
 //! the waits, `listener.rs` the
 //! `LISTEN` connection that wakes lock-table waiters, `connection.rs` and `runtime.rs` the bounded
-//! blocking calls over tokio-postgres, `pool.rs` the pool, `tls.rs` the TLS connector.
+//! blocking calls over tokio-postgres, `pool.rs` the pool, `tls.rs` the TLS connector,
+//! `pooler.rs` what changes behind a connection pooler (PgBouncer).
 //!
 //! # TLS
 //!
@@ -61,6 +62,7 @@ mod guarded;
 mod lease;
 mod listener;
 mod pool;
+mod pooler;
 mod read_write;
 mod row_read_write;
 pub(crate) mod runtime;
@@ -77,6 +79,7 @@ pub use fenced::PostgresFencedStore;
 pub use lease::PostgresLease;
 pub use listener::LISTENER_THREAD_NAME;
 pub use pool::CONNECTOR_THREAD_NAME;
+pub use pooler::Pooler;
 pub use runtime::{HELPER_THREAD_NAME, PG_THREAD_NAME};
 
 use std::fmt;
@@ -158,6 +161,8 @@ pub(crate) struct Inner {
     pub(crate) tables: Tables,
     pub(crate) listener: Listener,
     pub(crate) kind: PostgresLockKind,
+    /// The pooler in front of the server, as declared (`pooler.rs`).
+    pub(crate) pooler: Pooler,
     /// Lock-table kind: whether waiters are served in arrival order.
     pub(crate) fair: bool,
     pub(crate) namespace: String,
@@ -420,6 +425,7 @@ impl fmt::Debug for PostgresBackend {
         f.debug_struct("PostgresBackend")
             .field("address", &self.inner.address)
             .field("kind", &self.inner.kind)
+            .field("pooler", &self.inner.pooler)
             .field("fair", &self.inner.fair)
             .finish_non_exhaustive()
     }
@@ -434,8 +440,10 @@ impl PostgresBackend {
         for name in names {
             let sql = format!("SHOW {name}");
             let value: String = connection
-                .run("show a setting", |client| async move { client.query_one(sql.as_str(), &[]).await })
+                .run("show a setting", |client| async move { client.query_typed(sql.as_str(), &[]).await })
                 .map_err(|e| e.to_string())?
+                .first()
+                .ok_or_else(|| format!("SHOW {name}: no row"))?
                 .get(0);
             pairs.push(format!("{name}={value}"));
         }
@@ -460,5 +468,5 @@ impl PostgresBackend {
 /// Test support (feature `testkit`, not semver-stable): the suite and workload target.
 #[cfg(feature = "testkit")]
 pub mod testkit {
-    pub use crate::testkit::{scenarios, PostgresTarget, TIMEOUT};
+    pub use crate::testkit::{pooler, scenarios, PostgresTarget, TIMEOUT};
 }

@@ -45,6 +45,8 @@ pub(crate) struct PgSettings {
     pub(crate) warn_plaintext: bool,
     /// Session kinds: no grants while the server's sessions are younger than the lease.
     pub(crate) restart_delay: bool,
+    /// Behind a pooler: statements are sent unnamed, never prepared by name (`pooler.rs`).
+    pub(crate) unnamed_statements: bool,
 }
 
 /// The r2d2 manager: opens [`PgConnection`]s and remembers the last failure to open one, so that

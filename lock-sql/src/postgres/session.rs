@@ -454,10 +454,11 @@ mod server_tests {
         let pool = base.inner.pool.clone();
         let locks = PostgresBackend {
             inner: Arc::new(Inner {
-                listener: Listener::new(pool.clone(), &tables.election.channel),
+                listener: Listener::new(pool.clone(), &tables.election.channel, true),
                 pool,
                 tables,
                 kind: PostgresLockKind::Advisory,
+                pooler: crate::postgres::Pooler::None,
                 fair: true,
                 namespace: "distlock".into(),
                 address: String::new(),

@@ -1,6 +1,6 @@
 //! [`NativeWait`] for the three kinds: lock-table waiters queue in the lock row and sleep until a
 //! release's `NOTIFY` (to the oldest waiter's client), the holder's expiry or a one-second
-//! re-check; row and advisory waiters queue in the database's own
+//! re-check (through transaction pooling, without `NOTIFY`: a re-check within 4 to 100 ms); row and advisory waiters queue in the database's own
 //! lock manager (`lock_timeout` bounds each wait). A timed wait is one statement, which keeps its
 //! place in the queue until the deadline; a wait without one re-queues every I/O timeout (at
 //! least [`MIN_WAIT_SLICE`]).
@@ -114,7 +114,7 @@ impl PostgresBackend {
         requeued: &mut bool,
     ) -> Result<Option<Acquired<PostgresLease>>> {
         let note = WAITER_NOTE + self.inner.pool.settings().io_timeout;
-        loop {
+        for round in 0.. {
             // Notifications so far are answered by this attempt.
             registration.clear();
             let sent_at = Instant::now();
@@ -133,9 +133,11 @@ impl PostgresBackend {
             }
             // The holder's expiry sends no notification: re-check then. A free lock that was not
             // ours (a fair queue's head takes it) is announced by its next release.
-            let wait = if remaining.is_zero() { FALLBACK_RECHECK } else { remaining.min(FALLBACK_RECHECK) };
+            let recheck = self.inner.listener.recheck_after(round);
+            let wait = if remaining.is_zero() { recheck } else { remaining.min(recheck) };
             registration.wait(deadline.map_or(now + wait, |deadline| deadline.min(now + wait)));
         }
+        unreachable!("the rounds outlast any wait")
     }
 
     /// Waits in the server's lock queue: until the deadline in one statement, or without one in

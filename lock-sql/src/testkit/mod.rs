@@ -7,6 +7,8 @@
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]
+pub mod pooler;
+#[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "mysql")]
 pub mod primary_key_lock;

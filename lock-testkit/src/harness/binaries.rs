@@ -82,6 +82,14 @@ pub(crate) const ETCDCTL: Binary = Binary {
     search_path: true,
 };
 
+/// PgBouncer, the connection pooler; Debian puts it in `/usr/sbin`, off a user's `PATH`.
+pub(crate) const PGBOUNCER: Binary = Binary {
+    name: "pgbouncer",
+    package: "pgbouncer",
+    dirs: &["/usr/sbin", "/usr/local/sbin", "/usr/bin"],
+    search_path: true,
+};
+
 /// Where Debian installs each PostgreSQL major version's server binaries.
 const POSTGRES_VERSIONS_DIR: &str = "/usr/lib/postgresql";
 

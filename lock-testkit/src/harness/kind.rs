@@ -16,16 +16,19 @@ pub enum ServerKind {
     ZooKeeper,
     /// `etcd`.
     Etcd,
+    /// PgBouncer, a connection pooler in front of PostgreSQL.
+    PgBouncer,
 }
 
 impl ServerKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [ServerKind; 5] = [
+    pub const ALL: [ServerKind; 6] = [
         ServerKind::Redis,
         ServerKind::Postgres,
         ServerKind::MariaDb,
         ServerKind::ZooKeeper,
         ServerKind::Etcd,
+        ServerKind::PgBouncer,
     ];
 
     /// A short lowercase name without dashes, used in temp-dir names.
@@ -36,6 +39,7 @@ impl ServerKind {
             ServerKind::MariaDb => "mariadb",
             ServerKind::ZooKeeper => "zookeeper",
             ServerKind::Etcd => "etcd",
+            ServerKind::PgBouncer => "pgbouncer",
         }
     }
 
@@ -53,6 +57,7 @@ impl fmt::Display for ServerKind {
             ServerKind::MariaDb => "MariaDB",
             ServerKind::ZooKeeper => "ZooKeeper",
             ServerKind::Etcd => "etcd",
+            ServerKind::PgBouncer => "PgBouncer",
         })
     }
 }

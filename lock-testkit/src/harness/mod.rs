@@ -1,18 +1,18 @@
-//! Real, throwaway servers for tests: Redis, PostgreSQL, MariaDB, ZooKeeper and etcd, each kind
-//! behind its own Cargo feature (`redis-server`, `postgres-server`, `mariadb-server`,
-//! `zookeeper-server`, `etcd-server`). Besides single servers: a [`RedisCluster`] (three
-//! primaries with a replica each, slots that tests can move), a [`RedisSentinelGroup`] (a
-//! primary, two replicas, three sentinels), a [`ZooKeeperEnsemble`] and an [`EtcdCluster`], whose
-//! nodes tests can kill, pause and restart one by one.
+//! Real, throwaway servers for tests: Redis, PostgreSQL (and a [`PgBouncer`] in front of it),
+//! MariaDB, ZooKeeper and etcd, each kind behind its own Cargo feature (`redis-server`,
+//! `postgres-server`, `mariadb-server`, `zookeeper-server`, `etcd-server`). Besides single
+//! servers: a [`RedisCluster`] (three primaries with a replica each, slots that tests can move),
+//! a [`RedisSentinelGroup`] (a primary, two replicas, three sentinels), a [`ZooKeeperEnsemble`]
+//! and an [`EtcdCluster`], whose nodes tests can kill, pause and restart one by one.
 //!
 //! Each server is started from the installed binaries on free 127.0.0.1 ports (never the
 //! standard ones), in its own temp dir, and is ready when it answers a real protocol request:
-//! Redis `PING`, a PostgreSQL or MariaDB login with a password, ZooKeeper `srvr`/`ruok`, etcd
-//! `GET /health`. A group is ready when its members agree: every cluster node says
-//! `cluster_state:ok` and sees the same primaries and replicas; every sentinel knows both
-//! replicas and the other sentinels; a majority of etcd members name the same leader. A missing
-//! binary is an error naming the Debian package to install (`cargo xtask test` installs them
-//! all); nothing is skipped.
+//! Redis `PING`, a PostgreSQL or MariaDB login with a password (through PgBouncer, to
+//! PostgreSQL), ZooKeeper `srvr`/`ruok`, etcd `GET /health`. A group is ready when its members
+//! agree: every cluster node says `cluster_state:ok` and sees the same primaries and replicas;
+//! every sentinel knows both replicas and the other sentinels; a majority of etcd members name
+//! the same leader. A missing binary is an error naming the Debian package to install
+//! (`cargo xtask test` installs them all); nothing is skipped.
 //!
 //! ```no_run
 //! # #[cfg(feature = "redis-server")]
@@ -82,6 +82,8 @@ mod kind;
 mod logs;
 #[cfg(feature = "mariadb-server")]
 mod mariadb;
+#[cfg(feature = "postgres-server")]
+mod pgbouncer;
 mod ports;
 #[cfg(feature = "postgres-server")]
 mod postgres;
@@ -113,6 +115,8 @@ pub use kind::ServerKind;
 pub use logs::KEEP_LOGS_VARIABLE;
 #[cfg(feature = "mariadb-server")]
 pub use mariadb::MariaDbServer;
+#[cfg(feature = "postgres-server")]
+pub use pgbouncer::{PgBouncer, PoolMode};
 pub use ports::free_port;
 #[cfg(feature = "postgres-server")]
 pub use postgres::PostgresServer;

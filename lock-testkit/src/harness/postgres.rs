@@ -27,7 +27,7 @@ const INITDB_TIMEOUT: Duration = Duration::from_secs(120);
 /// Connect timeout of each readiness probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Accounts to run PostgreSQL as when the tests run as root, which PostgreSQL refuses.
+/// Accounts to run PostgreSQL (and PgBouncer) as when the tests run as root, which both refuse.
 const UNPRIVILEGED_ACCOUNTS: [&str; 2] = ["postgres", "nobody"];
 
 /// A private PostgreSQL server on a free loopback port, with database
@@ -112,7 +112,7 @@ impl PostgresServer {
     fn start_with(ca: Option<&'static TestCa>, durable: bool) -> Result<Self, HarnessError> {
         let initdb = binaries::find_postgres("initdb")?;
         let postgres = binaries::sibling(&initdb, "postgres", "postgresql")?;
-        let account = unprivileged_account()?;
+        let account = unprivileged_account(KIND)?;
         ports::retry_on_port_in_use(|| Self::start_once(&initdb, &postgres, account, ca, durable))
     }
 
@@ -270,8 +270,9 @@ impl TestServer for PostgresServer {
     }
 }
 
-/// The account to run PostgreSQL as: none (the current one) unless running as root.
-fn unprivileged_account() -> Result<Option<RunAs>, HarnessError> {
+/// The account to run `kind`'s server as: none (the current one) unless running as root, which
+/// PostgreSQL and PgBouncer both refuse.
+pub(crate) fn unprivileged_account(kind: ServerKind) -> Result<Option<RunAs>, HarnessError> {
     if !Uid::effective().is_root() {
         return Ok(None);
     }
@@ -280,10 +281,10 @@ fn unprivileged_account() -> Result<Option<RunAs>, HarnessError> {
         .find_map(|name| User::from_name(name).ok().flatten())
         .map(|user| Some(RunAs { uid: user.uid, gid: user.gid }))
         .ok_or_else(|| HarnessError::Setup {
-            kind: KIND,
+            kind,
             step: "choosing an account".into(),
             detail: format!(
-                "PostgreSQL refuses to run as root and none of the accounts {UNPRIVILEGED_ACCOUNTS:?} exists"
+                "{kind} refuses to run as root and none of the accounts {UNPRIVILEGED_ACCOUNTS:?} exists"
             ),
         })
 }

@@ -16,6 +16,7 @@
 //! | [`redis_cluster()`] | `DISTLOCK_REDIS_CLUSTER` | `redis+cluster://host:port,…/` |
 //! | [`redis_sentinel()`] | `DISTLOCK_REDIS_SENTINEL` | `redis+sentinel://host:port,…/master-name` |
 //! | [`postgres()`] | `DISTLOCK_POSTGRES_URL` | `postgres://…` |
+//! | [`pgbouncer()`] | `DISTLOCK_PGBOUNCER_URL` | `postgres://user:password@host:port/` (no database: append `session`, `transaction` or `statement`) |
 //! | [`postgres_tls()`] | `DISTLOCK_POSTGRES_TLS_URL` | `postgres://…?sslmode=verify-full&sslrootcert=…` |
 //! | [`mariadb()`] | `DISTLOCK_MYSQL_URL` | `mysql://…` |
 //! | [`mariadb_tls()`] | `DISTLOCK_MYSQL_TLS_URL` | `mysql://…?ssl-mode=VERIFY_IDENTITY&ssl-ca=…` |
@@ -36,11 +37,11 @@ use parking_lot::Mutex;
 use super::EtcdServer;
 #[cfg(feature = "mariadb-server")]
 use super::MariaDbServer;
-#[cfg(feature = "postgres-server")]
-use super::PostgresServer;
 #[cfg(feature = "zookeeper-server")]
 use super::ZooKeeperServer;
 use super::{HarnessError, ServerProcess, TestDeployment, TestServer};
+#[cfg(feature = "postgres-server")]
+use super::{PgBouncer, PostgresServer};
 #[cfg(feature = "redis-server")]
 use super::{RedisCluster, RedisSentinelGroup, RedisServer};
 
@@ -55,6 +56,9 @@ pub const REDIS_CLUSTER_VARIABLE: &str = "DISTLOCK_REDIS_CLUSTER";
 pub const REDIS_SENTINEL_VARIABLE: &str = "DISTLOCK_REDIS_SENTINEL";
 /// Names an external PostgreSQL server for [`postgres()`].
 pub const POSTGRES_URL_VARIABLE: &str = "DISTLOCK_POSTGRES_URL";
+/// Names an external PgBouncer for [`pgbouncer()`]: a `postgres://` URL without a database, to
+/// which callers append a pool mode's alias (`session`, `transaction`, `statement`).
+pub const PGBOUNCER_URL_VARIABLE: &str = "DISTLOCK_PGBOUNCER_URL";
 /// Names an external TLS-only PostgreSQL server for [`postgres_tls()`].
 pub const POSTGRES_TLS_URL_VARIABLE: &str = "DISTLOCK_POSTGRES_TLS_URL";
 /// Names an external MySQL or MariaDB server for [`mariadb()`].
@@ -176,6 +180,21 @@ pub fn redis_sentinel() -> Result<&'static SharedServer<RedisSentinelGroup>, Har
 pub fn postgres() -> Result<&'static SharedServer<PostgresServer>, HarnessError> {
     static SLOT: Slot<PostgresServer> = OnceLock::new();
     shared(&SLOT, POSTGRES_URL_VARIABLE, PostgresServer::start)
+}
+
+#[cfg(feature = "postgres-server")]
+/// The shared PgBouncer, in front of [`postgres()`]'s server, or the one
+/// `DISTLOCK_PGBOUNCER_URL` names. Its address is the base URL without a database,
+/// `postgres://distlock:distlock@127.0.0.1:PORT/`: append a [`PoolMode`](super::PoolMode)'s
+/// alias (`session`, `transaction`, `statement`).
+///
+/// # Errors
+///
+/// [`HarnessError::Shared`] with the start failure (the same for every call), including the
+/// shared PostgreSQL's.
+pub fn pgbouncer() -> Result<&'static SharedServer<PgBouncer>, HarnessError> {
+    static SLOT: Slot<PgBouncer> = OnceLock::new();
+    shared(&SLOT, PGBOUNCER_URL_VARIABLE, PgBouncer::start)
 }
 
 #[cfg(feature = "postgres-server")]

@@ -122,7 +122,9 @@ impl Role {
 }
 
 /// If this process is a holder ([`HOLD_VAR`] set), plays its role and exits; otherwise returns.
-pub(crate) fn serve_if_child<T: SuiteTarget>(target: &T) {
+/// A backend scenario that runs the suite's scenarios with holder processes (PB01, PB02) calls
+/// it first, on the target it runs them on: the holder re-runs that scenario's test.
+pub fn serve_if_child<T: SuiteTarget>(target: &T) {
     let Ok(text) = std::env::var(HOLD_VAR) else { return };
     let outcome = match Role::decode(&text) {
         Some(role) => play(target, role),

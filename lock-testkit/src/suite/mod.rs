@@ -19,7 +19,7 @@ mod terms;
 /// Set in S04's holder process (this binary re-run with the calling test's name as its first
 /// argument): a binary that is not a libtest harness (`distlock compare`) must recognise it and
 /// run S04 on the same target again, which then holds the lock until killed.
-pub use child::HOLD_VAR as S04_HOLD_VARIABLE;
+pub use child::{serve_if_child, HOLD_VAR as S04_HOLD_VARIABLE};
 pub use fenced::FencedResource;
 pub use outcome::{Failure, ScenarioResult, Verdict};
 pub use runner::{run, run_scenario, Scenario, SCENARIOS};
