@@ -3,13 +3,13 @@
 //! waits for the other's, and `distlock inspect` reads `etcdctl`'s holder and distlock's waiter.
 
 use std::fs;
-use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::Duration;
 
 use lock_testkit::eventually;
 use lock_testkit::harness::{shared, EtcdServer};
+use lock_testkit::journal::{section_script, sections};
 use lock_testkit::suite::unique_name;
 
 /// The shared harness server: its URL for distlock, and the server itself for `etcdctl`.
@@ -78,11 +78,6 @@ fn text(output: &Output) -> String {
     format!("{}\n{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
 
-/// A critical section: `B <who>` and `E <who>` appended to `journal`, 50 ms apart.
-fn section(journal: &Path, who: &str) -> String {
-    format!("echo 'B {who}' >> {0}; sleep 0.05; echo 'E {who}' >> {0}", journal.display())
-}
-
 #[test]
 fn distlock_exec_and_etcdctl_lock_on_one_name_never_overlap() {
     let name = unique_name("etcdctl-exec");
@@ -94,7 +89,7 @@ fn distlock_exec_and_etcdctl_lock_on_one_name_never_overlap() {
     let loops: Vec<_> = ["distlock-1", "distlock-2", "etcdctl"]
         .into_iter()
         .map(|who| {
-            let (name, script) = (name.clone(), section(&journal, who));
+            let (name, script) = (name.clone(), section_script(&journal, who, "0.05"));
             thread::spawn(move || {
                 for _ in 0..ROUNDS {
                     let mut command = if who == "etcdctl" {
@@ -113,19 +108,9 @@ fn distlock_exec_and_etcdctl_lock_on_one_name_never_overlap() {
     // for a server that exits with this process.
     let ended: Vec<_> = loops.into_iter().map(thread::JoinHandle::join).collect();
     assert!(ended.iter().all(Result::is_ok), "a command failed (its message is above)");
-    let lines: Vec<String> = fs::read_to_string(&journal).unwrap().lines().map(str::to_owned).collect();
-    let mut holder: Option<&str> = None;
-    for line in &lines {
-        let (step, who) = line.split_once(' ').unwrap();
-        match (step, holder) {
-            ("B", None) => holder = Some(who),
-            ("E", Some(current)) if current == who => holder = None,
-            _ => panic!("overlap at {line:?} in {lines:#?}"),
-        }
-    }
+    let counts = sections(&journal).unwrap_or_else(|error| panic!("{error}"));
     for who in ["distlock-1", "distlock-2", "etcdctl"] {
-        let sections = lines.iter().filter(|line| **line == format!("B {who}")).count();
-        assert_eq!(sections, ROUNDS, "{who}: {lines:#?}");
+        assert_eq!(counts.get(who).copied(), Some(ROUNDS), "{who}: {counts:?}");
     }
 }
 

@@ -172,6 +172,7 @@ fn inspect_shows_the_holder_its_lease_and_the_fencing_counter() {
 #[cfg(feature = "postgres")]
 mod through_transaction_pooling {
     use super::*;
+    use lock_testkit::journal::{section_script, sections};
 
     const PROCESSES: usize = 4;
     const ROUNDS: usize = 25;
@@ -192,10 +193,7 @@ mod through_transaction_pooling {
                 let (name, url, journal) = (name.clone(), url.clone(), journal.clone());
                 let kind = kind.to_owned();
                 thread::spawn(move || {
-                    let section = format!(
-                        "echo 'B {process}' >> {0}; sleep 0.01; echo 'E {process}' >> {0}",
-                        journal.display()
-                    );
+                    let section = section_script(&journal, &process.to_string(), "0.01");
                     for _ in 0..ROUNDS {
                         let output = Command::new(env!("CARGO_BIN_EXE_distlock"))
                             .args(["exec", "--url", &url, "--kind", &kind, "--name", name.as_str(), "--"])
@@ -215,17 +213,10 @@ mod through_transaction_pooling {
             .collect();
         let ended: Vec<_> = loops.into_iter().map(thread::JoinHandle::join).collect();
         assert!(ended.iter().all(Result::is_ok), "a command failed (its message is above)");
-        let lines: Vec<String> = fs::read_to_string(&journal).unwrap().lines().map(str::to_owned).collect();
-        let mut holder: Option<&str> = None;
-        for line in &lines {
-            let (step, who) = line.split_once(' ').unwrap();
-            match (step, holder) {
-                ("B", None) => holder = Some(who),
-                ("E", Some(current)) if current == who => holder = None,
-                _ => panic!("{kind}: overlap at {line:?} in {lines:#?}"),
-            }
-        }
-        assert_eq!(lines.len(), 2 * PROCESSES * ROUNDS, "{kind}: not every command ran: {lines:#?}");
+        let counts = sections(&journal).unwrap_or_else(|error| panic!("{kind}: {error}"));
+        let ran: Vec<usize> =
+            (0..PROCESSES).map(|process| counts.get(&process.to_string()).copied().unwrap_or(0)).collect();
+        assert_eq!(ran, vec![ROUNDS; PROCESSES], "{kind}: commands run by each process");
     }
 
     #[test]

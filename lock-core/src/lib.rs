@@ -110,7 +110,7 @@ pub use state::HoldState;
 pub use tls::install_ring_provider;
 pub use tls::{TlsMode, TlsOptions, Verification};
 pub use tls_url::{TlsParameters, TlsVocabulary};
-pub use url::{redact_url, split_url_list, UrlParts};
+pub use url::{redact_url, split_url_list, take_query_parameters, UrlParts};
 pub use write_holds::WriteHolds;
 
 #[cfg(test)]

@@ -121,32 +121,10 @@ impl TlsParameters {
     /// [`Error::InvalidConfig`] for an unknown mode or a value that is not UTF-8 once decoded
     /// (never showing the URL, which may hold a password).
     pub fn take_from_url(url: &str, vocabulary: &TlsVocabulary) -> Result<(String, Self)> {
+        let (rest, pairs) = crate::url::take_query_parameters(url, |key| is_parameter(vocabulary, key))?;
         let mut taken = Self::default();
-        let (before_fragment, fragment) = url.split_once('#').map_or((url, None), |(u, f)| (u, Some(f)));
-        let Some((base, query)) = before_fragment.split_once('?') else {
-            return Ok((url.to_owned(), taken));
-        };
-        let mut kept = Vec::new();
-        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let key = form_decode(key).unwrap_or_default();
-            if !is_parameter(vocabulary, &key) {
-                kept.push(pair);
-                continue;
-            }
-            let value = form_decode(value).ok_or_else(|| {
-                Error::invalid_config(format!("the URL's {key}= is not UTF-8 once percent-decoded"))
-            })?;
+        for (key, value) in pairs {
             taken.set(vocabulary, &key, value)?;
-        }
-        let mut rest = base.to_owned();
-        if !kept.is_empty() {
-            rest.push('?');
-            rest.push_str(&kept.join("&"));
-        }
-        if let Some(fragment) = fragment {
-            rest.push('#');
-            rest.push_str(fragment);
         }
         Ok((rest, taken))
     }
@@ -187,11 +165,6 @@ fn is_parameter(vocabulary: &TlsVocabulary, key: &str) -> bool {
     [vocabulary.mode, vocabulary.root, vocabulary.cert, vocabulary.key]
         .iter()
         .any(|names| names.contains(&key))
-}
-
-/// A query's key or value, percent-decoded with `+` as a space; `None` if not UTF-8.
-fn form_decode(text: &str) -> Option<String> {
-    percent_encoding::percent_decode_str(&text.replace('+', " ")).decode_utf8().ok().map(Into::into)
 }
 
 #[cfg(test)]

@@ -49,6 +49,61 @@ fn hide_before_last_at(text: &str) -> String {
     text.rfind('@').map_or_else(|| text.to_owned(), |at| format!("***{}", &text[at..]))
 }
 
+/// `url` (`scheme://…?query#fragment`) without the query parameters whose key (decoded) `take`
+/// accepts, the rest of the query and the fragment kept as written, and the parameters taken,
+/// in order, form-decoded (`+` is a space), as drivers read the rest of the query. For
+/// parameters a backend reads itself before its driver, which would refuse them (libpq's TLS
+/// parameters, `pooler=`).
+///
+/// ```
+/// let (rest, taken) =
+///     lock_core::take_query_parameters("postgres://h/db?a=1&pooler=session#f", |key| key == "pooler").unwrap();
+/// assert_eq!(rest, "postgres://h/db?a=1#f");
+/// assert_eq!(taken, [("pooler".to_owned(), "session".to_owned())]);
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidConfig`] for a taken value that is not UTF-8 once decoded (never showing the
+/// URL, which may hold a password).
+pub fn take_query_parameters(
+    url: &str,
+    take: impl Fn(&str) -> bool,
+) -> Result<(String, Vec<(String, String)>)> {
+    let (before_fragment, fragment) = url.split_once('#').map_or((url, None), |(u, f)| (u, Some(f)));
+    let Some((base, query)) = before_fragment.split_once('?') else {
+        return Ok((url.to_owned(), Vec::new()));
+    };
+    let mut kept = Vec::new();
+    let mut taken = Vec::new();
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let key = form_decode(key).unwrap_or_default();
+        if !take(&key) {
+            kept.push(pair);
+            continue;
+        }
+        let value = form_decode(value).ok_or_else(|| {
+            Error::invalid_config(format!("the URL's {key}= is not UTF-8 once percent-decoded"))
+        })?;
+        taken.push((key, value));
+    }
+    let mut rest = base.to_owned();
+    if !kept.is_empty() {
+        rest.push('?');
+        rest.push_str(&kept.join("&"));
+    }
+    if let Some(fragment) = fragment {
+        rest.push('#');
+        rest.push_str(fragment);
+    }
+    Ok((rest, taken))
+}
+
+/// A query's key or value, percent-decoded with `+` as a space; `None` if not UTF-8.
+fn form_decode(text: &str) -> Option<String> {
+    percent_encoding::percent_decode_str(&text.replace('+', " ")).decode_utf8().ok().map(Into::into)
+}
+
 /// A comma-separated list of URLs as its URLs; a comma not followed by another `scheme://` (a
 /// ZooKeeper host list) stays inside its URL.
 pub fn split_url_list(list: &str) -> Vec<&str> {

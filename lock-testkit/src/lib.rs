@@ -21,6 +21,7 @@
 mod backend_scenario;
 mod fault_proxy;
 pub mod harness;
+pub mod journal;
 pub mod negative;
 mod poll;
 pub mod suite;

@@ -38,8 +38,10 @@ const WAIT_BOUND: [(&str, &str, usize); 1] = [("distlock", "conformance", 5)];
 /// The binaries that take longest (measured on the CI machine), started first among those that
 /// run side by side, so the phase does not end waiting for one of them; the rest follow in
 /// build order.
-const LONGEST_FIRST: [(&str, &str); 4] = [
+const LONGEST_FIRST: [(&str, &str); 5] = [
     ("distlock-cli", "url_forms"),
+    // PB01/PB02: the suite through PgBouncer, six kinds and modes (about 45 s).
+    ("lock-sql", "scenarios"),
     ("lock-redis", "slot_migration"),
     ("distlock-cli", "compare"),
     ("lock-redis", "deployments"),

@@ -124,18 +124,8 @@ pub(super) fn etcdctl_and_distlock_contending_never_overlap_and_both_progress() 
         thread.join().unwrap();
     }
     etcdctl.join().unwrap();
-    let lines: Vec<String> = std::fs::read_to_string(&journal).unwrap().lines().map(String::from).collect();
-    let mut holder: Option<&str> = None;
-    for line in &lines {
-        let (step, who) = line.split_once(' ').unwrap();
-        match (step, holder) {
-            ("B", None) => holder = Some(who),
-            ("E", Some(current)) if current == who => holder = None,
-            _ => panic!("overlap at {line:?} in {lines:#?}"),
-        }
-    }
-    let count = |who: &str| lines.iter().filter(|line| *line == &format!("B {who}")).count();
-    assert_eq!((count("distlock"), count("etcdctl")), (20, 6));
+    let counts = lock_testkit::journal::sections(&journal).unwrap_or_else(|error| panic!("{error}"));
+    assert_eq!((counts.get("distlock").copied(), counts.get("etcdctl").copied()), (Some(20), Some(6)));
     std::fs::remove_dir_all(dir).unwrap();
 }
 

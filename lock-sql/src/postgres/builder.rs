@@ -26,7 +26,8 @@ impl PostgresLockBuilder {
         self
     }
 
-    /// Validates the settings and connects once.
+    /// Validates the settings and connects once (twice where its probe suspects a pooler: see
+    /// [`Pooler`]), each connection within the connect timeout.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] for a malformed URL, a table name that is not a plain identifier

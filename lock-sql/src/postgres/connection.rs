@@ -148,7 +148,12 @@ impl PgConnection {
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => {
-                if error.code().is_none() || error::session_ended(&error) {
+                // A pooler sharing server sessions: this connection's statements may be gone
+                // from (or clash on) whatever session it has next; never reuse it.
+                if error.code().is_none()
+                    || error::session_ended(&error)
+                    || super::pooler::is_shared_session_symptom(&error)
+                {
                     self.broken.set(true);
                 }
                 Err(CallFailure::Driver(error))

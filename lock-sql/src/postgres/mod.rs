@@ -245,12 +245,12 @@ impl PostgresBackend {
     /// As any statement.
     pub fn tls_version(&self) -> Result<Option<String>> {
         let connection = self.inner.pool.get()?;
-        let row = connection.run("read the connection's TLS version", |client| async move {
+        let rows = connection.run("read the connection's TLS version", |client| async move {
             client
-                .query_opt("SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl", &[])
+                .query_typed("SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid() AND ssl", &[])
                 .await
         })?;
-        Ok(row.map(|row| row.get(0)))
+        Ok(rows.first().map(|row| row.get(0)))
     }
 
     /// The advisory-lock key of a [`LockKey`]'s text.
@@ -263,6 +263,12 @@ impl PostgresBackend {
 const PG_ELECTIONS: &str = "the kind's own lock on a key no lock name can be, and a record row (fence, \
      holder, value) in `<table>_lead` written by one statement that checks the hold; NOTIFY wakes \
      followers";
+
+/// [`PG_ELECTIONS`] through transaction pooling, which has no `LISTEN`.
+const PG_ELECTIONS_POLLED: &str =
+    "the kind's own lock on a key no lock name can be, and a record row (fence, \
+     holder, value) in `<table>_lead` written by one statement that checks the hold; through transaction \
+     pooling (no LISTEN) followers re-read it every quarter lease (100 ms to 1 s)";
 
 impl DistributedLock for PostgresBackend {
     type Lease = PostgresLease;
@@ -280,10 +286,15 @@ impl DistributedLock for PostgresBackend {
     }
 
     fn profile(&self) -> lock_core::BackendProfile {
+        let listens = self.inner.listener.wakes();
+        let elections = if listens { PG_ELECTIONS } else { PG_ELECTIONS_POLLED };
         match self.inner.kind {
             PostgresLockKind::Table => lock_core::BackendProfile::new(
                 "a per-name counter in the lock row, bumped by the acquiring statement",
-                if self.inner.fair {
+                if !listens {
+                    "queue in the lock row; through transaction pooling (no LISTEN) waiters re-check \
+                     on their own, within 4 to 100 ms"
+                } else if self.inner.fair {
                     "FIFO queue in the lock row; the release NOTIFYs the oldest waiter's client (one LISTEN connection per client), and only it may take the lock"
                 } else {
                     "queue in the lock row; the release NOTIFYs the oldest waiter's client (one LISTEN connection per client), which races new callers for the lock"
@@ -295,8 +306,8 @@ impl DistributedLock for PostgresBackend {
                 "fenced stores (one upsert checks and raises the row's fence); execute_if_held: one \
                  transaction locks the lock row while the lease runs, then writes",
             )
-            .with_elections(PG_ELECTIONS),
-            _ => crate::lease::SESSION_PROFILE.with_elections(PG_ELECTIONS),
+            .with_elections(elections),
+            _ => crate::lease::SESSION_PROFILE.with_elections(elections),
         }
     }
 

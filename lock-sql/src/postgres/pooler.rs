@@ -119,17 +119,22 @@ pub(crate) fn statement_pooling() -> Error {
     )
 }
 
-/// The error for transaction pooling met where the settings did not declare it.
-pub(crate) fn undeclared_transaction_pooling(kind: PostgresLockKind) -> Error {
+/// The error for connections that share server sessions (transaction pooling) where the
+/// settings declared none, or session pooling.
+pub(crate) fn shared_sessions(declared: Option<Pooler>, kind: PostgresLockKind) -> Error {
     let advice = if kind == PostgresLockKind::Advisory {
         "pg-advisory cannot work there (its lock belongs to a server session); use pg-table or pg-row \
          with pooler=transaction, or connect directly"
     } else {
         "add pooler=transaction to the URL (or call .pooler(Pooler::Transaction))"
     };
+    let declared = match declared {
+        Some(Pooler::Session) => " although pooler=session was declared",
+        _ => "",
+    };
     Error::invalid_config(format!(
-        "two connections of this client share one server session: a pooler in transaction mode \
-         (PgBouncer's pool_mode=transaction?) stands in front of PostgreSQL; {advice}"
+        "two connections of this client share one server session{declared}: a pooler in \
+         transaction mode (PgBouncer's pool_mode=transaction?) stands in front of PostgreSQL; {advice}"
     ))
 }
 
@@ -151,27 +156,8 @@ pub(crate) fn take_from_url(url: &str) -> Result<(String, Option<Pooler>)> {
         }
         return Ok((kept.join(" "), pooler));
     }
-    let (before_fragment, fragment) = url.split_once('#').map_or((url, None), |(u, f)| (u, Some(f)));
-    let Some((base, query)) = before_fragment.split_once('?') else {
-        return Ok((url.to_owned(), None));
-    };
-    let mut pooler = None;
-    let mut kept = Vec::new();
-    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-        match pair.split_once('=') {
-            Some((PARAMETER, value)) => pooler = Some(value.parse()?),
-            _ => kept.push(pair),
-        }
-    }
-    let mut rest = base.to_owned();
-    if !kept.is_empty() {
-        rest.push('?');
-        rest.push_str(&kept.join("&"));
-    }
-    if let Some(fragment) = fragment {
-        rest.push('#');
-        rest.push_str(fragment);
-    }
+    let (rest, taken) = lock_core::take_query_parameters(url, |key| key == PARAMETER)?;
+    let pooler = taken.last().map(|(_, value)| value.parse()).transpose()?;
     Ok((rest, pooler))
 }
 
@@ -200,7 +186,7 @@ pub(crate) fn probe(
     declared: Option<Pooler>,
     kind: PostgresLockKind,
 ) -> Result<ServerFacts> {
-    let (version, port, pid) = identify(first)?;
+    let (version, port, session) = identify(first)?;
     let facts = ServerFacts { version };
     if declared == Some(Pooler::None) {
         return Ok(facts);
@@ -209,8 +195,13 @@ pub(crate) fn probe(
         [] => &[5432][..],
         ports => ports,
     };
-    // Over a Unix socket the server has no port: nothing to compare.
-    let proxied = port.is_some_and(|port| !url_ports.contains(&port));
+    let over_tcp = config.get_hosts().iter().all(|host| matches!(host, tokio_postgres::config::Host::Tcp(_)));
+    // The server has no port when it was reached over a Unix socket: by a pooler on its host, if
+    // this client connected over TCP.
+    let proxied = match port {
+        Some(port) => !url_ports.contains(&port),
+        None => over_tcp,
+    };
     if proxied || declared.is_some() {
         let begun = first.run_for("probe for a pooler", first.io_timeout(), |client| async move {
             client.batch_execute("BEGIN").await?;
@@ -224,37 +215,53 @@ pub(crate) fn probe(
             Err(failure) => return Err(failure.into_error("probe for a pooler")),
         }
     }
-    if !proxied || declared == Some(Pooler::Transaction) {
+    // Undeclared, the advisory kind is probed whatever the ports say (a pooler may listen on
+    // the server's port): a miss there means two holders.
+    let probe_sessions =
+        (proxied || kind == PostgresLockKind::Advisory) && declared != Some(Pooler::Transaction);
+    if !probe_sessions {
         return Ok(facts);
     }
-    let second = pool.open_unpooled(None)?;
-    let (_, _, other) = identify(&second)?;
-    let (_, _, again) = identify(first)?;
-    if other == pid || again != pid {
-        return Err(undeclared_transaction_pooling(kind));
+    // A second connection, and the first one's next transaction, on the first one's server
+    // session: certainly shared. A pool too busy to answer proves nothing (the warning below).
+    let shared = pool.open_unpooled(None).and_then(|second| {
+        let (_, _, other) = identify(&second)?;
+        let (_, _, again) = identify(first)?;
+        Ok(other == session || again != session)
+    });
+    match shared {
+        Ok(true) => return Err(shared_sessions(declared, kind)),
+        Ok(false) => {}
+        Err(error) => tracing::debug!(%error, "could not probe whether a pooler shares server sessions"),
     }
-    if declared.is_none() {
+    if declared.is_none() && proxied {
         tracing::warn!(
             server_port = port,
             url_ports = ?url_ports,
-            "postgres answers on another port than the URL names: if a pooler (PgBouncer) stands \
-             between, declare it with pooler=session or pooler=transaction (pooler=none silences this)"
+            "postgres answers on another port than the URL names (or over a Unix socket, to a \
+             client on TCP): if a pooler (PgBouncer) stands between, declare it with pooler=session \
+             or pooler=transaction (pooler=none silences this)"
         );
     }
     Ok(facts)
 }
 
-/// The server's version, its port (`None` over a Unix socket) and the server process serving
+/// A server session, as `build`'s probe tells them apart: the server process and when its
+/// server started (a pid alone may repeat on another server behind a load balancer).
+type Session = (i32, Option<std::time::SystemTime>);
+
+/// The server's version, its port (`None` over a Unix socket) and the server session serving
 /// `connection` now; unnamed, as every statement behind a pooler.
-fn identify(connection: &PgConnection) -> Result<(u32, Option<u16>, i32)> {
-    const SQL: &str =
-        "SELECT current_setting('server_version_num')::int, inet_server_port(), pg_backend_pid()";
+fn identify(connection: &PgConnection) -> Result<(u32, Option<u16>, Session)> {
+    const SQL: &str = "SELECT current_setting('server_version_num')::int, inet_server_port(), \
+                       pg_backend_pid(), pg_postmaster_start_time()";
     let row = connection
         .run("read the server version", |client| async move { client.query_typed(SQL, &[]).await })?;
     let row = row.first().ok_or_else(|| Error::backend(super::error::BACKEND, "no row for SELECT"))?;
     let version: i32 = row.get(0);
     let port: Option<i32> = row.get(1);
-    Ok((u32::try_from(version).unwrap_or(0), port.and_then(|port| u16::try_from(port).ok()), row.get(2)))
+    let session = (row.get(2), row.try_get(3).ok());
+    Ok((u32::try_from(version).unwrap_or(0), port.and_then(|port| u16::try_from(port).ok()), session))
 }
 
 /// PgBouncer's answer to a `BEGIN` under statement pooling (a `FATAL`, and the connection
