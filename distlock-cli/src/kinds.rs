@@ -48,6 +48,20 @@ pub struct Opened {
     /// protocol's floor; etcd: etcd's own Lock service on the same client); `distlock bench`
     /// prints it.
     pub time_breakdown: Option<Box<dyn Fn() -> std::result::Result<String, String>>>,
+    /// A recipe run as W2 beside the kind's W2 in the same run (Redis: the plain `SET NX PX`
+    /// loop); `distlock bench` prints both and their ratio.
+    pub w2_reference: Option<W2Reference>,
+}
+
+/// A reference W2: the same eight workers and duration with a plain recipe instead of the lock.
+pub struct W2Reference {
+    /// What the recipe is, for the report.
+    pub label: &'static str,
+    /// Runs it.
+    pub run: Box<dyn Fn(Scale) -> std::result::Result<W2Report, String>>,
+    /// The least W2 acquisitions/s of the kind, as a multiple of the recipe's, that meets its
+    /// goal (non-fair Redis: 1.0); `None`: shown, no goal (a fair queue trades rate for order).
+    pub min_ratio: Option<f64>,
 }
 
 /// The single-node yardstick of a multi-node kind in `distlock bench`.
@@ -62,7 +76,12 @@ pub struct SingleNodeReference {
 impl Opened {
     /// `target`, with no single-node reference and no time breakdown.
     pub fn new(target: impl KindTarget + 'static) -> Self {
-        Self { target: Box::new(target), single_node_reference: None, time_breakdown: None }
+        Self {
+            target: Box::new(target),
+            single_node_reference: None,
+            time_breakdown: None,
+            w2_reference: None,
+        }
     }
 }
 

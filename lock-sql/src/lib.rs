@@ -96,7 +96,7 @@
 //! or [`PostgresLockBuilder::pooler`](postgres::PostgresLockBuilder::pooler) — see
 //! [`postgres::Pooler`]. Through **session** pooling every kind works; through **transaction**
 //! pooling the lock table and the row lock work (statements unnamed; the row lock's open
-//! transaction pins its server connection; lock-table waiters re-check within 4–100 ms instead of
+//! transaction pins its server connection; lock-table waiters re-check within 4–25 ms instead of
 //! a `LISTEN` wake-up) and the advisory lock is refused at `build`; **statement** pooling is
 //! refused. Undeclared, `build` probes where it suspects a pooler (the server answers on
 //! another port, or over a Unix socket; always for the advisory kind), refuses the pooling it

@@ -180,8 +180,18 @@ fn measure(
             Ok((report.to_json(), None))
         }
         Workload::W2 => {
-            let (report, round_trip) =
-                around(probe, || target.w2(Scale::FULL).map_err(|e| format!("W2: {e}")))?;
+            // The reference runs in the same window, after the lock's W2 (its round trips bracket
+            // both).
+            let ((report, reference), round_trip) = around(probe, || {
+                let report = target.w2(Scale::FULL).map_err(|e| format!("W2: {e}"))?;
+                let reference = opened
+                    .w2_reference
+                    .as_ref()
+                    .map(|reference| (reference.run)(Scale::FULL).map(|run| (reference, run)))
+                    .transpose()
+                    .map_err(|e| format!("W2 reference: {e}"))?;
+                Ok((report, reference))
+            })?;
             let handoffs = report.handoffs();
             let (min, max) = report.per_worker_min_max();
             let fairness = if max == 0 { 0.0 } else { min as f64 / max as f64 };
@@ -206,8 +216,31 @@ fn measure(
                 show_ns(handoffs.cross_worker.p99),
                 handoffs.cross_worker_share * 100.0
             );
+            let mut record = report.to_json();
+            if let Some((reference, plain)) = reference {
+                let ratio =
+                    report.acquisitions_per_second() / plain.acquisitions_per_second().max(f64::MIN_POSITIVE);
+                let verdict = reference.min_ratio.map_or(String::new(), |min| {
+                    format!(" (target ≥ {min:.2}: {})", if ratio >= min { "met" } else { "NOT met" })
+                });
+                println!(
+                    "                reference: {} {:.0} acq/s, lost updates {}, overlaps {}, errors {}/{}; W2 = {ratio:.2} × it{verdict}",
+                    reference.label,
+                    plain.acquisitions_per_second(),
+                    plain.lost_updates(),
+                    plain.overlaps(),
+                    plain.acquire_errors,
+                    plain.release_errors
+                );
+                record["reference"] = serde_json::json!({
+                    "recipe": reference.label,
+                    "ratio": ratio,
+                    "target": reference.min_ratio,
+                    "report": plain.to_json(),
+                });
+            }
             print_round_trip(round_trip);
-            Ok((report.to_json(), round_trip))
+            Ok((record, round_trip))
         }
         Workload::W3 => {
             let report = target.w3(Scale::FULL).map_err(|e| format!("W3: {e}"))?;

@@ -2,7 +2,7 @@
 //! waiters (`-nonfair`), and `redlock`.
 
 use distlock::redis::testkit::{
-    plain_pair, server_time, Deployment, DeploymentTarget, RedisTarget, RedlockTarget, NODES,
+    plain_pair, plain_recipe, server_time, Deployment, DeploymentTarget, RedisTarget, RedlockTarget, NODES,
 };
 use distlock::redis::RedisLockKind;
 use lock_testkit::harness::{shared, RedisServer};
@@ -50,6 +50,12 @@ fn single_node(kind: RedisLockKind, fair: bool, servers: Servers<'_>) -> Result<
     let target = RedisTarget::at(kind, url.clone());
     let target = if fair { target } else { target.non_fair() };
     let mut opened = Opened::new(target.clone());
+    let plain_url = url.clone();
+    opened.w2_reference = Some(super::W2Reference {
+        label: "plain SET NX PX, retried after 1 ms (rslock's loop)",
+        run: Box::new(move |scale| plain_recipe::run_contended(&plain_url, scale)),
+        min_ratio: (!fair).then_some(1.0),
+    });
     opened.time_breakdown = Some(Box::new(move || {
         let backend = target.backend().map_err(|e| e.to_string())?;
         let server_time =

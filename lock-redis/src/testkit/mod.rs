@@ -8,6 +8,8 @@
 //!   variant can be run through.
 //! - [`server_time`]: what one acquire, renewal and release cost the server (`INFO
 //!   commandstats`), beside the plain `SET NX PX` + compare-and-delete recipe.
+//! - [`plain_recipe`]: the plain recipe itself, and W2 run with it (`distlock bench`'s same-run
+//!   reference for the lock's W2).
 //! - [`negative`]: the broken recipes N01–N04, N06 and N07; [`broken_recipes`] lists them in the
 //!   backend-neutral frame of [`lock_testkit::negative`].
 
@@ -15,6 +17,7 @@ mod deployment;
 mod deployment_scenarios;
 pub mod negative;
 pub mod plain_pair;
+pub mod plain_recipe;
 pub mod redlock;
 mod scenarios;
 pub mod server_time;

@@ -8,8 +8,6 @@ use std::time::{Duration, Instant};
 
 use lock_core::{DistributedLock, LockName, OwnerToken};
 
-use crate::redis;
-
 /// The lease of every pair (never reached: each is released at once).
 const LEASE: Duration = Duration::from_secs(60);
 
@@ -55,11 +53,7 @@ impl fmt::Display for PairLatencies {
 /// # Errors
 /// A failed operation, or a server that cannot be reached.
 pub fn measure<B: DistributedLock>(backend: &B, url: &str, pairs: usize) -> Result<PairLatencies, String> {
-    let client = crate::tls::open_client(url)?;
-    let mut plain = client.get_connection_with_timeout(Duration::from_secs(5)).map_err(|e| e.to_string())?;
-    let delete = redis::Script::new(
-        "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end",
-    );
+    let mut plain = super::plain_recipe::PlainRecipe::connect(url)?;
     let owner = OwnerToken::random();
     let token = owner.to_hex();
     let run = OwnerToken::random().to_hex();
@@ -77,17 +71,10 @@ pub fn measure<B: DistributedLock>(backend: &B, url: &str, pairs: usize) -> Resu
 
         let key = format!("distlock-plain:{run}:{i}");
         let started = Instant::now();
-        let set: Option<String> = redis::cmd("SET")
-            .arg(&key)
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(LEASE.as_millis() as u64)
-            .query(&mut plain)
-            .map_err(|e| e.to_string())?;
-        set.ok_or("the plain SET NX was refused on a fresh key")?;
-        let deleted: i64 = delete.key(&key).arg(&token).invoke(&mut plain).map_err(|e| e.to_string())?;
-        if deleted != 1 {
+        if !plain.set_nx_px(&key, &token, LEASE)? {
+            return Err("the plain SET NX was refused on a fresh key".into());
+        }
+        if !plain.compare_and_delete(&key, &token)? {
             return Err("the plain compare-and-delete failed".into());
         }
         let plain_time = started.elapsed();

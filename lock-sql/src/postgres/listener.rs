@@ -34,7 +34,7 @@ pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
 pub(crate) const POLLED_RECHECK_FIRST: Duration = Duration::from_millis(4);
 
 /// The longest a waiter sleeps between re-checks without `LISTEN`.
-pub(crate) const POLLED_RECHECK_MAX: Duration = Duration::from_millis(100);
+pub(crate) const POLLED_RECHECK_MAX: Duration = Duration::from_millis(25);
 
 /// The name of the listening thread (one per backend that has waited).
 pub const LISTENER_THREAD_NAME: &str = "distlock-pgwake";

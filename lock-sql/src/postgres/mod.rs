@@ -293,7 +293,7 @@ impl DistributedLock for PostgresBackend {
                 "a per-name counter in the lock row, bumped by the acquiring statement",
                 if !listens {
                     "queue in the lock row; through transaction pooling (no LISTEN) waiters re-check \
-                     on their own, within 4 to 100 ms"
+                     on their own, within 4 to 25 ms"
                 } else if self.inner.fair {
                     "FIFO queue in the lock row; the release NOTIFYs the oldest waiter's client (one LISTEN connection per client), and only it may take the lock"
                 } else {

@@ -1,6 +1,6 @@
 //! [`NativeWait`] for the three kinds: lock-table waiters queue in the lock row and sleep until a
 //! release's `NOTIFY` (to the oldest waiter's client), the holder's expiry or a one-second
-//! re-check (through transaction pooling, without `NOTIFY`: a re-check within 4 to 100 ms); row and advisory waiters queue in the database's own
+//! re-check (through transaction pooling, without `NOTIFY`: a re-check within 4 to 25 ms); row and advisory waiters queue in the database's own
 //! lock manager (`lock_timeout` bounds each wait). A timed wait is one statement, which keeps its
 //! place in the queue until the deadline; a wait without one re-queues every I/O timeout (at
 //! least [`MIN_WAIT_SLICE`]).

@@ -67,7 +67,7 @@ fn pooled_url(mode: &str) -> String {
 /// What does not apply through `mode` pooling on `kind`, and why.
 fn not_applicable(mode: &str, kind: PostgresLockKind, id: &str) -> Option<&'static str> {
     (mode == "transaction" && kind == PostgresLockKind::Table && id == "S11").then_some(
-        "no server wake-up through transaction pooling (no LISTEN): waiters re-check within 4-100 ms",
+        "no server wake-up through transaction pooling (no LISTEN): waiters re-check within 4-25 ms",
     )
 }
 

@@ -126,6 +126,46 @@ impl W2Report {
     }
 }
 
+/// One W2 worker's way of taking and giving back the contended lock: the lock's client, or a
+/// reference recipe run beside it (`distlock bench`'s plain `SET NX PX` loop on Redis).
+pub trait Contender: Send {
+    /// What a hold keeps until its release.
+    type Held;
+
+    /// Blocks until this worker holds the lock.
+    ///
+    /// # Errors
+    /// The acquisition failed (counted, and the worker tries again).
+    fn acquire(&mut self) -> Result<Self::Held, String>;
+
+    /// Gives the hold back.
+    ///
+    /// # Errors
+    /// The release failed (counted).
+    fn release(&mut self, held: Self::Held) -> Result<(), String>;
+}
+
+/// The number of workers W2 runs.
+pub const W2_WORKERS: usize = WORKERS;
+
+/// A worker that takes the lock through a client's [`Lock`].
+struct LockContender<B: lock_core::DistributedLock>(Lock<B>);
+
+impl<B: lock_core::DistributedLock> Contender for LockContender<B>
+where
+    Lock<B>: Send,
+{
+    type Held = lock_core::LockGuard<B>;
+
+    fn acquire(&mut self) -> Result<Self::Held, String> {
+        self.0.lock().map_err(|error| error.to_string())
+    }
+
+    fn release(&mut self, held: Self::Held) -> Result<(), String> {
+        held.unlock().map_err(|error| error.to_string())
+    }
+}
+
 /// Runs W2.
 ///
 /// # Errors
@@ -133,30 +173,38 @@ impl W2Report {
 pub fn run<T: SuiteTarget>(target: &T, scale: Scale) -> lock_core::Result<W2Report> {
     let name = unique_name("w2");
     let clients = (0..WORKERS).map(|_| bench_client(target)).collect::<lock_core::Result<Vec<_>>>()?;
+    let contenders = clients.iter().map(|client| LockContender(Lock::new(client, name.clone()))).collect();
+    Ok(run_contenders(contenders, scale.w2_duration))
+}
+
+/// W2's loop for [`W2_WORKERS`] `contenders` on one lock, for `duration`: started together, each
+/// loops {acquire; `ta`; the counter's unsafe read-modify-write; `tr`; release}, failures
+/// counted.
+///
+/// # Panics
+/// When `contenders` is not [`W2_WORKERS`] long.
+pub fn run_contenders<C: Contender>(contenders: Vec<C>, duration: Duration) -> W2Report {
+    assert_eq!(contenders.len(), WORKERS, "W2 runs {WORKERS} workers");
     let clock = Clock::start();
     let counter = AtomicU64::new(0);
     let (acquire_errors, release_errors) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let start = Barrier::new(WORKERS + 1);
     let start_ns = AtomicU64::new(0);
     let per_worker: Vec<Vec<(usize, u64, u64)>> = thread::scope(|s| {
-        let workers: Vec<_> = clients
-            .iter()
+        let workers: Vec<_> = contenders
+            .into_iter()
             .enumerate()
-            .map(|(worker, client)| {
-                let lock = Lock::new(client, name.clone());
-                let (counter, start, start_ns) = (&counter, &start, &start_ns);
+            .map(|(worker, mut contender)| {
+                let (clock, counter, start, start_ns) = (&clock, &counter, &start, &start_ns);
                 let (acquire_errors, release_errors) = (&acquire_errors, &release_errors);
                 s.spawn(move || {
                     let mut records = Vec::new();
                     start.wait();
-                    let end = start_ns.load(Ordering::SeqCst) + scale.w2_duration.as_nanos() as u64;
+                    let end = start_ns.load(Ordering::SeqCst) + duration.as_nanos() as u64;
                     while clock.now_ns() < end {
-                        let guard = match lock.lock() {
-                            Ok(guard) => guard,
-                            Err(_) => {
-                                acquire_errors.fetch_add(1, Ordering::Relaxed);
-                                continue;
-                            }
+                        let Ok(held) = contender.acquire() else {
+                            acquire_errors.fetch_add(1, Ordering::Relaxed);
+                            continue;
                         };
                         let ta = clock.now_ns();
                         // The unsafe read-modify-write the lock protects.
@@ -164,7 +212,7 @@ pub fn run<T: SuiteTarget>(target: &T, scale: Scale) -> lock_core::Result<W2Repo
                         std::hint::black_box(read);
                         counter.store(read + 1, Ordering::SeqCst);
                         let tr = clock.now_ns();
-                        if guard.unlock().is_err() {
+                        if contender.release(held).is_err() {
                             release_errors.fetch_add(1, Ordering::Relaxed);
                         }
                         records.push((worker, ta, tr));
@@ -177,15 +225,15 @@ pub fn run<T: SuiteTarget>(target: &T, scale: Scale) -> lock_core::Result<W2Repo
         start.wait();
         workers.into_iter().map(|worker| worker.join().unwrap_or_default()).collect()
     });
-    Ok(W2Report {
+    W2Report {
         start_ns: start_ns.load(Ordering::SeqCst),
         end_ns: clock.now_ns(),
         final_counter: counter.load(Ordering::SeqCst),
         records: per_worker.into_iter().flatten().collect(),
         acquire_errors: acquire_errors.load(Ordering::Relaxed),
         release_errors: release_errors.load(Ordering::Relaxed),
-        duration: scale.w2_duration,
-    })
+        duration,
+    }
 }
 
 #[cfg(test)]

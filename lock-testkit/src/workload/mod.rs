@@ -16,7 +16,7 @@ mod stats;
 mod uncontended;
 
 pub use clock::Clock;
-pub use contended::{run as w2_contended, W2Report};
+pub use contended::{run as w2_contended, run_contenders as w2_contenders, Contender, W2Report, W2_WORKERS};
 pub use independent::{run as w3_independent, W3Report};
 pub use read_mostly::{run as w5_read_mostly, W5Report};
 pub use renewal_scale::{not_applicable as w4_not_applicable, run as w4_renewal_scale, W4Report};
