@@ -31,13 +31,26 @@ impl OwnerToken {
 
     /// The token as 32 lowercase hex digits, the form backends store.
     pub fn to_hex(&self) -> String {
-        self.to_string()
+        // ASCII digits only: always UTF-8.
+        String::from_utf8_lossy(&self.hex_digits()).into_owned()
+    }
+
+    /// The 32 lowercase hex digits, by table (every acquisition writes a token: no `fmt`
+    /// machinery per byte).
+    fn hex_digits(&self) -> [u8; 32] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = [0; 32];
+        for (pair, byte) in hex.chunks_exact_mut(2).zip(self.0) {
+            pair[0] = DIGITS[usize::from(byte >> 4)];
+            pair[1] = DIGITS[usize::from(byte & 0x0f)];
+        }
+        hex
     }
 }
 
 impl fmt::Display for OwnerToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+        f.write_str(&String::from_utf8_lossy(&self.hex_digits()))
     }
 }
 

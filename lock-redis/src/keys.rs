@@ -35,6 +35,14 @@ pub struct RedisKeys {
     channel: String,
 }
 
+/// `base` followed by `role`, allocated once (a key per role on every acquisition).
+fn join(base: &str, role: &str) -> String {
+    let mut key = String::with_capacity(base.len() + role.len());
+    key.push_str(base);
+    key.push_str(role);
+    key
+}
+
 impl RedisKeys {
     /// The keys of `name` under `prefix`.
     ///
@@ -42,7 +50,7 @@ impl RedisKeys {
     /// rejects prefixes that would break the hash tag.
     pub fn new(prefix: &str, name: &LockName) -> Self {
         let base = format!("{prefix}:{{{}}}:", escape(name.as_str()));
-        let with = |role: &str| format!("{base}{role}");
+        let with = |role: &str| join(&base, role);
         Self {
             lock: with("lock"),
             fence: with("fence"),
@@ -58,7 +66,7 @@ impl RedisKeys {
     /// `election-queue-timeouts`, channel `election-changed`), so the election never contends
     /// with the name's mutex, yet its lock is taken, waited for, extended and released as one.
     pub fn election(&self) -> Self {
-        let with = |role: &str| format!("{}{role}", self.base);
+        let with = |role: &str| join(&self.base, role);
         Self {
             lock: with("election"),
             fence: with("election-fence"),

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use lock_testkit::workload::{Percentiles, RoundTripProbe, W1Limit, W6_HOLD, W6_PERMITS};
+use lock_testkit::workload::{Percentiles, RoundTripProbe, W1Limit, W1Report, W6_HOLD, W6_PERMITS};
 
 use lock_testkit::workload::Scale;
 
@@ -83,18 +83,13 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         "limit:   {}",
         probe.as_ref().map_or("in-process (no server round trip)", RoundTripProbe::description)
     );
-    // Kinds compared with a single server (Redlock): that server's W1 pair p50, measured first.
-    let single_node_w1_p50 = match &opened.single_node_reference {
-        Some(reference) => {
-            let reference = (reference.make)();
-            println!("single-node reference: W1 on {}", reference.label());
-            let report = reference.w1(Scale::FULL).map_err(|e| format!("single-node W1: {e}"))?;
-            let p50 = Duration::from_nanos(report.latency().p50);
-            println!("single-node W1 pair p50 {}", show(p50));
-            Some(p50)
-        }
-        None => None,
-    };
+    // Kinds compared with a single server (Redlock, Cluster, Sentinel): its W1 pair p50, measured
+    // in blocks alternated with the kind's own W1 (see `measure`).
+    let reference = opened.single_node_reference.as_ref().map(|reference| (reference.make)());
+    if let Some(reference) = &reference {
+        println!("single-node reference: W1 on {}, alternated with this kind's", reference.label());
+    }
+    let mut single_node_w1_p50 = None;
     let mut w1_rate = None;
     for run in 1..=args.runs {
         if args.runs > 1 {
@@ -111,8 +106,14 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             }
         }
         for &workload in &args.workloads {
-            let (record, round_trip) =
-                measure(workload, &opened, single_node_w1_p50, probe.as_ref(), &mut w1_rate)?;
+            let (record, round_trip) = measure(
+                workload,
+                &opened,
+                reference.as_deref(),
+                &mut single_node_w1_p50,
+                probe.as_ref(),
+                &mut w1_rate,
+            )?;
             if let Some(dir) = &args.raw_dir {
                 let limit = probe.as_ref().map(RoundTripProbe::description);
                 raw::write(
@@ -137,15 +138,24 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
 fn measure(
     workload: Workload,
     opened: &Opened,
-    single_node_w1_p50: Option<Duration>,
+    single_node: Option<&dyn KindTarget>,
+    single_node_w1_p50: &mut Option<Duration>,
     probe: Option<&RoundTripProbe>,
     w1_rate: &mut Option<f64>,
 ) -> Result<(serde_json::Value, Option<RoundTrip>), String> {
     let target: &dyn KindTarget = &*opened.target;
     match workload {
         Workload::W1 => {
-            // W1 times a round trip after each pair itself: no probe around it.
-            let report = target.w1(Scale::FULL).map_err(|e| format!("W1: {e}"))?;
+            // W1 times a round trip after each pair itself: no probe around it. With a single-node
+            // reference, both run in alternated blocks (a round trip here moves between about 15
+            // and 80 µs from one minute to the next: only ratios within one window count).
+            let (report, single) = match single_node {
+                None => (target.w1(Scale::FULL).map_err(|e| format!("W1: {e}"))?, None),
+                Some(single) => {
+                    let (report, single) = alternated_w1(target, single)?;
+                    (report, Some(single))
+                }
+            };
             let rate = report.pairs_per_second();
             *w1_rate = Some(rate);
             let Percentiles { p50, p99 } = report.latency();
@@ -164,14 +174,19 @@ fn measure(
                 show_ns(p50),
                 show_ns(p99)
             );
-            if let (Some(single), Some(reference)) = (single_node_w1_p50, &opened.single_node_reference) {
-                let times = p50 as f64 / single.as_nanos() as f64;
+            if let (Some(single), Some(reference)) = (single, &opened.single_node_reference) {
+                let single_p50 = single.latency().p50;
+                *single_node_w1_p50 = Some(Duration::from_nanos(single_p50));
+                let times = p50 as f64 / single_p50 as f64;
                 let max = reference.max_ratio;
                 println!(
-                    "                pair p50 {} = {times:.2} × single-node W1 pair p50 {} (target ≤ {max:.2}: {})",
+                    "                pair p50 {} = {times:.2} × single-node W1 pair p50 {} in the same blocks \
+                     (target ≤ {max:.2}: {}); single node {:.0} pairs/s, round trip {}",
                     show_ns(p50),
-                    show(single),
-                    if times <= max { "met" } else { "NOT met" }
+                    show_ns(single_p50),
+                    if times <= max { "met" } else { "NOT met" },
+                    single.pairs_per_second(),
+                    single.round_trip().map_or_else(|| "-".into(), show)
                 );
             }
             if let Some(rtt) = report.round_trip() {
@@ -223,14 +238,19 @@ fn measure(
                 let verdict = reference.min_ratio.map_or(String::new(), |min| {
                     format!(" (target ≥ {min:.2}: {})", if ratio >= min { "met" } else { "NOT met" })
                 });
+                let (low, high) = plain.per_worker_min_max();
+                let plain_handoffs = plain.handoffs();
                 println!(
-                    "                reference: {} {:.0} acq/s, lost updates {}, overlaps {}, errors {}/{}; W2 = {ratio:.2} × it{verdict}",
+                    "                reference: {} {:.0} acq/s, lost updates {}, overlaps {}, errors {}/{}, \
+                     cross-worker hand-offs {:.0} % (p50 {}), per-worker min/max {low}/{high}; W2 = {ratio:.2} × it{verdict}",
                     reference.label,
                     plain.acquisitions_per_second(),
                     plain.lost_updates(),
                     plain.overlaps(),
                     plain.acquire_errors,
-                    plain.release_errors
+                    plain.release_errors,
+                    plain_handoffs.cross_worker_share * 100.0,
+                    show_ns(plain_handoffs.cross_worker.p50),
                 );
                 record["reference"] = serde_json::json!({
                     "recipe": reference.label,
@@ -350,6 +370,33 @@ pub(crate) fn around<R>(
     let result = workload()?;
     Ok((result, Some(RoundTrip { before, after: probe.measure()? })))
 }
+
+/// W1 of `target` and of its single-node `reference` in alternated blocks ([`W1_BLOCKS`] of each,
+/// the order swapped each time), each block's pairs added to its side's report.
+fn alternated_w1(
+    target: &dyn KindTarget,
+    reference: &dyn KindTarget,
+) -> Result<(W1Report, W1Report), String> {
+    let block = Scale { w1_pairs: Scale::FULL.w1_pairs / W1_BLOCKS, ..Scale::FULL };
+    let (mut mine, mut theirs): (Option<W1Report>, Option<W1Report>) = (None, None);
+    for round in 0..W1_BLOCKS {
+        for first in [round % 2 == 0, round % 2 != 0] {
+            let (side, report) = if first {
+                (&mut mine, target.w1(block).map_err(|e| format!("W1: {e}"))?)
+            } else {
+                (&mut theirs, reference.w1(block).map_err(|e| format!("single-node W1: {e}"))?)
+            };
+            match side {
+                Some(sum) => sum.append(report),
+                None => *side = Some(report),
+            }
+        }
+    }
+    Ok((mine.ok_or("no W1 block")?, theirs.ok_or("no single-node W1 block")?))
+}
+
+/// How many blocks of W1 each side runs when a kind is compared with a single node.
+const W1_BLOCKS: usize = 4;
 
 /// Prints the round trip a workload was compared with.
 fn print_round_trip(round_trip: Option<RoundTrip>) {

@@ -46,6 +46,13 @@ pub enum W1Limit {
 }
 
 impl W1Report {
+    /// Adds `other`'s pairs and round trips to this report (W1 run in blocks).
+    pub fn append(&mut self, other: W1Report) {
+        self.lat_ns.extend(other.lat_ns);
+        self.elapsed_ns += other.elapsed_ns;
+        self.round_trips_ns.extend(other.round_trips_ns);
+    }
+
     /// Pairs per second.
     pub fn pairs_per_second(&self) -> f64 {
         self.lat_ns.len() as f64 / (self.elapsed_ns as f64 / 1e9)
