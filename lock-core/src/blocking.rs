@@ -93,6 +93,34 @@ pub fn block_on<F: Future>(runtime: &Runtime, future: F) -> F::Output {
     }
 }
 
+/// Why [`block_until`] gave no output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unfinished {
+    /// The calling thread runs a tokio async task: refused at once ([`in_async_context`]).
+    AsyncContext,
+    /// The deadline passed first; the future was dropped.
+    TimedOut,
+}
+
+/// Runs `future` on `runtime` from the calling thread ([`block_on`]) until `deadline`: its
+/// output, or [`Unfinished`] — at once inside a tokio async task, else once the deadline passed.
+/// The bounded call of a backend that drives an async client from blocking calls.
+///
+/// # Errors
+/// As said.
+pub fn block_until<F: Future>(
+    runtime: &Runtime,
+    deadline: std::time::Instant,
+    future: F,
+) -> std::result::Result<F::Output, Unfinished> {
+    if in_async_context() {
+        return Err(Unfinished::AsyncContext);
+    }
+    // The timer must be made inside the runtime: `block_on` enters it.
+    block_on(runtime, async { tokio::time::timeout_at(deadline.into(), future).await })
+        .map_err(|_elapsed| Unfinished::TimedOut)
+}
+
 /// Wakes a thread parked in [`block_on`].
 struct Unpark(Thread);
 

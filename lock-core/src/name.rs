@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
@@ -15,9 +16,10 @@ use crate::error::{Error, Result};
 /// Everything else is allowed, including `/`, `..`, quotes and SQL metacharacters: backends must
 /// map names to keys, rows and paths by escaping or hashing, never by pasting them into a query or
 /// a path. The length limit keeps every backend's mapping within its own limits (a `VARCHAR(255)`
-/// primary key, a ZooKeeper node name).
+/// primary key, a ZooKeeper node name). Clones share the text: the client keeps copies of a name
+/// per hold, so cloning one costs no allocation.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LockName(String);
+pub struct LockName(Arc<str>);
 
 impl LockName {
     /// The longest name accepted, in bytes.
@@ -47,7 +49,7 @@ impl LockName {
                 reason: format!("a lock name must not contain control characters; found {c:?} at byte {at}"),
             });
         }
-        Ok(Self(name))
+        Ok(Self(name.into()))
     }
 
     /// The name as text.

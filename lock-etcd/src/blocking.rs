@@ -2,7 +2,7 @@
 
 use lock_core::{Error, Result};
 
-pub(crate) use lock_core::blocking::{block_on, in_async_context};
+pub(crate) use lock_core::blocking::{block_on, block_until, in_async_context, Unfinished};
 
 use crate::error::BACKEND;
 

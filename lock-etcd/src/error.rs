@@ -41,6 +41,15 @@ impl From<EtcdError> for Failure {
     }
 }
 
+impl From<crate::blocking::Unfinished> for Failure {
+    fn from(unfinished: crate::blocking::Unfinished) -> Self {
+        match unfinished {
+            crate::blocking::Unfinished::AsyncContext => Failure::AsyncContext,
+            crate::blocking::Unfinished::TimedOut => Failure::TimedOut,
+        }
+    }
+}
+
 impl Failure {
     /// Whether the server's answer says what became of the request. A broken connection or no
     /// answer in time leaves it unknown: a put or delete may or may not have happened.

@@ -259,25 +259,13 @@ impl Session {
         deadline: Instant,
         future: impl Future<Output = Result<T, E>>,
     ) -> Result<T, Failure> {
-        if in_async_context() {
-            return Err(Failure::AsyncContext);
-        }
-        // The timer must be made inside the runtime: `block_on` enters it.
-        let bounded = async { tokio::time::timeout_at(deadline.into(), future).await };
-        match blocking::block_on(self.runtime(), bounded) {
-            Ok(outcome) => outcome.map_err(Into::into),
-            Err(_elapsed) => Err(Failure::TimedOut),
-        }
+        blocking::block_until(self.runtime(), deadline, future)?.map_err(Into::into)
     }
 
     /// Waits on the runtime for `future` until `deadline`; `None` if it did not finish by then
     /// (or at once inside a tokio async task, which callers have refused before).
     pub(crate) fn wait_until<T>(&self, deadline: Instant, future: impl Future<Output = T>) -> Option<T> {
-        if in_async_context() {
-            return None;
-        }
-        blocking::block_on(self.runtime(), async { tokio::time::timeout_at(deadline.into(), future).await })
-            .ok()
+        blocking::block_until(self.runtime(), deadline, future).ok()
     }
 
     /// Leaves `future` (whose requests are already sent, or a clean-up) to finish in the

@@ -41,6 +41,57 @@ pub(crate) fn exec_reply(replies: Vec<Value>) -> RedisResult<Value> {
     }
 }
 
+/// A request packed by hand, every command into one buffer: the uncontended acquisition's
+/// (redis-rs's `Cmd` allocates per argument, again per packing, and once more to join them).
+/// The bytes are RESP arrays of bulk strings, as `Cmd` packs them.
+pub(crate) struct Packed(Vec<u8>);
+
+impl Packed {
+    /// An empty request with room for `capacity` bytes.
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        Self(Vec::with_capacity(capacity))
+    }
+
+    /// Appends the command of `args` (its name first).
+    pub(crate) fn command(&mut self, args: &[&[u8]]) -> &mut Self {
+        self.0.push(b'*');
+        push_decimal(&mut self.0, args.len() as u64);
+        self.0.extend_from_slice(b"\r\n");
+        for arg in args {
+            self.0.push(b'$');
+            push_decimal(&mut self.0, arg.len() as u64);
+            self.0.extend_from_slice(b"\r\n");
+            self.0.extend_from_slice(arg);
+            self.0.extend_from_slice(b"\r\n");
+        }
+        self
+    }
+
+    /// The packed bytes.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// `value`'s decimal digits, and how many of the 20 are used (from the end).
+pub(crate) fn decimal(mut value: u64) -> ([u8; 20], usize) {
+    let mut digits = [0; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            return (digits, start);
+        }
+    }
+}
+
+fn push_decimal(bytes: &mut Vec<u8>, value: u64) {
+    let (digits, start) = decimal(value);
+    bytes.extend_from_slice(&digits[start..]);
+}
+
 /// `SET <lock> <value> NX PX <lease>`: the acquisition both transactions make.
 pub(crate) fn set_nx_px(keys: &RedisKeys, value: &str, lease: Duration) -> Cmd {
     redis::cmd("SET").arg(keys.lock()).arg(value).arg("NX").arg("PX").arg(millis(lease)).to_owned()
@@ -49,6 +100,22 @@ pub(crate) fn set_nx_px(keys: &RedisKeys, value: &str, lease: Duration) -> Cmd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hand_packed_commands_are_the_bytes_redis_rs_packs() {
+        let lock = "distlock:{a%7Bb}:lock";
+        let mut packed = Packed::with_capacity(16);
+        let (ms, start) = decimal(30_000);
+        packed.command(&[b"MULTI"]).command(&[b"SET", lock.as_bytes(), b"t0k", b"NX", b"PX", &ms[start..]]);
+        packed.command(&[b"EXEC"]);
+        let by_redis_rs =
+            pack(&[redis::cmd("SET").arg(lock).arg("t0k").arg("NX").arg("PX").arg(30_000u64).to_owned()]);
+        assert_eq!(packed.as_bytes(), by_redis_rs.as_slice());
+        for value in [0, 7, 10, 4_294_967_296, u64::MAX] {
+            let (digits, start) = decimal(value);
+            assert_eq!(&digits[start..], value.to_string().as_bytes());
+        }
+    }
 
     #[test]
     fn exec_reply_is_the_last_and_any_error_wins() {

@@ -23,6 +23,15 @@ impl From<zk::Error> for Failure {
     }
 }
 
+impl From<crate::blocking::Unfinished> for Failure {
+    fn from(unfinished: crate::blocking::Unfinished) -> Self {
+        match unfinished {
+            crate::blocking::Unfinished::AsyncContext => Failure::AsyncContext,
+            crate::blocking::Unfinished::TimedOut => Failure::TimedOut,
+        }
+    }
+}
+
 impl Failure {
     /// Whether the session this call ran on is over: its nodes are gone.
     pub(crate) fn session_ended(&self) -> bool {

@@ -213,25 +213,13 @@ impl Session {
         deadline: Instant,
         future: impl Future<Output = Result<T, zk::Error>>,
     ) -> Result<T, Failure> {
-        if in_async_context() {
-            return Err(Failure::AsyncContext);
-        }
-        // The timer must be made inside the runtime: `block_on` enters it.
-        let bounded = async { tokio::time::timeout_at(deadline.into(), future).await };
-        match blocking::block_on(self.runtime(), bounded) {
-            Ok(outcome) => outcome.map_err(Failure::Zk),
-            Err(_elapsed) => Err(Failure::TimedOut),
-        }
+        blocking::block_until(self.runtime(), deadline, future)?.map_err(Failure::Zk)
     }
 
     /// Waits on the runtime for `future` until `deadline`; `None` if it did not finish by then
     /// (or at once inside a tokio async task, which callers have refused before).
     pub(crate) fn wait_until<T>(&self, deadline: Instant, future: impl Future<Output = T>) -> Option<T> {
-        if in_async_context() {
-            return None;
-        }
-        blocking::block_on(self.runtime(), async { tokio::time::timeout_at(deadline.into(), future).await })
-            .ok()
+        blocking::block_until(self.runtime(), deadline, future).ok()
     }
 
     /// Leaves `future` (whose requests are already sent) to finish in the background.

@@ -412,8 +412,13 @@ impl RedisBackend {
     /// Times one `PING` per call on a connection of this backend's pool (benchmarks' limit);
     /// in a cluster, on the primary of the name `ping`.
     pub(crate) fn ping_probe(&self) -> lock_testkit::workload::TimeOne {
+        self.ping_probe_for(&LockName::new("ping").expect("a valid name"))
+    }
+
+    /// [`ping_probe`](Self::ping_probe) on the primary that serves `name` (in a cluster).
+    pub(crate) fn ping_probe_for(&self, name: &LockName) -> lock_testkit::workload::TimeOne {
         let backend = self.clone();
-        let keys = self.keys(&LockName::new("ping").expect("a valid name"));
+        let keys = self.keys(name);
         Box::new(move || {
             let hop = backend.inner.nodes.hop(&keys).map_err(|e| e.to_string())?;
             crate::testkit::time_ping(&hop.node.pool)

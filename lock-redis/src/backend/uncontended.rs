@@ -24,7 +24,8 @@ pub(super) enum Uncontended {
     OutOfTurn(i64),
 }
 
-/// `MULTI; EXISTS queue; SET lock <token> NX PX <lease>; INCR fence; EXEC`, in one write.
+/// `MULTI; EXISTS queue; SET lock <token> NX PX <lease>; INCR fence; EXEC`, packed by hand
+/// into one write ([`transaction::Packed`]).
 /// Read with one deadline for all replies ([`RedisConnection::exchange`]): a server that stops
 /// answering costs one read timeout, not one per reply.
 pub(super) fn acquire(
@@ -33,12 +34,16 @@ pub(super) fn acquire(
     token: &str,
     ttl: Duration,
 ) -> RedisResult<Uncontended> {
-    let commands = [
-        redis::cmd("EXISTS").arg(keys.queue()).to_owned(),
-        transaction::set_nx_px(keys, token, ttl),
-        redis::cmd("INCR").arg(keys.fence()).to_owned(),
-    ];
-    let replies = connection.exchange(&transaction::pack(&commands), transaction::replies(commands.len()))?;
+    let (lock, fence, queue) = (keys.lock().as_bytes(), keys.fence().as_bytes(), keys.queue().as_bytes());
+    let (ms, start) = transaction::decimal(crate::millis(ttl));
+    let mut request = transaction::Packed::with_capacity(128 + 2 * lock.len() + token.len());
+    request
+        .command(&[b"MULTI"])
+        .command(&[b"EXISTS", queue])
+        .command(&[b"SET", lock, token.as_bytes(), b"NX", b"PX", &ms[start..]])
+        .command(&[b"INCR", fence])
+        .command(&[b"EXEC"]);
+    let replies = connection.exchange(request.as_bytes(), transaction::replies(3))?;
     parse(replies)
 }
 

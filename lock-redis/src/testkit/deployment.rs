@@ -324,6 +324,18 @@ impl SuiteTarget for DeploymentTarget {
         ))
     }
 
+    fn round_trip_for(&self, backend: &RedisBackend, name: &LockName) -> Option<RoundTripProbe> {
+        let (backend, name) = (backend.clone(), name.clone());
+        Some(RoundTripProbe::new(
+            format!(
+                "round trip = a PING on a pooled connection of the lock's backend, to the primary serving the lock's name, of {}",
+                lock_core::redact_url(&self.url)
+            ),
+            PINGS,
+            move || Ok(backend.ping_probe_for(&name)),
+        ))
+    }
+
     fn clean_up(&self, prefix: &str) -> Result<u64, String> {
         let mut deleted = 0;
         for mut connection in

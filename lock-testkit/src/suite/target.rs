@@ -265,6 +265,14 @@ pub trait SuiteTarget: Send + Sync + 'static {
         let _ = backend;
         None
     }
+
+    /// [`round_trip`](Self::round_trip) to the server that serves the lock `name`, for kinds
+    /// whose names live on different servers (a Redis Cluster's primaries): W1 times its pairs
+    /// against the round trip of their own server. Defaults to `round_trip`.
+    fn round_trip_for(&self, backend: &Self::Backend, name: &LockName) -> Option<RoundTripProbe> {
+        let _ = name;
+        self.round_trip(backend)
+    }
 }
 
 /// S15 and S17: servers a scenario may stop, resume and restart.

@@ -104,10 +104,11 @@ pub fn run<T: SuiteTarget>(target: &T, scale: Scale) -> lock_core::Result<W1Repo
     let probe_failed = |error: String| lock_core::Error::backend("round-trip probe", error);
     // Through the lock's own pool: the probe's request travels as the lock's do, and usually on
     // the very connection the last release returned.
+    let name = unique_name("w1");
     let mut probe =
-        target.round_trip(&backend).map(|probe| probe.open()).transpose().map_err(probe_failed)?;
+        target.round_trip_for(&backend, &name).map(|probe| probe.open()).transpose().map_err(probe_failed)?;
     let client = LockClient::with_options(backend, bench_options()?);
-    let lock = Lock::new(&client, unique_name("w1"));
+    let lock = Lock::new(&client, name);
     for _ in 0..WARMUP {
         lock.lock()?.unlock()?;
         if let Some(probe) = &mut probe {
