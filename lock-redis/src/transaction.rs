@@ -52,8 +52,10 @@ impl Packed {
         Self(Vec::with_capacity(capacity))
     }
 
-    /// Appends the command of `args` (its name first).
+    /// Appends the command of `args` (its name first; never empty: the server answers an empty
+    /// array with nothing, and the replies would be miscounted).
     pub(crate) fn command(&mut self, args: &[&[u8]]) -> &mut Self {
+        debug_assert!(!args.is_empty(), "a command without a name");
         self.0.push(b'*');
         push_decimal(&mut self.0, args.len() as u64);
         self.0.extend_from_slice(b"\r\n");
@@ -73,7 +75,7 @@ impl Packed {
     }
 }
 
-/// `value`'s decimal digits, and how many of the 20 are used (from the end).
+/// `value`'s decimal digits in the tail of 20 bytes, and where they start (`&digits[start..]`).
 pub(crate) fn decimal(mut value: u64) -> ([u8; 20], usize) {
     let mut digits = [0; 20];
     let mut start = digits.len();

@@ -85,7 +85,12 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     );
     // Kinds compared with a single server (Redlock, Cluster, Sentinel): its W1 pair p50, measured
     // in blocks alternated with the kind's own W1 (see `measure`).
-    let reference = opened.single_node_reference.as_ref().map(|reference| (reference.make)());
+    // Made only when W1 runs (for a cluster it starts servers of its own).
+    let reference = opened
+        .single_node_reference
+        .as_ref()
+        .filter(|_| args.workloads.contains(&Workload::W1))
+        .map(|reference| (reference.make)());
     if let Some(reference) = &reference {
         println!("single-node reference: W1 on {}, alternated with this kind's", reference.label());
     }
@@ -120,7 +125,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                     dir,
                     selected.name(),
                     &opened,
-                    single_node_w1_p50,
+                    // Measured with W1, in its blocks: on W1's record only.
+                    single_node_w1_p50.filter(|_| workload == Workload::W1),
                     limit,
                     workload,
                     run,
@@ -197,14 +203,11 @@ fn measure(
         Workload::W2 => {
             // The reference runs in the same window, after the lock's W2 (its round trips bracket
             // both).
+            // A reference that fails is reported; the lock's own W2 stands.
             let ((report, reference), round_trip) = around(probe, || {
                 let report = target.w2(Scale::FULL).map_err(|e| format!("W2: {e}"))?;
-                let reference = opened
-                    .w2_reference
-                    .as_ref()
-                    .map(|reference| (reference.run)(Scale::FULL).map(|run| (reference, run)))
-                    .transpose()
-                    .map_err(|e| format!("W2 reference: {e}"))?;
+                let reference =
+                    opened.w2_reference.as_ref().map(|reference| (reference, (reference.run)(Scale::FULL)));
                 Ok((report, reference))
             })?;
             let handoffs = report.handoffs();
@@ -232,32 +235,50 @@ fn measure(
                 handoffs.cross_worker_share * 100.0
             );
             let mut record = report.to_json();
-            if let Some((reference, plain)) = reference {
-                let ratio =
-                    report.acquisitions_per_second() / plain.acquisitions_per_second().max(f64::MIN_POSITIVE);
-                let verdict = reference.min_ratio.map_or(String::new(), |min| {
-                    format!(" (target ≥ {min:.2}: {})", if ratio >= min { "met" } else { "NOT met" })
-                });
-                let (low, high) = plain.per_worker_min_max();
-                let plain_handoffs = plain.handoffs();
-                println!(
-                    "                reference: {} {:.0} acq/s, lost updates {}, overlaps {}, errors {}/{}, \
-                     cross-worker hand-offs {:.0} % (p50 {}), per-worker min/max {low}/{high}; W2 = {ratio:.2} × it{verdict}",
-                    reference.label,
-                    plain.acquisitions_per_second(),
-                    plain.lost_updates(),
-                    plain.overlaps(),
-                    plain.acquire_errors,
-                    plain.release_errors,
-                    plain_handoffs.cross_worker_share * 100.0,
-                    show_ns(plain_handoffs.cross_worker.p50),
-                );
-                record["reference"] = serde_json::json!({
-                    "recipe": reference.label,
-                    "ratio": ratio,
-                    "target": reference.min_ratio,
-                    "report": plain.to_json(),
-                });
+            match reference {
+                Some((reference, Ok(plain)))
+                    if plain.records.is_empty() || plain.acquire_errors + plain.release_errors > 0 =>
+                {
+                    // A recipe that could not run cleanly (an ACL, a read-only replica) measured
+                    // nothing to compare with.
+                    println!(
+                        "                reference: {} not measured: {} acquisitions, errors {}/{}",
+                        reference.label,
+                        plain.records.len(),
+                        plain.acquire_errors,
+                        plain.release_errors
+                    );
+                    record["reference"] =
+                        serde_json::json!({"recipe": reference.label, "report": plain.to_json()});
+                }
+                Some((reference, Ok(plain))) => {
+                    let ratio = report.acquisitions_per_second() / plain.acquisitions_per_second();
+                    let verdict = reference.min_ratio.map_or(String::new(), |min| {
+                        format!(" (target ≥ {min:.2}: {})", if ratio >= min { "met" } else { "NOT met" })
+                    });
+                    let (low, high) = plain.per_worker_min_max();
+                    let plain_handoffs = plain.handoffs();
+                    println!(
+                        "                reference: {} {:.0} acq/s, lost updates {}, overlaps {}, \
+                         cross-worker hand-offs {:.0} % (p50 {}), per-worker min/max {low}/{high}; W2 = {ratio:.2} × it{verdict}",
+                        reference.label,
+                        plain.acquisitions_per_second(),
+                        plain.lost_updates(),
+                        plain.overlaps(),
+                        plain_handoffs.cross_worker_share * 100.0,
+                        show_ns(plain_handoffs.cross_worker.p50),
+                    );
+                    record["reference"] = serde_json::json!({
+                        "recipe": reference.label,
+                        "ratio": ratio,
+                        "target": reference.min_ratio,
+                        "report": plain.to_json(),
+                    });
+                }
+                Some((reference, Err(error))) => {
+                    println!("                reference: {} not measured: {error}", reference.label);
+                }
+                None => {}
             }
             print_round_trip(round_trip);
             Ok((record, round_trip))

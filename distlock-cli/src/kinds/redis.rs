@@ -28,6 +28,9 @@ pub(super) fn reentrant_hash_non_fair(servers: Servers<'_>) -> Result<Opened, St
 }
 
 fn single_node(kind: RedisLockKind, fair: bool, servers: Servers<'_>) -> Result<Opened, String> {
+    // On a user's server (`--url`) the bench runs the lock only: the plain recipe would write
+    // keys of its own and open eight more connections there.
+    let harness = matches!(servers, Servers::Harness);
     let url = match servers {
         Servers::Harness => {
             shared::redis().map_err(|e| format!("starting redis-server: {e}"))?.address().to_owned()
@@ -51,7 +54,7 @@ fn single_node(kind: RedisLockKind, fair: bool, servers: Servers<'_>) -> Result<
     let target = if fair { target } else { target.non_fair() };
     let mut opened = Opened::new(target.clone());
     let plain_url = url.clone();
-    opened.w2_reference = Some(super::W2Reference {
+    opened.w2_reference = harness.then(|| super::W2Reference {
         label: "plain SET NX PX, retried after 1 ms (rslock's loop)",
         run: Box::new(move |scale| plain_recipe::run_contended(&plain_url, scale)),
         min_ratio: (!fair).then_some(1.0),

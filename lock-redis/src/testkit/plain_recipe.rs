@@ -15,6 +15,9 @@ use crate::redis;
 /// `retryDelay`).
 pub const RETRY: Duration = Duration::from_millis(1);
 
+/// The connect, read and write timeout of the recipe's connections.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// One connection speaking the plain recipe.
 pub(crate) struct PlainRecipe {
     connection: redis::Connection,
@@ -25,11 +28,13 @@ impl PlainRecipe {
     /// A connection of its own to `url` (TLS as the URL says).
     ///
     /// # Errors
-    /// The server cannot be reached within 5 s.
+    /// The server cannot be reached within [`IO_TIMEOUT`].
     pub(crate) fn connect(url: &str) -> Result<Self, String> {
         let client = crate::tls::open_client(url)?;
-        let connection =
-            client.get_connection_with_timeout(Duration::from_secs(5)).map_err(|e| e.to_string())?;
+        let connection = client.get_connection_with_timeout(IO_TIMEOUT).map_err(|e| e.to_string())?;
+        // A server that stops answering ends the run with errors, not a hang.
+        connection.set_read_timeout(Some(IO_TIMEOUT)).map_err(|e| e.to_string())?;
+        connection.set_write_timeout(Some(IO_TIMEOUT)).map_err(|e| e.to_string())?;
         let delete = redis::Script::new(
             "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end",
         );
@@ -74,10 +79,17 @@ impl Contender for PlainWorker {
 
     fn acquire(&mut self) -> Result<String, String> {
         let token = OwnerToken::random().to_hex();
-        while !self.recipe.set_nx_px(&self.key, &token, LEASE)? {
-            std::thread::sleep(RETRY);
+        loop {
+            match self.recipe.set_nx_px(&self.key, &token, LEASE) {
+                Ok(true) => return Ok(token),
+                Ok(false) => std::thread::sleep(RETRY),
+                // Counted by the loop, which asks again at once: not in a tight loop.
+                Err(error) => {
+                    std::thread::sleep(RETRY);
+                    return Err(error);
+                }
+            }
         }
-        Ok(token)
     }
 
     fn release(&mut self, token: String) -> Result<(), String> {
@@ -90,7 +102,8 @@ impl Contender for PlainWorker {
 }
 
 /// W2 with the plain recipe on the server at `url`: [`W2_WORKERS`] connections contending for
-/// one key under `distlock-plain:` (deleted by its last release), for `scale`'s W2 duration.
+/// one key under `distlock-plain:` (deleted by its last release; one whose release failed lapses
+/// after the workloads' 10 s lease), for `scale`'s W2 duration.
 ///
 /// # Errors
 /// A connection that cannot be opened.
