@@ -3,7 +3,9 @@
 //! as a network partition would):
 //!
 //! - the server frees each lock by itself, no sooner than the holder is told it lost it and at
-//!   most a second after (the session's idle limit is the lease);
+//!   most one check interval (a third of the lease) and a little slack after: the session's idle
+//!   limit is the lease, counted by the server from its last reply, and the cut may swallow the
+//!   reply to a check the server answered — the server's count restarted, the holder's did not;
 //! - with 16 and with 1,000 holds on one client, every hold is in doubt within one check's I/O
 //!   timeout of its first check after the cut (checks run concurrently), lost on time, freed on
 //!   the server, and every call of the cut client returns within one connect and one I/O
@@ -21,6 +23,11 @@ use lock_testkit::FaultProxies;
 
 /// The lease (the session's idle limit on the server).
 const LEASE: Duration = Duration::from_secs(3);
+/// How much later than the holder is told the server may free a cut holder's lock: one check
+/// interval (a check the server answered, whose reply the cut swallowed, restarts the server's
+/// idle count but not the holder's lease; seen in CI: 1.28 s) and half a second for that check
+/// having run late on a loaded two-core machine (normally: 35-50 ms, the drift margin).
+const FREED_WITHIN: Duration = Duration::from_millis(LEASE.as_millis() as u64 / 3 + 500);
 /// The cut client's connect and I/O timeouts.
 const TIMEOUT: Duration = Duration::from_secs(1);
 /// One call of the cut client: one connect and one I/O timeout, plus slack.
@@ -214,13 +221,14 @@ macro_rules! session_limits {
             use super::*;
 
             #[test]
-            fn the_server_frees_a_cut_holders_lock_within_a_second_of_its_loss() {
+            fn the_server_frees_a_cut_holders_lock_within_a_check_interval_of_its_loss() {
                 for kind in [$(<$kind>::$variant),*] {
                     // The holder is told at its last answered check + the lease - the drift
-                    // margin; the server frees at the idle limit after that check's reply.
+                    // margin; the server frees at the idle limit after its last reply, which is
+                    // that check's or, if the cut swallowed it, the next check's.
                     let after = server_frees_after_loss(kind);
                     println!("[{}] freed on the server {after:?} after the holder was told it lost the lock", kind.label());
-                    assert!(after <= Duration::from_secs(1), "{}: freed {after:?} after the loss", kind.label());
+                    assert!(after <= FREED_WITHIN, "{}: freed {after:?} after the loss (bound {FREED_WITHIN:?})", kind.label());
                 }
             }
 

@@ -33,7 +33,9 @@
 //! The server counts idleness from its reply to the last request, which it sent after the holder
 //! sent that request: the session ends at least a lease after the holder's last confirmed check —
 //! never before the holder counts the lock lost — and about one margin and one one-way latency
-//! after. A check keeps the session busy, so a healthy holder is never timed out.
+//! after; one check interval later when the cut swallowed the reply to a check the server
+//! answered (the server's count restarted, the holder's did not). A check keeps the session busy,
+//! so a healthy holder is never timed out.
 
 use std::time::{Duration, Instant};
 
