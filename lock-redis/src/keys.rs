@@ -26,22 +26,20 @@ use lock_core::LockName;
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RedisKeys {
-    /// `<prefix>:{<escaped name>}:`, for the keys of the name's read-write lock and semaphore.
-    base: String,
-    lock: String,
-    fence: String,
-    queue: String,
-    queue_timeouts: String,
-    channel: String,
+    /// The base `<prefix>:{<escaped name>}:` (for the keys of the name's read-write lock and
+    /// semaphore), then the lock, fence, queue and queue-timeouts keys and the channel, each
+    /// the base and its role, back to back: one allocation for all (made on every acquisition).
+    text: String,
+    /// Where the base and each key end in `text` (each starts where the one before ends).
+    ends: [usize; 6],
 }
 
-/// `base` followed by `role`, allocated once (a key per role on every acquisition).
-fn join(base: &str, role: &str) -> String {
-    let mut key = String::with_capacity(base.len() + role.len());
-    key.push_str(base);
-    key.push_str(role);
-    key
-}
+/// The roles of a mutex's keys, in `RedisKeys::text`'s order.
+const MUTEX_ROLES: [&str; 5] = ["lock", "fence", "queue", "queue-timeouts", "released"];
+
+/// The roles of an election's keys, in the same order.
+const ELECTION_ROLES: [&str; 5] =
+    ["election", "election-fence", "election-queue", "election-queue-timeouts", "election-changed"];
 
 impl RedisKeys {
     /// The keys of `name` under `prefix`.
@@ -49,16 +47,37 @@ impl RedisKeys {
     /// The prefix is used as given; [`RedisLockBuilder::namespace`](crate::RedisLockBuilder::namespace)
     /// rejects prefixes that would break the hash tag.
     pub fn new(prefix: &str, name: &LockName) -> Self {
-        let base = format!("{prefix}:{{{}}}:", escape(name.as_str()));
-        let with = |role: &str| join(&base, role);
-        Self {
-            lock: with("lock"),
-            fence: with("fence"),
-            queue: with("queue"),
-            queue_timeouts: with("queue-timeouts"),
-            channel: with("released"),
-            base,
+        let name = name.as_str();
+        let capacity =
+            6 * (prefix.len() + name.len() + 4) + MUTEX_ROLES.iter().map(|role| role.len()).sum::<usize>();
+        let mut text = String::with_capacity(capacity);
+        text.push_str(prefix);
+        text.push_str(":{");
+        escape_into(&mut text, name);
+        text.push_str("}:");
+        Self::with_roles(text, MUTEX_ROLES)
+    }
+
+    /// `text` (a base) followed by the keys of `roles`.
+    fn with_roles(mut text: String, roles: [&str; 5]) -> Self {
+        let base = text.len();
+        let mut ends = [base; 6];
+        for (end, role) in ends[1..].iter_mut().zip(roles) {
+            text.extend_from_within(..base);
+            text.push_str(role);
+            *end = text.len();
         }
+        Self { text, ends }
+    }
+
+    /// `<prefix>:{<escaped name>}:`.
+    fn base(&self) -> &str {
+        &self.text[..self.ends[0]]
+    }
+
+    /// The `index`th key of `text` (0: the lock).
+    fn key(&self, index: usize) -> &str {
+        &self.text[self.ends[index]..self.ends[index + 1]]
     }
 
     /// The keys of the name's election ([`Elections`](lock_core::Elections)): a mutex's keys
@@ -66,15 +85,7 @@ impl RedisKeys {
     /// `election-queue-timeouts`, channel `election-changed`), so the election never contends
     /// with the name's mutex, yet its lock is taken, waited for, extended and released as one.
     pub fn election(&self) -> Self {
-        let with = |role: &str| join(&self.base, role);
-        Self {
-            lock: with("election"),
-            fence: with("election-fence"),
-            queue: with("election-queue"),
-            queue_timeouts: with("election-queue-timeouts"),
-            channel: with("election-changed"),
-            base: self.base.clone(),
-        }
+        Self::with_roles(self.base().to_owned(), ELECTION_ROLES)
     }
 
     /// The leader record of the name's election: a hash of the leader's `owner` token, its
@@ -82,7 +93,7 @@ impl RedisKeys {
     /// holder of the election's lock, and never deleted (one small key per election name, as
     /// the fencing counter): a record whose owner does not hold the lock is a former leader's.
     pub fn leader_record(&self) -> String {
-        format!("{}election-leader", self.base)
+        format!("{}election-leader", self.base())
     }
 
     /// The keys of the name's read-write lock, in the order its scripts take them: readers (a
@@ -90,79 +101,77 @@ impl RedisKeys {
     /// the lease as TTL), waiting writers (a sorted set of owner token to the end of its place in
     /// line), fencing counter. Separate from the mutex's keys: the two never contend.
     pub fn read_write(&self) -> [String; 4] {
-        ["rw-readers", "rw-writer", "rw-waiting", "rw-fence"].map(|role| format!("{}{role}", self.base))
+        ["rw-readers", "rw-writer", "rw-waiting", "rw-fence"].map(|role| format!("{}{role}", self.base()))
     }
 
     /// The hash of the fenced store's key of the same name ([`RedisFencedStore`](crate::RedisFencedStore)):
     /// its `fence` and `value`, in the lock's slot.
     pub fn fenced(&self) -> String {
-        format!("{}fenced", self.base)
+        format!("{}fenced", self.base())
     }
 
     /// The data key `key` of the name, written by
     /// [`RedisBackend::set_if_held`](crate::RedisBackend::set_if_held): in the lock's slot.
     pub fn data(&self, key: &str) -> String {
-        format!("{}data:{key}", self.base)
+        format!("{}data:{key}", self.base())
     }
 
     /// The pub/sub channel a release of the name's read-write lock is announced on.
     pub fn read_write_channel(&self) -> String {
-        format!("{}rw-released", self.base)
+        format!("{}rw-released", self.base())
     }
 
     /// The pub/sub channel a release of one of the name's semaphore permits is announced on.
     pub fn semaphore_channel(&self) -> String {
-        format!("{}sem-released", self.base)
+        format!("{}sem-released", self.base())
     }
 
     /// The keys of the name's semaphore, in the order its scripts take them: holders (a sorted
     /// set of owner token to lease end), count (the number of permits the holders use), fencing
     /// counter.
     pub fn semaphore(&self) -> [String; 3] {
-        ["sem-holders", "sem-count", "sem-fence"].map(|role| format!("{}{role}", self.base))
+        ["sem-holders", "sem-count", "sem-fence"].map(|role| format!("{}{role}", self.base()))
     }
 
     /// The lock itself: a string holding the owner token (`SetNx` kind) or a hash from owner
     /// token to hold count (`ReentrantHash` kind), with the lease as its TTL.
     pub fn lock(&self) -> &str {
-        &self.lock
+        self.key(0)
     }
 
     /// The fencing counter: incremented by every fresh acquisition, never expired or deleted, so
     /// tokens keep increasing across holders, expiries and client restarts.
     pub fn fence(&self) -> &str {
-        &self.fence
+        self.key(1)
     }
 
     /// The wait queue: a sorted set of waiting owner tokens in arrival order.
     pub fn queue(&self) -> &str {
-        &self.queue
+        self.key(2)
     }
 
     /// When each queued waiter's entry lapses unless the waiter refreshes it.
     pub fn queue_timeouts(&self) -> &str {
-        &self.queue_timeouts
+        self.key(3)
     }
 
     /// The pub/sub channel a release is announced on.
     pub fn channel(&self) -> &str {
-        &self.channel
+        self.key(4)
     }
 }
 
-/// Percent-encodes `%`, `{` and `}`.
-fn escape(name: &str) -> String {
-    let mut escaped = String::with_capacity(name.len());
+/// Appends `name` to `text`, `%`, `{` and `}` percent-encoded.
+fn escape_into(text: &mut String, name: &str) {
     for c in name.chars() {
         match c {
             '%' | '{' | '}' => {
                 // Writing to a String cannot fail.
-                let _ = write!(escaped, "%{:02X}", c as u32);
+                let _ = write!(text, "%{:02X}", c as u32);
             }
-            other => escaped.push(other),
+            other => text.push(other),
         }
     }
-    escaped
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 use redis::{Cmd, Connection, ErrorKind, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
 
 use crate::connection::RedisConnection;
+use crate::transaction::{decimal, Packed};
 
 /// The wait-queue helpers of every acquiring, releasing or dequeuing script, put where it says
 /// [`QUEUE_MARKER`].
@@ -45,6 +46,28 @@ impl LuaScript {
         command
     }
 
+    /// `EVALSHA` of this script with `keys`, then `args`, packed by hand into one buffer (what
+    /// [`invoke`](Self::invoke) builds, without a `Cmd`'s allocation per argument).
+    pub(crate) fn packed(&self, keys: &[&str], args: &[&[u8]]) -> Packed {
+        let (count, start) = decimal(keys.len() as u64);
+        let size = 64
+            + keys.iter().map(|key| key.len() + 16).sum::<usize>()
+            + args.iter().map(|arg| arg.len() + 16).sum::<usize>();
+        let mut request = Packed::with_capacity(size);
+        request
+            .start(3 + keys.len() + args.len())
+            .arg(b"EVALSHA")
+            .arg(self.hash.as_bytes())
+            .arg(&count[start..]);
+        for key in keys {
+            request.arg(key.as_bytes());
+        }
+        for arg in args {
+            request.arg(arg);
+        }
+        request
+    }
+
     /// `SCRIPT LOAD <text>`, packed, to put before an `EVALSHA` in the same write.
     pub(crate) fn load(&self) -> Vec<u8> {
         redis::cmd("SCRIPT").arg("LOAD").arg(&self.source).get_packed_command()
@@ -75,11 +98,20 @@ impl LuaScript {
         connection: &mut RedisConnection,
         command: &Cmd,
     ) -> RedisResult<T> {
-        let packed = command.get_packed_command();
-        let mut reply = last(connection.exchange(&packed, 1)?);
+        self.exchange_packed(connection, &command.get_packed_command())
+    }
+
+    /// [`exchange`](Self::exchange) of a request built by [`packed`](Self::packed) (or any
+    /// packed `EVALSHA` of this script).
+    pub(crate) fn exchange_packed<T: FromRedisValue>(
+        &self,
+        connection: &mut RedisConnection,
+        packed: &[u8],
+    ) -> RedisResult<T> {
+        let mut reply = last(connection.exchange(packed, 1)?);
         if matches!(&reply, Value::ServerError(error) if error.code() == "NOSCRIPT") {
             let mut again = self.load();
-            again.extend(packed);
+            again.extend_from_slice(packed);
             reply = last(connection.exchange(&again, 2)?);
         }
         redis::from_redis_value(reply.extract_error()?).map_err(RedisError::from)
@@ -177,6 +209,17 @@ mod tests {
                 assert!(!script.source().contains("'PUBLISH'"), "{}", script.source());
             }
             assert_ne!(sharded.release.hash(), scripts.release.hash());
+        }
+    }
+
+    #[test]
+    fn a_hand_packed_evalsha_is_the_bytes_redis_rs_packs() {
+        let script = &crate::set_nx::scripts().release;
+        let keys = ["distlock:{a}:lock", "distlock:{a}:queue", "distlock:{a}:queue:timeouts"];
+        for keys in [&keys[..1], &keys[..]] {
+            let by_hand = script.packed(keys, &[b"t0k", b"", b"1"]);
+            let by_redis_rs = script.invoke(keys).arg("t0k").arg("").arg(1).get_packed_command();
+            assert_eq!(by_hand.as_bytes(), by_redis_rs.as_slice());
         }
     }
 

@@ -33,11 +33,28 @@ pub(crate) const fn replies(commands: usize) -> usize {
 /// first error anywhere (a refused `MULTI`, a command refused when queued, `EXECABORT`, or an
 /// error inside the array) is the outcome.
 pub(crate) fn exec_reply(replies: Vec<Value>) -> RedisResult<Value> {
-    match Value::Array(replies).extract_error()? {
-        Value::Array(mut replies) => replies.pop().ok_or_else(|| {
-            redis::RedisError::from((redis::ErrorKind::Parse, "transaction", "no reply".to_owned()))
-        }),
-        _ => unreachable!("extract_error keeps an array an array"),
+    let mut last = None;
+    // Looked for first, without `extract_error`'s rebuilding of every array on the way.
+    for reply in replies {
+        last = Some(if holds_error(&reply) { reply.extract_error()? } else { reply });
+    }
+    last.ok_or_else(|| {
+        redis::RedisError::from((redis::ErrorKind::Parse, "transaction", "no reply".to_owned()))
+    })
+}
+
+/// Whether `value` is, or holds at any depth, a server error.
+fn holds_error(value: &Value) -> bool {
+    match value {
+        Value::ServerError(_) => true,
+        Value::Array(items) | Value::Set(items) | Value::Push { data: items, .. } => {
+            items.iter().any(holds_error)
+        }
+        Value::Map(pairs) => pairs.iter().any(|(key, value)| holds_error(key) || holds_error(value)),
+        Value::Attribute { data, attributes } => {
+            holds_error(data) || attributes.iter().any(|(key, value)| holds_error(key) || holds_error(value))
+        }
+        _ => false,
     }
 }
 
@@ -55,17 +72,30 @@ impl Packed {
     /// Appends the command of `args` (its name first; never empty: the server answers an empty
     /// array with nothing, and the replies would be miscounted).
     pub(crate) fn command(&mut self, args: &[&[u8]]) -> &mut Self {
-        debug_assert!(!args.is_empty(), "a command without a name");
-        self.0.push(b'*');
-        push_decimal(&mut self.0, args.len() as u64);
-        self.0.extend_from_slice(b"\r\n");
+        self.start(args.len());
         for arg in args {
-            self.0.push(b'$');
-            push_decimal(&mut self.0, arg.len() as u64);
-            self.0.extend_from_slice(b"\r\n");
-            self.0.extend_from_slice(arg);
-            self.0.extend_from_slice(b"\r\n");
+            self.arg(arg);
         }
+        self
+    }
+
+    /// Starts a command of `count` arguments (its name included, so at least one), which the
+    /// next `count` calls of [`arg`](Self::arg) append.
+    pub(crate) fn start(&mut self, count: usize) -> &mut Self {
+        debug_assert!(count > 0, "a command without a name");
+        self.0.push(b'*');
+        push_decimal(&mut self.0, count as u64);
+        self.0.extend_from_slice(b"\r\n");
+        self
+    }
+
+    /// Appends one argument of the command begun by [`start`](Self::start).
+    pub(crate) fn arg(&mut self, arg: &[u8]) -> &mut Self {
+        self.0.push(b'$');
+        push_decimal(&mut self.0, arg.len() as u64);
+        self.0.extend_from_slice(b"\r\n");
+        self.0.extend_from_slice(arg);
+        self.0.extend_from_slice(b"\r\n");
         self
     }
 
@@ -89,9 +119,17 @@ pub(crate) fn decimal(mut value: u64) -> ([u8; 20], usize) {
     }
 }
 
+/// Appends `value`'s decimal digits; the one- and two-digit counts and lengths of most
+/// arguments without the general loop.
 fn push_decimal(bytes: &mut Vec<u8>, value: u64) {
-    let (digits, start) = decimal(value);
-    bytes.extend_from_slice(&digits[start..]);
+    match value {
+        0..=9 => bytes.push(b'0' + value as u8),
+        10..=99 => bytes.extend_from_slice(&[b'0' + (value / 10) as u8, b'0' + (value % 10) as u8]),
+        _ => {
+            let (digits, start) = decimal(value);
+            bytes.extend_from_slice(&digits[start..]);
+        }
+    }
 }
 
 /// `SET <lock> <value> NX PX <lease>`: the acquisition both transactions make.
@@ -113,9 +151,12 @@ mod tests {
         let by_redis_rs =
             pack(&[redis::cmd("SET").arg(lock).arg("t0k").arg("NX").arg("PX").arg(30_000u64).to_owned()]);
         assert_eq!(packed.as_bytes(), by_redis_rs.as_slice());
-        for value in [0, 7, 10, 4_294_967_296, u64::MAX] {
+        for value in [0, 7, 9, 10, 42, 99, 100, 4_294_967_296, u64::MAX] {
             let (digits, start) = decimal(value);
             assert_eq!(&digits[start..], value.to_string().as_bytes());
+            let mut pushed = b"x".to_vec();
+            push_decimal(&mut pushed, value);
+            assert_eq!(&pushed[1..], value.to_string().as_bytes());
         }
     }
 
@@ -128,6 +169,9 @@ mod tests {
         let error = exec_reply(vec![noauth(), noauth(), noauth()]).unwrap_err();
         assert!(error.to_string().contains("NOAUTH"), "{error}");
         assert!(exec_reply(vec![]).is_err());
+        let inner = Value::Array(vec![Value::Int(1), noauth()]);
+        let error = exec_reply(vec![Value::Okay, queued(), inner]).unwrap_err();
+        assert!(error.to_string().contains("NOAUTH"), "an error inside EXEC's array: {error}");
     }
 
     #[test]

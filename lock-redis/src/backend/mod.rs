@@ -38,6 +38,7 @@ use crate::error::{self, BACKEND};
 use crate::keys::RedisKeys;
 use crate::lua::{LockScripts, LuaScript};
 use crate::topology::{Heartbeat, Hop, Nodes};
+use crate::transaction::Packed;
 use crate::{millis, reentrant_hash, set_nx};
 
 /// Which data layout, and so which scripts, a [`RedisBackend`] uses.
@@ -189,6 +190,10 @@ impl RedisBackend {
     }
 
     fn release_on(&self, connection: &mut PooledConnection, lease: &RedisLease) -> RedisResult<i64> {
+        if lease.on_mutex_keys() {
+            let (script, request) = self.mutex_release_request(lease, false);
+            return script.exchange_packed(connection, request.as_bytes());
+        }
         connection.run(|c| {
             let (script, command) = self.release_command(lease);
             script.query(c, &command)
@@ -206,10 +211,8 @@ impl RedisBackend {
             match self.release_on(&mut hop.connection()?, lease) {
                 Err(e) if lease.on_mutex_keys() && e.kind() == split => {
                     // A new connection from the hop: `ASKING` again where the hop needs it.
-                    hop.connection()?.run(|c| {
-                        let (script, command) = self.mutex_release_command(lease, true);
-                        script.query(c, &command)
-                    })
+                    let (script, request) = self.mutex_release_request(lease, true);
+                    script.exchange_packed(&mut *hop.connection()?, request.as_bytes())
                 }
                 other => other,
             }
@@ -225,17 +228,15 @@ impl RedisBackend {
         self.release_routed(lease).map(drop)
     }
 
-    /// The script and command that release `lease`, whatever it holds.
+    /// The script and command that release a read-write or permit `lease` (a mutex's:
+    /// [`mutex_release_request`](Self::mutex_release_request)).
     fn release_command(&self, lease: &RedisLease) -> (&'static LuaScript, redis::Cmd) {
-        if !lease.on_mutex_keys() {
-            return read_write_and_semaphores::release_command(lease, self.inner.nodes.cluster().is_some());
-        }
-        self.mutex_release_command(lease, false)
+        read_write_and_semaphores::release_command(lease, self.inner.nodes.cluster().is_some())
     }
 
-    /// The script and command that release a mutex `lease`; `lone`: by the lock key alone (see
-    /// [`release_routed`](Self::release_routed)).
-    fn mutex_release_command(&self, lease: &RedisLease, lone: bool) -> (&'static LuaScript, redis::Cmd) {
+    /// The script and packed request that release a mutex `lease`; `lone`: by the lock key
+    /// alone (see [`release_routed`](Self::release_routed)).
+    fn mutex_release_request(&self, lease: &RedisLease, lone: bool) -> (&'static LuaScript, Packed) {
         let script = &self.scripts().release;
         let all = [lease.keys.lock(), lease.keys.queue(), lease.keys.queue_timeouts()];
         let keys = if lone { &all[..1] } else { &all[..] };
@@ -243,13 +244,9 @@ impl RedisBackend {
         // them (`1`), where a fair one's has nobody to tell. An election's release always tells:
         // its leader watches hear every release, and never queue.
         let tell_all = !self.inner.fair || lease.primitive == Primitive::Leader;
-        let command = script
-            .invoke(keys)
-            .arg(&lease.token)
-            .arg(lease.keys.channel())
-            .arg(i32::from(tell_all))
-            .to_owned();
-        (script, command)
+        let tell: &[u8] = if tell_all { b"1" } else { b"0" };
+        let request = script.packed(keys, &[lease.token.as_bytes(), lease.keys.channel().as_bytes(), tell]);
+        (script, request)
     }
 
     /// The script and command that extend `lease` to `ttl`, whatever it holds.

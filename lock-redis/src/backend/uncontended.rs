@@ -36,7 +36,9 @@ pub(super) fn acquire(
 ) -> RedisResult<Uncontended> {
     let (lock, fence, queue) = (keys.lock().as_bytes(), keys.fence().as_bytes(), keys.queue().as_bytes());
     let (ms, start) = transaction::decimal(crate::millis(ttl));
-    let mut request = transaction::Packed::with_capacity(128 + 2 * lock.len() + token.len());
+    // Each argument's bytes and up to 16 of framing, and the commands' headers.
+    let mut request =
+        transaction::Packed::with_capacity(192 + 2 * lock.len() + queue.len() + fence.len() + token.len());
     request
         .command(&[b"MULTI"])
         .command(&[b"EXISTS", queue])
