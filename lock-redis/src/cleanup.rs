@@ -77,12 +77,15 @@ pub(crate) fn undo_request(scripts: &LockScripts, undos: &[(Undo, &RedisKeys, &s
         }
     }
     for &(undo, keys, token) in undos {
-        let command = undo
-            .script(scripts)
-            .invoke(&[keys.lock(), keys.queue(), keys.queue_timeouts()])
-            .arg(token)
-            .arg(keys.channel())
-            .get_packed_command();
+        let mut command = undo.script(scripts).invoke(&[keys.lock(), keys.queue(), keys.queue_timeouts()]);
+        command.arg(token).arg(keys.channel());
+        if undo == Undo::Release {
+            // Tell every waiter (as a non-fair client's release does): the client's fairness is
+            // not known here, and a non-fair waiter, which does not queue, would otherwise hear
+            // nothing of a grant given back while nobody queues. A fair one re-checks in vain.
+            command.arg(1);
+        }
+        let command = command.get_packed_command();
         request.extend(command);
         replies += 1;
     }

@@ -108,11 +108,17 @@ impl LuaScript {
         connection: &mut RedisConnection,
         packed: &[u8],
     ) -> RedisResult<T> {
-        let mut reply = last(connection.exchange(packed, 1)?);
+        let mut reply = last(&mut connection.exchange(packed, 1)?);
         if matches!(&reply, Value::ServerError(error) if error.code() == "NOSCRIPT") {
             let mut again = self.load();
             again.extend_from_slice(packed);
-            reply = last(connection.exchange(&again, 2)?);
+            let mut replies = connection.exchange(&again, 2)?;
+            reply = last(&mut replies);
+            // A refused `SCRIPT LOAD` (an ACL, out of memory) is the error to report, not the
+            // `NOSCRIPT` that followed it.
+            if let Some(loaded) = replies.pop() {
+                loaded.extract_error()?;
+            }
         }
         redis::from_redis_value(reply.extract_error()?).map_err(RedisError::from)
     }
@@ -138,7 +144,8 @@ pub(crate) fn with_held_by(body: &str) -> String {
     body.replacen(HELD_BY_MARKER, HELD_BY, 1)
 }
 
-fn last(mut replies: Vec<Value>) -> Value {
+/// The last of `replies`: the one that answers the request's own command.
+fn last(replies: &mut Vec<Value>) -> Value {
     replies.pop().unwrap_or(Value::Nil)
 }
 

@@ -208,7 +208,10 @@ impl RedisBackend {
     fn release_routed(&self, lease: &RedisLease) -> Result<i64> {
         let split = redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain);
         self.routed(&lease.keys, |hop| {
-            match self.release_on(&mut hop.connection()?, lease) {
+            // Bound first: the connection goes back to the pool before a lone release takes one
+            // (a pool of one would otherwise wait its whole connect timeout).
+            let released = self.release_on(&mut hop.connection()?, lease);
+            match released {
                 Err(e) if lease.on_mutex_keys() && e.kind() == split => {
                     // A new connection from the hop: `ASKING` again where the hop needs it.
                     let (script, request) = self.mutex_release_request(lease, true);
