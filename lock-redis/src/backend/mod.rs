@@ -194,10 +194,8 @@ impl RedisBackend {
             let (script, request) = self.mutex_release_request(lease, false);
             return script.exchange_packed(connection, request.as_bytes());
         }
-        connection.run(|c| {
-            let (script, command) = self.release_command(lease);
-            script.query(c, &command)
-        })
+        let (script, command) = self.release_command(lease);
+        script.exchange(connection, &command)
     }
 
     /// Releases `lease` on the node serving it, following the deployment's redirects. A mutex
