@@ -138,7 +138,22 @@ impl RedisConnection {
         replies: usize,
         wait: Duration,
     ) -> RedisResult<Vec<redis::Value>> {
-        let deadline = Instant::now() + wait;
+        self.exchange_until(request, replies, Instant::now() + wait)
+    }
+
+    /// When a reply asked for now is due: one read timeout from now.
+    pub(crate) fn reply_deadline(&self) -> Instant {
+        Instant::now() + self.read_timeout
+    }
+
+    /// [`exchange`](Self::exchange) with the replies due by `deadline` (for a request that
+    /// continues an earlier exchange under the same deadline).
+    pub(crate) fn exchange_until(
+        &mut self,
+        request: &[u8],
+        replies: usize,
+        deadline: Instant,
+    ) -> RedisResult<Vec<redis::Value>> {
         self.send_packed(request)?;
         let mut values = Vec::with_capacity(replies);
         for _ in 0..replies {

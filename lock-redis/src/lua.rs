@@ -108,15 +108,18 @@ impl LuaScript {
         connection: &mut RedisConnection,
         packed: &[u8],
     ) -> RedisResult<T> {
-        let mut reply = last(&mut connection.exchange(packed, 1)?);
+        // One deadline for the reply, also when it takes a second exchange.
+        let deadline = connection.reply_deadline();
+        let mut reply = last(&mut connection.exchange_until(packed, 1, deadline)?);
         if matches!(&reply, Value::ServerError(error) if error.code() == "NOSCRIPT") {
             let mut again = self.load();
             again.extend_from_slice(packed);
-            let mut replies = connection.exchange(&again, 2)?;
+            let mut replies = connection.exchange_until(&again, 2, deadline)?;
             reply = last(&mut replies);
             // A refused `SCRIPT LOAD` (an ACL, out of memory) is the error to report, not the
-            // `NOSCRIPT` that followed it.
-            if let Some(loaded) = replies.pop() {
+            // `NOSCRIPT` that followed it; an `EVALSHA` that ran all the same (someone else
+            // loaded the script in between) is what happened, and is reported.
+            if let (Value::ServerError(_), Some(loaded)) = (&reply, replies.pop()) {
                 loaded.extract_error()?;
             }
         }
@@ -134,7 +137,6 @@ impl LuaScript {
     }
 }
 
-/// The last of an exchange's replies (`Nil` if there were none, which the caller's type refuses).
 /// `body` with [`HELD_BY`] where its one marker says.
 ///
 /// # Panics

@@ -98,10 +98,11 @@
 //! pooling the lock table and the row lock work (statements unnamed; the row lock's open
 //! transaction pins its server connection; lock-table waiters re-check within 4–25 ms instead of
 //! a `LISTEN` wake-up) and the advisory lock is refused at `build`; **statement** pooling is
-//! refused. Undeclared, `build` probes where it suspects a pooler (the server answers on
-//! another port, or over a Unix socket; always for the advisory kind), refuses the pooling it
-//! finds certainly breaking, and warns otherwise; probes can miss pooling, so declare it. The
-//! [SQL guide][sql-guide] has the errors a user sees, the probes' blind spots and pool sizing.
+//! refused. Undeclared (and unless `pooler=none`), `build` probes for a pooler, refuses the
+//! pooling it finds certainly breaking, and warns where the server answers on another port;
+//! probes can miss pooling, so declare it. Behind a declared pooler the restart delay asks the
+//! server's age inside each grant, not once per connection. The [SQL guide][sql-guide] has the
+//! errors a user sees, the probes' blind spots and pool sizing.
 //!
 //! Each row or advisory hold owns a connection, so the pool size caps how many one client holds:
 //! with every connection in use, `try_lock` answers

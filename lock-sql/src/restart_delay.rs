@@ -82,12 +82,15 @@ pub(crate) fn settled(
         }
     };
     let young_for = ttl.saturating_sub(age);
-    if young_for.is_zero() {
-        return Ok(true);
-    }
-    let Some(length) = wait.length() else { return Ok(false) };
+    Ok(young_for.is_zero() || wait_out(young_for, wait))
+}
+
+/// Sleeps through the `young_for` a server's sessions still lack, as far as `wait` allows;
+/// returns whether they are now old enough (`false` at once for a `try`).
+pub(crate) fn wait_out(young_for: Duration, wait: Wait) -> bool {
+    let Some(length) = wait.length() else { return false };
     std::thread::sleep(young_for.min(length));
-    Ok(young_for <= length)
+    young_for <= length
 }
 
 #[cfg(test)]

@@ -69,6 +69,7 @@ impl PostgresLockBuilder {
                 warn_plaintext: tls.mode() == lock_core::TlsMode::Prefer,
                 restart_delay: settings.restart_delay,
                 unnamed_statements: pooler.unnamed_statements(),
+                settle_in_grant: settings.restart_delay && pooler != Pooler::None,
             },
         )?;
         let mut tables = Tables::new(&table, settings.fair)?;

@@ -65,6 +65,8 @@ pub(crate) struct PgConnection {
     unnamed: bool,
     /// The age of the server's sessions, once a session lock asked ([`crate::restart_delay`]).
     sessions_age: Cell<SessionsAge>,
+    /// Behind a pooler: the age is asked inside each grant instead (`PgSettings::settle_in_grant`).
+    settle_in_grant: bool,
 }
 
 impl PgConnection {
@@ -95,6 +97,7 @@ impl PgConnection {
             statements: RefCell::default(),
             unnamed: settings.unnamed_statements,
             sessions_age: Cell::new(SessionsAge::new(settings.restart_delay)),
+            settle_in_grant: settings.settle_in_grant,
         };
         if settings.warn_plaintext {
             connection.warn_if_plaintext();
@@ -324,6 +327,12 @@ impl PgConnection {
     /// What this connection learned about its server's sessions' age.
     pub(crate) fn sessions_age(&self) -> &Cell<SessionsAge> {
         &self.sessions_age
+    }
+
+    /// Whether the server's age is asked inside each grant (behind a pooler, with the restart
+    /// delay) rather than once per connection.
+    pub(crate) fn settles_in_grant(&self) -> bool {
+        self.settle_in_grant
     }
 
     pub(crate) fn io_timeout(&self) -> Duration {

@@ -209,9 +209,19 @@ fn meaning_of(code: Option<&SqlState>) -> Meaning {
 }
 
 /// Whether `error` proves the session is gone — the server ended it or the connection closed —
-/// so that every session lock it held is released. A timeout proves nothing.
+/// so that every session lock it held is released. A timeout proves nothing. A `FATAL` (or
+/// `PANIC`) error is the last message of a connection, whatever its code: a pooler that ends a
+/// client (PgBouncer's `server conn crashed?`, its `idle_transaction_timeout`, an admin's
+/// `KILL`) sends one with `08P01`, and closes the server connection holding the client's
+/// transaction.
 pub(crate) fn session_ended(error: &tokio_postgres::Error) -> bool {
-    error.is_closed() || error.code().is_some_and(code_ends_session)
+    use tokio_postgres::error::Severity;
+    error.is_closed()
+        || error.code().is_some_and(code_ends_session)
+        || error
+            .as_db_error()
+            .and_then(|db| db.parsed_severity())
+            .is_some_and(|severity| matches!(severity, Severity::Fatal | Severity::Panic))
 }
 
 /// `57P01`–`57P05` (terminated by an administrator, a shutdown, `idle_session_timeout`) and

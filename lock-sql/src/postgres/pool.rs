@@ -47,6 +47,9 @@ pub(crate) struct PgSettings {
     pub(crate) restart_delay: bool,
     /// Behind a pooler: statements are sent unnamed, never prepared by name (`pooler.rs`).
     pub(crate) unnamed_statements: bool,
+    /// Behind a pooler, with the restart delay: the server's age is asked inside each grant
+    /// (`session::settled_in_grant`), never remembered per connection.
+    pub(crate) settle_in_grant: bool,
 }
 
 /// The r2d2 manager: opens [`PgConnection`]s and remembers the last failure to open one, so that

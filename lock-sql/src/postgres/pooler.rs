@@ -168,14 +168,16 @@ pub(crate) struct ServerFacts {
     pub(crate) version: u32,
 }
 
-/// `build`'s probe on its first connection `first`: the server's version, and where a pooler
-/// may stand between (a pooler was declared, or the server answers on another port than the
-/// URL names), whether it is one that certainly breaks these locks:
-/// - statement pooling (a `BEGIN` refused) is refused;
+/// `build`'s probe on its first connection `first`: the server's version, and unless
+/// `pooler=none` was declared, whether a pooler stands between that certainly breaks these
+/// locks:
+/// - statement pooling (a `BEGIN` refused; tried where a pooler was declared, or the server
+///   answers on another port than the URL names) is refused;
 /// - transaction pooling the settings did not declare (a second connection, or the first one's
 ///   next transaction, on another client's server session: `pg_backend_pid()` tells) is
 ///   refused — named statements and session locks would break;
-/// - otherwise, an undeclared one is a warning: probes miss pooling under load.
+/// - otherwise, a server on another port than the URL's is a warning: probes miss pooling
+///   under load. Declaring `pooler=none` skips the probe (one more connection at `build`).
 ///
 /// # Errors
 /// As any statement; [`Error::InvalidConfig`] for the poolers above.
@@ -215,11 +217,11 @@ pub(crate) fn probe(
             Err(failure) => return Err(failure.into_error("probe for a pooler")),
         }
     }
-    // Undeclared, the advisory kind is probed whatever the ports say (a pooler may listen on
-    // the server's port): a miss there means two holders.
-    let probe_sessions =
-        (proxied || kind == PostgresLockKind::Advisory) && declared != Some(Pooler::Transaction);
-    if !probe_sessions {
+    // Undeclared, every kind is probed whatever the ports say: a pooler may listen on the
+    // server's port (another host's), and a miss there means two advisory holders, or named
+    // statements bound on another client's server session — where one of the same name and
+    // parameter types would run that client's statement in place of ours.
+    if declared == Some(Pooler::Transaction) {
         return Ok(facts);
     }
     // A second connection, and the first one's next transaction, on the first one's server

@@ -92,6 +92,10 @@ impl PostgresBackend {
             }
         };
         let Some((fence, waited, sent)) = granted else { return Ok(None) };
+        if let Some(young_for) = super::session::too_young_in_grant(&connection, ttl)? {
+            super::session::give_back_young(connection, young_for, wait);
+            return Ok(None);
+        }
         let session = SharedSession::new(SessionConnection::new(connection));
         if access == Access::Write {
             self.inner.writers.insert(name, owner, &session);

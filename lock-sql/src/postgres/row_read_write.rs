@@ -199,6 +199,10 @@ impl PostgresBackend {
             connection.run("roll back", |client| async move { client.batch_execute("ROLLBACK").await })?;
             return Ok(None);
         };
+        if let Some(young_for) = super::session::too_young_in_grant(&connection, ttl)? {
+            super::session::give_back_young(connection, young_for, wait);
+            return Ok(None);
+        }
         self.make_fence_durable(Some(&connection))?;
         let session = SharedSession::new(SessionConnection::new(connection));
         if access == Access::Write {

@@ -91,6 +91,10 @@ impl PostgresBackend {
         }
         match attempt {
             (Grant::Fence(fence, waited), sent) => {
+                if let Some(young_for) = too_young_in_grant(&connection, ttl)? {
+                    give_back_young(connection, young_for, wait);
+                    return Ok(None);
+                }
                 self.make_fence_durable(Some(&connection))?;
                 let hold = Hold::Row { connection: SessionConnection::new(connection) };
                 Ok(Some((
@@ -228,6 +232,12 @@ impl PostgresBackend {
                 return Err(call_error("acquire", failure));
             }
         };
+        if matches!(grant, Some(Grant::Fence(..))) {
+            if let Some(young_for) = too_young_in_grant(&connection, ttl)? {
+                give_back_young(connection, young_for, wait);
+                return Ok(None);
+            }
+        }
         Ok(match grant {
             Some(Grant::Fence(fence, waited)) => {
                 let hold = Hold::Advisory { key, connection: SessionConnection::new(connection) };
@@ -362,23 +372,56 @@ const SESSIONS_AGE: &str =
 
 /// Whether a session lock for a lease of `ttl` may be granted on `connection` now (its server's
 /// sessions are at least a lease old), after sleeping as `wait` allows; see
-/// [`crate::restart_delay`]. Asks the server once per connection.
+/// [`crate::restart_delay`]. Asks the server once per connection; behind a pooler, not here
+/// but inside the grant ([`settled_in_grant`]).
 pub(crate) fn settled(connection: &PooledPg, ttl: Duration, wait: Wait) -> Result<bool> {
+    if connection.settles_in_grant() {
+        return Ok(true);
+    }
     let known = connection.sessions_age();
     let mut age = known.get();
-    let settled = restart_delay::settled(&mut age, ttl, wait, || {
-        let row = connection.run("ask the server's age", |client| async move {
-            client.query_typed(SESSIONS_AGE, &[]).await
-        })?;
-        let micros = row
-            .first()
-            .and_then(|row| row.try_get::<_, Option<i64>>(0).ok().flatten())
-            .ok_or_else(|| PgFailure::Reply { operation: "ask the server's age", detail: "no age".into() })?;
-        // A clock stepped back since the start counts as a server just started.
-        Ok(Duration::from_micros(u64::try_from(micros).unwrap_or(0)))
-    });
+    let settled = restart_delay::settled(&mut age, ttl, wait, || sessions_age(connection));
     known.set(age);
     settled
+}
+
+/// Behind a pooler, [`settled`] for a grant just made on `connection`: a pooler's client
+/// connection outlives the server sessions behind it (through transaction pooling it meets a
+/// new one with each transaction, and PgBouncer reconnects to a restarted server without a
+/// word), so what a connection once learned of the server's age proves nothing, and the age is
+/// asked on the server session that holds the grant — inside its transaction, before anyone is
+/// told. `Some(how much younger)` than `ttl` the server is: the grant must go
+/// ([`give_back_young`]). Without a pooler (or the delay), `None` at once.
+///
+/// # Errors
+/// The age could not be read (the connection is marked for discarding, which ends the grant
+/// with it).
+pub(crate) fn too_young_in_grant(connection: &PooledPg, ttl: Duration) -> Result<Option<Duration>> {
+    if !connection.settles_in_grant() {
+        return Ok(None);
+    }
+    let age = sessions_age(connection).inspect_err(|_| connection.discard())?;
+    Ok(Some(ttl.saturating_sub(age)).filter(|young_for| !young_for.is_zero()))
+}
+
+/// Gives back a grant [`too_young_in_grant`] refused — the connection is dropped, which ends the
+/// transaction or session holding it — and sleeps through `young_for` as far as `wait` allows.
+pub(crate) fn give_back_young(connection: PooledPg, young_for: Duration, wait: Wait) {
+    connection.discard();
+    drop(connection);
+    restart_delay::wait_out(young_for, wait);
+}
+
+/// The server's sessions' age ([`SESSIONS_AGE`]), asked on `connection`.
+fn sessions_age(connection: &PooledPg) -> Result<Duration> {
+    let row = connection
+        .run("ask the server's age", |client| async move { client.query_typed(SESSIONS_AGE, &[]).await })?;
+    let micros = row
+        .first()
+        .and_then(|row| row.try_get::<_, Option<i64>>(0).ok().flatten())
+        .ok_or_else(|| PgFailure::Reply { operation: "ask the server's age", detail: "no age".into() })?;
+    // A clock stepped back since the start counts as a server just started.
+    Ok(Duration::from_micros(u64::try_from(micros).unwrap_or(0)))
 }
 
 /// Gives back a session-level advisory lock that a waiting statement may have been granted as
