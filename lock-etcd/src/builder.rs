@@ -55,7 +55,18 @@ impl Settings {
         if list.is_empty() {
             return Err(Error::invalid_config("the etcd endpoint list is empty"));
         }
+        if list.contains('@') {
+            // Refused whole, before splitting: a password may hold a `,` too, and its first part
+            // would be echoed as an endpoint.
+            return Err(credentials_in_endpoints());
+        }
         list.split(',').map(|entry| endpoint(entry.trim())).collect()
+    }
+
+    /// The lease TTL etcd is asked for (whole seconds, rounded up; at least one), not a
+    /// sub-second `session_ttl` as given: what timeouts derived from the TTL count against.
+    pub(crate) fn asked_ttl(&self) -> Duration {
+        Duration::from_secs(u64::try_from(self.ttl_secs()).unwrap_or(1).max(1))
     }
 
     /// The lease TTL to ask for, in whole seconds (etcd's unit), rounded up.
@@ -77,10 +88,7 @@ fn endpoint(entry: &str) -> Result<String> {
     }
     if entry.contains('@') {
         // Not echoed: what precedes the `@` may be a password.
-        return Err(Error::invalid_config(
-            "an etcd endpoint holds a `@`: credentials go to `credentials(user, password)` or an \
-             etcd://user:password@host URL, never the endpoint list",
-        ));
+        return Err(credentials_in_endpoints());
     }
     if entry.contains(['/', '?', '#']) || entry.chars().any(char::is_whitespace) {
         return invalid("must be `host:port`");
@@ -100,14 +108,21 @@ fn endpoint(entry: &str) -> Result<String> {
     }
 }
 
-/// `endpoints` for `Debug`: an entry with a `@` (credentials put where they do not belong,
-/// which `build` refuses) shows only what follows it.
+/// The error for credentials in the endpoint list; never echoes the list.
+fn credentials_in_endpoints() -> Error {
+    Error::invalid_config(
+        "an etcd endpoint holds a `@`: credentials go to `credentials(user, password)` or an \
+         etcd://user:password@host URL, never the endpoint list",
+    )
+}
+
+/// `endpoints` for `Debug`: a list with a `@` (credentials put where they do not belong, which
+/// `build` refuses) shows only what follows its last `@` — a password may hold a `,`.
 fn shown_endpoints(endpoints: &str) -> String {
-    let shown = endpoints.split(',').map(|entry| match entry.rsplit_once('@') {
-        Some((_, host)) => format!("<redacted>@{host}"),
-        None => entry.to_owned(),
-    });
-    shown.collect::<Vec<_>>().join(",")
+    match endpoints.rsplit_once('@') {
+        Some((_, hosts)) => format!("<redacted>@{hosts}"),
+        None => endpoints.to_owned(),
+    }
 }
 
 impl fmt::Debug for Settings {
@@ -281,9 +296,7 @@ impl EtcdLockBuilder {
         if settings.credentials.as_ref().is_some_and(|(user, _)| user.is_empty()) {
             return Err(Error::invalid_config("the etcd user must not be empty"));
         }
-        // Against the TTL etcd is asked for (whole seconds, rounded up), not a sub-second one.
-        let asked_ttl = Duration::from_secs(u64::try_from(settings.ttl_secs()).unwrap_or(1).max(1));
-        settings.io_timeout = settings.io_timeout.min(asked_ttl / 2);
+        settings.io_timeout = settings.io_timeout.min(settings.asked_ttl() / 2);
         let tls = settings.tls.as_ref().map(crate::tls::check).transpose()?.flatten();
         let settings = Settings { tls, ..settings };
         crate::blocking::refuse_async_context()?;
@@ -342,12 +355,16 @@ mod tests {
             base().connect_timeout(Duration::ZERO),
             base().credentials("", "pw"),
             EtcdLockBuilder::new("user:s3cret@h:2379"),
+            // A `,` in the password: no part of it is shown as an endpoint.
+            EtcdLockBuilder::new("user:s3c,ret@h:2379"),
+            EtcdLockBuilder::new("h0:2379,user:s3c,ret@h:2379"),
             EtcdLockBuilder::new(" "),
             EtcdLockBuilder::new("http://h:2379"),
         ] {
-            assert!(!format!("{builder:?}").contains("s3cret"));
-            let error = builder.build().unwrap_err();
-            assert!(matches!(error, Error::InvalidConfig { .. }) && !error.to_string().contains("s3cret"));
+            let shown = format!("{builder:?}");
+            assert!(!shown.contains("s3c") && !shown.contains("ret@"), "{shown}");
+            let error = builder.build().unwrap_err().to_string();
+            assert!(!error.contains("s3c") && !error.contains("ret@"), "{error}");
         }
     }
 }

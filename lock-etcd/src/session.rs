@@ -76,11 +76,7 @@ impl Session {
             .build()
             .map_err(|e| Error::backend(BACKEND, e))?;
         let deadline = Instant::now() + settings.connect_timeout;
-        // A keep-alive unanswered for a third of the TTL counts the stream broken (and reopens
-        // it on another member) whatever the I/O timeout: with the I/O timeout alone (5 s of a
-        // 10 s TTL by default) a stalled member left under 2 s to reopen before etcd expires
-        // the lease.
-        let reply_timeout = settings.io_timeout.min(settings.session_ttl / 3);
+        let reply_timeout = keep_alive_reply_timeout(&settings);
         let timing = KeepAliveTiming { reply_timeout, requests: Arc::new(AtomicU64::new(0)) };
         let mut session = Self {
             settings,
@@ -375,5 +371,31 @@ impl Closing {
             }
         });
         runtime.shutdown_background();
+    }
+}
+
+/// How long a keep-alive may go unanswered before the stream counts as broken (and is reopened
+/// on another member): a third of the TTL, whatever the I/O timeout — with the I/O timeout alone
+/// (5 s of a 10 s TTL by default) a stalled member left under 2 s to reopen before etcd expires
+/// the lease. A third of the TTL asked for (whole seconds), not of a sub-second `session_ttl`:
+/// 333 µs of a 1 ms one would fail keep-alives that any network delays.
+fn keep_alive_reply_timeout(settings: &Settings) -> Duration {
+    settings.io_timeout.min(settings.asked_ttl() / 3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EtcdLockBuilder;
+
+    #[test]
+    fn keep_alive_replies_get_a_third_of_the_ttl_etcd_is_asked_for() {
+        let settings = |ttl| EtcdLockBuilder::new("h:2379").session_ttl(ttl).settings;
+        let sub_second = keep_alive_reply_timeout(&settings(Duration::from_millis(1)));
+        assert_eq!(sub_second, Duration::from_secs(1) / 3);
+        let default = keep_alive_reply_timeout(&settings(Duration::from_secs(10)));
+        assert_eq!(default, Duration::from_secs(10) / 3);
+        let long = keep_alive_reply_timeout(&settings(Duration::from_secs(60)));
+        assert_eq!(long, EtcdLockBuilder::new("h:2379").settings.io_timeout, "capped by the I/O timeout");
     }
 }

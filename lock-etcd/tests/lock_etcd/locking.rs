@@ -177,6 +177,25 @@ fn a_lease_shorter_than_the_ttl_is_renewed_by_keep_alives() {
     guard.unlock().unwrap();
 }
 
+/// A sub-second session TTL is asked for as a whole second (etcd's unit, raised to its minimum):
+/// the keep-alives' reply timeout counts from that, so holds outlive several granted TTLs.
+#[test]
+fn a_sub_second_session_ttl_keeps_its_holds_through_several_ttls() {
+    let server = EtcdServer::start().unwrap();
+    let locks = EtcdBackend::builder(server.endpoint())
+        .session_ttl(Duration::from_millis(1))
+        .build()
+        .expect("connect");
+    let granted = locks.session_ttl();
+    let client = LockClient::new(locks);
+    let guard = client.lock_named("sub-second-ttl").unwrap().lock().unwrap();
+    let lease = client.backend().lease_id();
+    thread::sleep(granted * 3);
+    assert!(guard.is_held(), "{:?} after {:?} (granted TTL {granted:?})", guard.state(), granted * 3);
+    assert_eq!(client.backend().lease_id(), lease, "the lease was replaced: it was lost");
+    guard.unlock().unwrap();
+}
+
 #[test]
 fn waits_without_end_and_huge_timeouts_are_fine() {
     let server = EtcdServer::start().unwrap();
