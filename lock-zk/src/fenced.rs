@@ -66,8 +66,9 @@ impl FencedStore for ZooKeeperFencedStore {
         let session = &inner.session;
         let data = encode(token, value);
         let fail = |failure: Failure| failure.into_error("fenced write");
+        // One I/O timeout for the whole write, however often another writer makes it read again.
+        let deadline = Instant::now() + session.settings().io_timeout;
         for _ in 0..ATTEMPTS {
-            let deadline = Instant::now() + session.settings().io_timeout;
             match session.call_until(deadline, client.get_data(&path)) {
                 Ok((current, stat)) => {
                     lock_core::admit(key, Some(decode(&path, &current)?.0), token)?;

@@ -55,6 +55,8 @@ pub(crate) struct PgConnection {
     notifications: Option<NotificationSink>,
     io_timeout: Duration,
     broken: Cell<bool>,
+    /// Set by [`end`](Self::end): every later call fails as if the connection had closed.
+    ended: Cell<bool>,
     /// Whether the last call got no reply in time (cleared by the next answered call).
     stalled: Cell<bool>,
     /// Statements prepared on this connection, by text: a statement is parsed and planned once
@@ -93,6 +95,7 @@ impl PgConnection {
             notifications,
             io_timeout: settings.io_timeout,
             broken: Cell::new(false),
+            ended: Cell::new(false),
             stalled: Cell::new(false),
             statements: RefCell::default(),
             unnamed: settings.unnamed_statements,
@@ -146,6 +149,9 @@ impl PgConnection {
         F: Future<Output = std::result::Result<T, tokio_postgres::Error>> + Send + 'c,
         T: Send,
     {
+        if self.ended.get() {
+            return Err(CallFailure::Closed);
+        }
         let outcome = self.drive(timeout, call(&self.client));
         self.stalled.set(matches!(outcome, Err(Stalled::Timeout)));
         match outcome {
@@ -312,6 +318,17 @@ impl PgConnection {
     /// whose session state is unknown, e.g. one that may still hold a lock).
     pub(crate) fn discard(&self) {
         self.broken.set(true);
+    }
+
+    /// Ends the connection for its holder too: every later call fails as closed
+    /// ([`CallFailure::Closed`], which reads as "the session ended") without reaching the
+    /// server, and the pool drops it. For a session whose transaction must never commit — a
+    /// guarded write reported as not made whose savepoint step got no answer: a later renewal
+    /// that got an answer, then a release's `COMMIT`, would make it permanent. The socket closes
+    /// when the connection is dropped, and the server then rolls the transaction back.
+    pub(crate) fn end(&self) {
+        self.broken.set(true);
+        self.ended.set(true);
     }
 
     pub(crate) fn is_broken(&self) -> bool {

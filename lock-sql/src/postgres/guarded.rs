@@ -91,7 +91,9 @@ impl PostgresBackend {
                             client.batch_execute("SELECT pg_terminate_backend(pg_backend_pid())").await
                         });
                     }
-                    connection.discard();
+                    // Never committed later: every call on it now fails, so the next renewal
+                    // reports the hold lost and the release sends no `COMMIT`.
+                    connection.end();
                     return Err(not_held);
                 }
                 Some(written?)

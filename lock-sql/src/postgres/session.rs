@@ -521,4 +521,54 @@ mod server_tests {
             locks.acquire_until(&name, &OwnerToken::random(), ttl, deadline).unwrap().expect("free");
         assert!(locks.release(acquired.lease).unwrap());
     }
+
+    /// A row hold's connection ended by [`PgConnection::end`] (as a guarded write reported as
+    /// not made ends it when its savepoint step got no answer) never commits what its
+    /// transaction wrote: the next check reports the hold lost, and the release sends no
+    /// `COMMIT` (with one, the row below would be there).
+    ///
+    /// [`PgConnection::end`]: crate::postgres::connection::PgConnection::end
+    #[test]
+    fn an_ended_row_session_never_commits_what_it_wrote() {
+        let locks = PostgresTarget::new(PostgresLockKind::Row).backend().unwrap();
+        let table = format!("distlock_ended_{}", OwnerToken::random().to_hex());
+        let create = format!("CREATE TABLE {table} (v int)");
+        locks
+            .inner
+            .pool
+            .get()
+            .unwrap()
+            .run("create", |client| async move { client.batch_execute(&create).await })
+            .unwrap();
+        let ttl = Duration::from_secs(10);
+        let name = unique_name("ended");
+        let mut lease = locks.try_acquire(&name, &OwnerToken::random(), ttl).unwrap().expect("free");
+        let insert = format!("INSERT INTO {table} VALUES (1)");
+        assert_eq!(locks.execute_if_held(&mut lease, &insert, &[]).unwrap(), 1);
+        let Hold::Row { connection } = &mut lease.hold else { panic!("a row hold") };
+        connection.get().end();
+
+        assert!(!locks.extend(&mut lease, ttl).unwrap(), "an ended session's hold is lost");
+        assert!(!locks.release(lease).unwrap_or(false), "an ended session released");
+        let count = format!("SELECT count(*) FROM {table}");
+        let rows = locks
+            .inner
+            .pool
+            .get()
+            .unwrap()
+            .run("count", |client| async move { client.query(&count, &[]).await })
+            .unwrap();
+        assert_eq!(rows[0].get::<_, i64>(0), 0, "the ended session's write was committed");
+        let drop_table = format!("DROP TABLE {table}");
+        let _ = locks
+            .inner
+            .pool
+            .get()
+            .unwrap()
+            .run("drop", |client| async move { client.batch_execute(&drop_table).await });
+        // And the lock is free again once the server sees the connection close.
+        let deadline = Some(Instant::now() + Duration::from_secs(5));
+        let again = locks.acquire_until(&name, &OwnerToken::random(), ttl, deadline).unwrap().expect("freed");
+        assert!(locks.release(again.lease).unwrap());
+    }
 }
