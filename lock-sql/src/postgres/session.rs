@@ -532,14 +532,12 @@ mod server_tests {
     fn an_ended_row_session_never_commits_what_it_wrote() {
         let locks = PostgresTarget::new(PostgresLockKind::Row).backend().unwrap();
         let table = format!("distlock_ended_{}", OwnerToken::random().to_hex());
-        let create = format!("CREATE TABLE {table} (v int)");
-        locks
-            .inner
-            .pool
-            .get()
-            .unwrap()
-            .run("create", |client| async move { client.batch_execute(&create).await })
-            .unwrap();
+        // `sql` on a pooled connection: its rows.
+        let run = |sql: String| {
+            let connection = locks.inner.pool.get().unwrap();
+            connection.run("test", |client| async move { client.simple_query(&sql).await }).unwrap()
+        };
+        run(format!("CREATE TABLE {table} (v int)"));
         let ttl = Duration::from_secs(10);
         let name = unique_name("ended");
         let mut lease = locks.try_acquire(&name, &OwnerToken::random(), ttl).unwrap().expect("free");
@@ -550,22 +548,13 @@ mod server_tests {
 
         assert!(!locks.extend(&mut lease, ttl).unwrap(), "an ended session's hold is lost");
         assert!(!locks.release(lease).unwrap_or(false), "an ended session released");
-        let count = format!("SELECT count(*) FROM {table}");
-        let rows = locks
-            .inner
-            .pool
-            .get()
-            .unwrap()
-            .run("count", |client| async move { client.query(&count, &[]).await })
-            .unwrap();
-        assert_eq!(rows[0].get::<_, i64>(0), 0, "the ended session's write was committed");
-        let drop_table = format!("DROP TABLE {table}");
-        let _ = locks
-            .inner
-            .pool
-            .get()
-            .unwrap()
-            .run("drop", |client| async move { client.batch_execute(&drop_table).await });
+        let count = run(format!("SELECT count(*) FROM {table}"));
+        let count = count.iter().find_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        });
+        run(format!("DROP TABLE {table}"));
+        assert_eq!(count.as_deref(), Some("0"), "the ended session's write was committed");
         // And the lock is free again once the server sees the connection close.
         let deadline = Some(Instant::now() + Duration::from_secs(5));
         let again = locks.acquire_until(&name, &OwnerToken::random(), ttl, deadline).unwrap().expect("freed");
