@@ -36,6 +36,10 @@ use crate::EtcdBackend;
 /// How long a request without an answer waits before it is sent again (a clean-up, a wait).
 pub(crate) const RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// How long a unique key whose put got no answer is looked for
+/// ([`EtcdBackend::abandon_unknown`]).
+const LATE_PUT_WINDOW: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// The longest pause between two attempts of a background clean-up.
 const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -193,7 +197,7 @@ impl EtcdBackend {
                     // Even a definite failure may come after the key was put (the keep-alive
                     // sent beside the enqueue failed): look, and delete it if it is there.
                     if !failure.is_lease_gone() {
-                        self.abandon_unknown(key, lease, slot);
+                        self.abandon_unknown(key, lease, slot, false);
                     }
                     return Err(failure.into_error("acquire"));
                 }
@@ -330,20 +334,38 @@ impl EtcdBackend {
     /// may not exist, at a revision we do not know. Deleted in the background once etcd answers
     /// what it is — if it is on our lease (a key of its own whose creation failed may be
     /// another client's).
-    pub(crate) fn abandon_unknown(&self, key: String, lease: Arc<ClientLease>, slot: impl Send + 'static) {
+    ///
+    /// A request whose answer was lost may still be applied after a look found nothing: looked
+    /// for again an I/O timeout later, by when etcd has usually applied or dropped it — and a
+    /// `unique` key (a name this client never puts again: read-write locks, semaphores) at
+    /// doubling pauses for [`LATE_PUT_WINDOW`], since etcd may apply a proposal later still (a
+    /// leader's disk stalled for seconds). The mutex's key is the client's next key of that name
+    /// too, so a late look could delete a hold: its next enqueue deletes such a leftover instead.
+    pub(crate) fn abandon_unknown(
+        &self,
+        key: String,
+        lease: Arc<ClientLease>,
+        slot: impl Send + 'static,
+        unique: bool,
+    ) {
         let kv = self.inner.session.client().kv_client();
         let io_timeout = self.inner.session.settings().io_timeout;
         let lease_id = lease.id;
+        let window = if unique { LATE_PUT_WINDOW } else { io_timeout };
         self.inner.session.spawn(async move {
             let _slot = slot;
-            // A request whose answer was lost may still be applied after a first look found
-            // nothing: look once more an I/O timeout later, by when etcd has applied or dropped it.
-            for look in 0..2 {
+            let until = tokio::time::Instant::now() + window;
+            let mut pause = io_timeout;
+            for look in 0.. {
                 if look > 0 {
+                    if tokio::time::Instant::now() >= until {
+                        return;
+                    }
                     tokio::select! {
-                        () = tokio::time::sleep(io_timeout) => {}
+                        () = tokio::time::sleep(pause) => {}
                         () = lease.lost() => return,
                     }
+                    pause *= 2;
                 }
                 retry_until_done(&lease, io_timeout, &key, || {
                     let (mut kv, key) = (kv.clone(), key.clone());
@@ -439,4 +461,43 @@ impl Outage {
 /// Whether a wait until `deadline` has time left.
 pub(crate) fn wait_left(deadline: Option<Instant>) -> bool {
     deadline.is_none_or(|deadline| Instant::now() < deadline)
+}
+
+#[cfg(test)]
+mod server_tests {
+    use std::time::Duration;
+
+    use etcd_client::PutOptions;
+    use lock_testkit::harness::EtcdServer;
+
+    use super::*;
+
+    /// A put of a unique key that etcd applies after the two looks a reused key gets (its answer
+    /// lost, a leader's disk stalled) is still found and deleted: it would hold a place in a
+    /// queue on the client's live lease.
+    #[test]
+    fn a_unique_key_put_after_the_second_look_is_still_deleted() {
+        let server = EtcdServer::start().unwrap();
+        let io = Duration::from_millis(300);
+        let backend = EtcdBackend::builder(server.endpoint()).io_timeout(io).build().unwrap();
+        let session = &backend.inner.session;
+        let lease = session.lease().unwrap();
+        let key = format!("%semaphore/late/{}", crate::own_key::unique_nanos());
+        backend.abandon_unknown(key.clone(), Arc::clone(&lease), (), true);
+        // Looks at 0 and one I/O timeout (all a reused key gets), then 3, 7, … I/O timeouts.
+        std::thread::sleep(io * 2 + io / 2);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut kv = session.client().kv_client();
+        let on_lease = Some(PutOptions::new().with_lease(lease.id));
+        session.call_until(deadline, kv.put(key.as_str(), "", on_lease)).unwrap();
+        let gone_by = Instant::now() + io * 8;
+        loop {
+            let found = session.call_until(deadline, kv.get(key.as_str(), None)).unwrap();
+            if found.kvs().is_empty() {
+                break;
+            }
+            assert!(Instant::now() < gone_by, "a late put of an abandoned unique key stayed on the lease");
+            std::thread::sleep(io / 4);
+        }
+    }
 }

@@ -130,14 +130,14 @@ impl EtcdBackend {
                             && outage.may_retry(&failure, deadline, self.session_ttl()) =>
                     {
                         if let Some(key) = key {
-                            self.abandon_unknown(key, lease, ());
+                            self.abandon_unknown(key, lease, (), true);
                         }
                         attempt -= 1;
                         continue;
                     }
                     Err(NotCreated { failure, key }) => {
                         if let Some(key) = key {
-                            self.abandon_unknown(key, lease, ());
+                            self.abandon_unknown(key, lease, (), true);
                         }
                         return Err(failure.into_error(operation));
                     }

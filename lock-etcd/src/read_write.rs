@@ -202,7 +202,7 @@ impl EtcdBackend {
             Ok(response) => response,
             Err(failure) => {
                 if !failure.is_definite() {
-                    self.abandon_unknown(read_key, client_lease, ());
+                    self.abandon_unknown(read_key, client_lease, (), true);
                 }
                 return Err(failure.into_error("downgrade"));
             }

@@ -48,7 +48,7 @@ pub(crate) struct PgSettings {
     /// Behind a pooler: statements are sent unnamed, never prepared by name (`pooler.rs`).
     pub(crate) unnamed_statements: bool,
     /// Behind a pooler, with the restart delay: the server's age is asked inside each grant
-    /// (`session::settled_in_grant`), never remembered per connection.
+    /// (`session::too_young_in_grant`), never remembered per connection.
     pub(crate) settle_in_grant: bool,
 }
 

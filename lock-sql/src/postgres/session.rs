@@ -373,7 +373,7 @@ const SESSIONS_AGE: &str =
 /// Whether a session lock for a lease of `ttl` may be granted on `connection` now (its server's
 /// sessions are at least a lease old), after sleeping as `wait` allows; see
 /// [`crate::restart_delay`]. Asks the server once per connection; behind a pooler, not here
-/// but inside the grant ([`settled_in_grant`]).
+/// but inside the grant ([`too_young_in_grant`]).
 pub(crate) fn settled(connection: &PooledPg, ttl: Duration, wait: Wait) -> Result<bool> {
     if connection.settles_in_grant() {
         return Ok(true);
