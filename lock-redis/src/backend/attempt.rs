@@ -231,8 +231,15 @@ impl RedisBackend {
         if joined {
             undos.push((Undo::LeaveQueue, keys, token));
         }
-        let (request, _) = cleanup::undo_request(self.scripts(), &undos);
-        if connection.follow_unanswered(&request) || !error.is_retryable() {
+        let (request, replies) = cleanup::undo_request(self.scripts(), &undos);
+        if connection.follow_unanswered(&request) {
+            return error;
+        }
+        // The server answered, with an error that may come from inside the transaction after
+        // its `SET` took the lock (a `WRONGTYPE` fence key someone else wrote): undone on this
+        // connection, whose replies are all read — the release compares the token, so it is a
+        // no-op when nothing was taken.
+        if !error.is_retryable() && connection.exchange(&request, replies).is_ok() {
             return error;
         }
         // The request may have reached the server, and nothing can follow it there.

@@ -153,6 +153,26 @@ fn extend_many_renews_thousands_of_leases_in_one_batch() {
     }
 }
 
+/// An acquisition whose transaction fails after its `SET` took the lock (a fence key of the
+/// wrong type, written by someone else) reports the error and leaves no lock behind: the key
+/// would otherwise hold the name for a whole lease with nobody holding it.
+#[test]
+fn a_transaction_that_fails_after_its_set_leaves_no_lock() {
+    let url = shared_url();
+    let name = unique_name("wrong-type-fence");
+    let keys = RedisKeys::new("distlock", &name);
+    let mut raw = connection(&url);
+    let _: i64 = raw.hset(keys.fence(), "not", "a counter").unwrap();
+    let locks = backend(&url, RedisLockKind::SetNx);
+    let outcome = locks.try_acquire(&name, &OwnerToken::random(), 30 * SECOND);
+    assert!(outcome.is_err(), "a WRONGTYPE fence key: {:?}", outcome.map(|lease| lease.is_some()));
+    let left: i64 = raw.exists(keys.lock()).unwrap();
+    let _: i64 = raw.del(keys.fence()).unwrap();
+    assert_eq!(left, 0, "the failed acquisition left its lock key");
+    let again = locks.try_acquire(&name, &OwnerToken::random(), 30 * SECOND).unwrap().expect("free again");
+    assert!(locks.release(again).unwrap());
+}
+
 /// The renewal thread keeps thousands of short (3 s) leases alive through the pipelined batches.
 #[test]
 fn renewal_keeps_thousands_of_short_leases() {
