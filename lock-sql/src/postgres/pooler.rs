@@ -205,14 +205,21 @@ pub(crate) fn probe(
         None => over_tcp,
     };
     if proxied || declared.is_some() {
-        let begun = first.run_for("probe for a pooler", first.io_timeout(), |client| async move {
-            client.batch_execute("BEGIN").await?;
-            client.batch_execute("COMMIT").await
-        });
-        match begun {
+        match begin_and_commit(first) {
             Ok(()) => {}
-            Err(CallFailure::Driver(error)) if is_statement_mode_refusal(&error) => {
-                return Err(statement_pooling())
+            Err(failure) if refuses_transactions(&failure) => return Err(statement_pooling()),
+            // PgBouncer sends its FATAL and closes the connection, and the driver may see the
+            // close first: once more on a connection of its own, where a refusal or a close
+            // again is statement pooling (not a server that died twice on a `BEGIN`).
+            Err(failure) if failure.session_ended() => {
+                let again = pool.open_unpooled(None)?;
+                match begin_and_commit(&again) {
+                    Ok(()) => {}
+                    Err(failure) if refuses_transactions(&failure) || failure.session_ended() => {
+                        return Err(statement_pooling())
+                    }
+                    Err(failure) => return Err(failure.into_error("probe for a pooler")),
+                }
             }
             Err(failure) => return Err(failure.into_error("probe for a pooler")),
         }
@@ -246,6 +253,19 @@ pub(crate) fn probe(
         );
     }
     Ok(facts)
+}
+
+/// `BEGIN` and `COMMIT` on `connection`: what statement pooling refuses.
+fn begin_and_commit(connection: &PgConnection) -> std::result::Result<(), CallFailure> {
+    connection.run_for("probe for a pooler", connection.io_timeout(), |client| async move {
+        client.batch_execute("BEGIN").await?;
+        client.batch_execute("COMMIT").await
+    })
+}
+
+/// Whether `failure` is a pooler's refusal of a transaction block, as its FATAL says.
+fn refuses_transactions(failure: &CallFailure) -> bool {
+    matches!(failure, CallFailure::Driver(error) if is_statement_mode_refusal(error))
 }
 
 /// A server session, as `build`'s probe tells them apart: the server process and when its
