@@ -1,27 +1,11 @@
-//! `MULTI`/`EXEC` transactions of plain commands, packed and read by hand: what the `SetNx`
-//! acquisition and Redlock's votes send instead of a script (a script's set-up costs the server
-//! more than the few commands they run).
+//! `MULTI`/`EXEC` transactions of plain commands, packed ([`Packed`]) and read by hand: what the
+//! `SetNx` acquisition and Redlock's votes send instead of a script (a script's set-up costs the
+//! server more than the few commands they run).
 //!
 //! Not redis-rs's atomic pipeline: it mis-counts replies when `MULTI` itself is refused (an
 //! unauthenticated connection) and panics in debug builds.
 
-use std::time::Duration;
-
-use redis::{Cmd, RedisResult, Value};
-
-use crate::keys::RedisKeys;
-use crate::millis;
-
-/// `commands` between `MULTI` and `EXEC`, packed for one write. The server answers with
-/// [`replies`]`(commands.len())` replies.
-pub(crate) fn pack(commands: &[Cmd]) -> Vec<u8> {
-    let mut request = redis::cmd("MULTI").get_packed_command();
-    for command in commands {
-        request.extend(command.get_packed_command());
-    }
-    request.extend(redis::cmd("EXEC").get_packed_command());
-    request
-}
+use redis::{RedisResult, Value};
 
 /// How many replies a transaction of `commands` commands gets: `OK`, one `QUEUED` each, and
 /// `EXEC`'s.
@@ -58,8 +42,9 @@ fn holds_error(value: &Value) -> bool {
     }
 }
 
-/// A request packed by hand, every command into one buffer: the uncontended acquisition's
-/// (redis-rs's `Cmd` allocates per argument, again per packing, and once more to join them).
+/// A request packed by hand, every command into one buffer: the uncontended acquisition's and
+/// Redlock's votes (redis-rs's `Cmd` allocates per argument, again per packing, and once more to
+/// join them).
 /// The bytes are RESP arrays of bulk strings, as `Cmd` packs them.
 pub(crate) struct Packed(Vec<u8>);
 
@@ -103,6 +88,11 @@ impl Packed {
     pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.0
     }
+
+    /// The packed bytes, owned.
+    pub(crate) fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
 }
 
 /// `value`'s decimal digits in the tail of 20 bytes, and where they start (`&digits[start..]`).
@@ -132,14 +122,21 @@ fn push_decimal(bytes: &mut Vec<u8>, value: u64) {
     }
 }
 
-/// `SET <lock> <value> NX PX <lease>`: the acquisition both transactions make.
-pub(crate) fn set_nx_px(keys: &RedisKeys, value: &str, lease: Duration) -> Cmd {
-    redis::cmd("SET").arg(keys.lock()).arg(value).arg("NX").arg("PX").arg(millis(lease)).to_owned()
-}
-
 #[cfg(test)]
 mod tests {
+    use redis::Cmd;
+
     use super::*;
+
+    /// `commands` between `MULTI` and `EXEC`, as redis-rs packs them: what [`Packed`] must send.
+    fn pack(commands: &[Cmd]) -> Vec<u8> {
+        let mut request = redis::cmd("MULTI").get_packed_command();
+        for command in commands {
+            request.extend(command.get_packed_command());
+        }
+        request.extend(redis::cmd("EXEC").get_packed_command());
+        request
+    }
 
     #[test]
     fn hand_packed_commands_are_the_bytes_redis_rs_packs() {

@@ -221,12 +221,17 @@ const VOTE_COMMANDS: usize = 4;
 /// NX PX <lease>`, `INCR fence` (the node's next fencing number, also on a refusal: tokens skip
 /// numbers, never repeat) and `PTTL lock` (a refusal's hint).
 pub(super) fn vote_request(keys: &RedisKeys, token: &str, ttl: Duration) -> Vec<u8> {
-    transaction::pack(&[
-        redis::cmd("GET").arg(keys.lock()).to_owned(),
-        transaction::set_nx_px(keys, token, ttl),
-        redis::cmd("INCR").arg(keys.fence()).to_owned(),
-        redis::cmd("PTTL").arg(keys.lock()).to_owned(),
-    ])
+    let (lock, fence) = (keys.lock().as_bytes(), keys.fence().as_bytes());
+    let (ms, start) = transaction::decimal(crate::millis(ttl));
+    let mut request = transaction::Packed::with_capacity(192 + 3 * lock.len() + fence.len() + token.len());
+    request
+        .command(&[b"MULTI"])
+        .command(&[b"GET", lock])
+        .command(&[b"SET", lock, token.as_bytes(), b"NX", b"PX", &ms[start..]])
+        .command(&[b"INCR", fence])
+        .command(&[b"PTTL", lock])
+        .command(&[b"EXEC"]);
+    request.into_bytes()
 }
 
 /// A node's vote from its replies to [`vote_request`] for `token`; any error reply (a refused
@@ -252,4 +257,27 @@ pub(super) fn parse_vote(replies: Vec<Value>, token: &str) -> std::result::Resul
 /// it does not have.
 pub(super) fn attempt_value(owner: &OwnerToken) -> String {
     format!("{}:{:016x}", owner.to_hex(), rand::rng().random::<u64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vote_is_the_transaction_redis_rs_would_pack() {
+        let keys = RedisKeys::new("distlock", &LockName::new("orders/{42}").unwrap());
+        let token = "0123abcd:00000000000000ff";
+        let mut expected = redis::cmd("MULTI").get_packed_command();
+        for command in [
+            redis::cmd("GET").arg(keys.lock()).to_owned(),
+            redis::cmd("SET").arg(keys.lock()).arg(token).arg("NX").arg("PX").arg(30_000u64).to_owned(),
+            redis::cmd("INCR").arg(keys.fence()).to_owned(),
+            redis::cmd("PTTL").arg(keys.lock()).to_owned(),
+        ] {
+            expected.extend(command.get_packed_command());
+        }
+        expected.extend(redis::cmd("EXEC").get_packed_command());
+        assert_eq!(vote_request(&keys, token, Duration::from_secs(30)), expected);
+        assert_eq!(transaction::replies(VOTE_COMMANDS), 6);
+    }
 }
