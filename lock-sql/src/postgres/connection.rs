@@ -263,6 +263,42 @@ impl PgConnection {
         })
     }
 
+    /// Sends `steps` back to back in one round trip (each waits in the server only for the ones
+    /// before it) and returns each step's rows, in order; a simple step has none. The first
+    /// failing step's error is the call's: inside a transaction every later step then fails as
+    /// "transaction aborted", which the caller's `ROLLBACK` ends.
+    ///
+    /// # Errors
+    /// As [`run_for`](Self::run_for).
+    pub(crate) fn pipeline(
+        &self,
+        operation: &'static str,
+        timeout: Duration,
+        steps: &[Step<'_>],
+    ) -> std::result::Result<Vec<Vec<Row>>, CallFailure> {
+        // Prepared before the round trip (once per connection), so that the pipeline is one.
+        let ready = steps
+            .iter()
+            .map(|step| match step {
+                Step::Simple(_) => Ok(None),
+                Step::Query(sql, params) => self.statement(sql, params).map(Some),
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let ready = &ready;
+        self.run_for(operation, timeout, |client| async move {
+            // `join_all` polls in order, and each call sends its request on its first poll:
+            // the requests leave in the steps' order.
+            let calls = steps.iter().zip(ready).map(|(step, ready)| async move {
+                match (step, ready) {
+                    (_, Some(statement)) => statement.query(client).await,
+                    (Step::Simple(sql), None) => client.batch_execute(sql).await.map(|()| Vec::new()),
+                    (Step::Query(..), None) => unreachable!("every query step is ready"),
+                }
+            });
+            futures_util::future::join_all(calls).await.into_iter().collect()
+        })
+    }
+
     /// Polls `future` and the socket together until the future is done, the socket closes, or
     /// `timeout` passes. Notifications that arrive meanwhile go to the sink.
     fn drive<O: Send>(
@@ -355,6 +391,15 @@ impl PgConnection {
     pub(crate) fn io_timeout(&self) -> Duration {
         self.io_timeout
     }
+}
+
+/// One statement of a [`PgConnection::pipeline`].
+#[derive(Debug, Clone)]
+pub(crate) enum Step<'s> {
+    /// A statement without parameters or rows (`BEGIN`, `SAVEPOINT …`), sent as a simple query.
+    Simple(&'s str),
+    /// A statement with parameters: prepared once per connection (unnamed behind a pooler).
+    Query(&'s str, &'s [Param<'s>]),
 }
 
 /// A statement ready to run: prepared by name, with its values; or its text and typed values,

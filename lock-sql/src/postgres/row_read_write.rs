@@ -21,17 +21,18 @@
 //!   read is held is `ROLLBACK TO SAVEPOINT distlock_write`: the gate and the exclusive lock go,
 //!   the top-level `FOR SHARE` and the writers' turn stay — other readers share the lock again,
 //!   writers wait until the read is released (`COMMIT`). At no moment is the lock free.
-//! - **Bounded.** `lock_timeout` is set to what is left of the wait before each statement that
-//!   may wait (`NOWAIT` for a single attempt); a refused attempt rolls back, releasing whatever
-//!   it had taken.
+//! - **One round trip.** An attempt's statements are pipelined: sent at once, each waiting in
+//!   the server's queue for the one before.
+//! - **Bounded.** Each statement that may wait sets `lock_timeout` to what is left, on the
+//!   server's clock, of the attempt's wait (`NOWAIT` for a single attempt); a refused attempt
+//!   rolls back, releasing whatever it had taken.
 
 use std::time::{Duration, Instant};
 
 use lock_core::{check_lease, Access, Acquired, Error, LockName, OwnerToken, Request, Result};
 use tokio_postgres::types::Type;
-use tokio_postgres::Client;
 
-use super::connection::CallFailure;
+use super::connection::{CallFailure, Param, Step};
 use super::error::{PgFailure, BACKEND};
 use super::lease::{Hold, PostgresLease};
 use super::pool::PooledPg;
@@ -46,10 +47,17 @@ use crate::shared_session::SharedSession;
 pub(crate) const WRITE_SAVEPOINT: &str = "distlock_write";
 
 /// The row kind's read-write statements; `[no wait, wait]` pairs. $1 is the name.
+///
+/// A waiting statement sets its own `lock_timeout` to what is left of the attempt's wait, read
+/// from the server clock against [`until`](Self::until), so that an attempt whose statements are
+/// pipelined (sent at once, each waiting in the server for the one before) still waits no longer
+/// in all than it was given.
 #[derive(Debug)]
 pub(crate) struct RowReadWriteStatements {
     /// Inserts the name's three rows if absent (never waits on a held row).
     pub(crate) insert: String,
+    /// Sets the attempt's end, $1 ms from now, for the transaction (`distlock.wait_until`).
+    pub(crate) until: String,
     /// The writers' turn (part 2).
     pub(crate) turn: [String; 2],
     /// `FOR SHARE` on part 0 at the top level; $2 the idle limit in ms, set for the transaction.
@@ -66,43 +74,62 @@ pub(crate) struct RowReadWriteStatements {
     pub(crate) fence: String,
 }
 
+/// Where a waiting attempt keeps its end: a custom setting, local to the transaction and set
+/// before any savepoint (a rolled-back savepoint would undo it).
+const WAIT_UNTIL: &str = "distlock.wait_until";
+
 impl RowReadWriteStatements {
     /// The statements on the read-write table `rw` and the fencing sequence `fence` (quoted).
     pub(crate) fn new(rw: &str, fence: &str) -> Self {
+        // `c` is read before the row is locked (the lock is taken on the join's rows): `t`
+        // sets the wait's limit, `t0` when the wait began.
+        let left = format!(
+            "greatest(1, ceil(current_setting('{WAIT_UNTIL}')::float8 \
+             - extract(epoch FROM clock_timestamp())::float8 * 1000))::bigint::text"
+        );
+        let with = |nowait: &str| {
+            let limit = if nowait.is_empty() {
+                format!("set_config('lock_timeout', {left}, true)")
+            } else {
+                "''".into()
+            };
+            format!("WITH c AS (SELECT {limit} AS t, clock_timestamp() AS t0)")
+        };
         let both = |make: &dyn Fn(&str) -> String| [make(" NOWAIT"), make("")];
         let waited = "floor(extract(epoch FROM clock_timestamp() - l.t0) * 1000000)::bigint";
         let idle = "set_config('idle_in_transaction_session_timeout', $2, true)";
         let part = |part: u8, mode: &'static str| {
             move |nowait: &str| {
-                format!("SELECT 1 FROM {rw} WHERE name = $1 AND part = {part} FOR {mode}{nowait}")
+                format!(
+                    "{with} SELECT 1 FROM {rw} r, c WHERE r.name = $1 AND r.part = {part} FOR {mode} OF r{nowait}",
+                    with = with(nowait)
+                )
+            }
+        };
+        let part_zero = |mode: &'static str, select: String| {
+            move |nowait: &str| {
+                format!(
+                    "{with}, l AS (SELECT r.name, c.t0 FROM {rw} r, c WHERE r.name = $1 AND r.part = 0 \
+                       FOR {mode} OF r{nowait}) \
+                     SELECT {select} FROM l",
+                    with = with(nowait)
+                )
             }
         };
         Self {
             insert: format!(
                 "INSERT INTO {rw} (name, part) VALUES ($1, 0), ($1, 1), ($1, 2) ON CONFLICT DO NOTHING"
             ),
+            until: format!(
+                "SELECT set_config('{WAIT_UNTIL}', \
+                   (extract(epoch FROM clock_timestamp())::float8 * 1000 + $1)::text, true)"
+            ),
             turn: both(&part(2, "UPDATE")),
-            share_top: both(&|nowait| {
-                format!("SELECT {idle} FROM {rw} WHERE name = $1 AND part = 0 FOR SHARE{nowait}")
-            }),
+            share_top: both(&part_zero("SHARE", idle.to_owned())),
             close_gate: both(&part(1, "UPDATE")),
             pass_gate: both(&part(1, "SHARE")),
-            exclusive: both(&|nowait| {
-                format!(
-                    "WITH c AS (SELECT clock_timestamp() AS t0), \
-                     l AS (SELECT r.name, c.t0 FROM {rw} r, c WHERE r.name = $1 AND r.part = 0 \
-                       FOR UPDATE OF r{nowait}) \
-                     SELECT nextval('{fence}'), {waited} FROM l"
-                )
-            }),
-            shared: both(&|nowait| {
-                format!(
-                    "WITH c AS (SELECT clock_timestamp() AS t0), \
-                     l AS (SELECT r.name, c.t0 FROM {rw} r, c WHERE r.name = $1 AND r.part = 0 \
-                       FOR SHARE OF r{nowait}) \
-                     SELECT nextval('{fence}'), {waited}, {idle} FROM l"
-                )
-            }),
+            exclusive: both(&part_zero("UPDATE", format!("nextval('{fence}'), {waited}"))),
+            shared: both(&part_zero("SHARE", format!("nextval('{fence}'), {waited}, {idle}"))),
             fence: format!("SELECT nextval('{fence}'), 0::bigint"),
         }
     }
@@ -138,63 +165,18 @@ impl PostgresBackend {
         if !super::session::settled(&connection, ttl, wait)? {
             return Ok(None);
         }
-        let statements = &self.inner.tables.row_read_write;
-        let until = wait.length().map(|length| Instant::now() + length);
-        let limit = wait.length().unwrap_or(Duration::ZERO) + connection.io_timeout();
-        let name_text = name.as_str();
-        let idle = idle_limit(ttl);
-        let (name_text, idle) = (&name_text, &idle);
-        let sent = Instant::now();
-        let outcome = connection.run_for("acquire", limit, |client| async move {
-            let w = usize::from(until.is_some());
-            client.query_typed(&statements.insert, &[(name_text, Type::TEXT)]).await?;
-            client.batch_execute("BEGIN").await?;
-            let steps: Vec<(&str, bool, bool)> = match access {
-                // (statement, takes the idle limit, may wait)
-                Access::Write => vec![
-                    (statements.turn[w].as_str(), false, true),
-                    (statements.share_top[w].as_str(), true, true),
-                    ("SAVEPOINT distlock_write", false, false),
-                    (statements.close_gate[w].as_str(), false, true),
-                    (statements.exclusive[w].as_str(), false, true),
-                ],
-                Access::Read => vec![
-                    ("SAVEPOINT distlock_gate", false, false),
-                    (statements.pass_gate[w].as_str(), false, true),
-                    ("ROLLBACK TO SAVEPOINT distlock_gate", false, false),
-                    (statements.shared[w].as_str(), true, true),
-                ],
-            };
-            let mut last = Vec::new();
-            for (sql, with_idle, waits) in steps {
-                if !sql.starts_with("SELECT") && !sql.starts_with("WITH") {
-                    client.batch_execute(sql).await?;
-                    continue;
-                }
-                if let (Some(until), true) = (until, waits) {
-                    set_lock_timeout(client, until).await?;
-                }
-                last = if with_idle {
-                    client.query_typed(sql, &[(name_text, Type::TEXT), (idle, Type::TEXT)]).await?
-                } else {
-                    client.query_typed(sql, &[(name_text, Type::TEXT)]).await?
-                };
-                if last.is_empty() {
-                    break;
-                }
-            }
-            Ok(last)
-        });
-        let granted = match outcome {
-            Ok(rows) => rows.first().map(|row| (row.get::<_, i64>(0), row.get::<_, i64>(1))),
-            Err(CallFailure::Driver(error)) if is_busy(&error) => None,
-            Err(failure) => {
-                // A transaction in an unknown state (maybe holding the lock): never reuse it.
-                connection.discard();
-                return Err(call_error("acquire", failure));
-            }
-        };
-        let Some((fence, waited)) = granted else {
+        // The name's rows are inserted only when an attempt finds them missing (a new name):
+        // then the failed attempt's transaction is rolled back, and the rows inserted, in the
+        // retry's own round trip.
+        let mut attempt = self.row_rw_attempt(&connection, name, ttl, access, wait, &[])?;
+        if let Attempt::NoRows = attempt.0 {
+            let insert = self.inner.tables.row_read_write.insert.as_str();
+            let name_text = name.as_str();
+            let name_only: &[Param<'_>] = &[(&name_text, Type::TEXT)];
+            let first = [Step::Simple("ROLLBACK"), Step::Query(insert, name_only)];
+            attempt = self.row_rw_attempt(&connection, name, ttl, access, wait, &first)?;
+        }
+        let (Attempt::Granted { fence, waited }, sent) = attempt else {
             // Refused (or the rows vanished): whatever the attempt took goes.
             connection.run("roll back", |client| async move { client.batch_execute("ROLLBACK").await })?;
             return Ok(None);
@@ -210,6 +192,71 @@ impl PostgresBackend {
         }
         let hold = Hold::ReadWrite { access, owner: *owner, session };
         Ok(Some((PostgresLease::new(name, unsigned(fence), ttl, hold), Grant::new(sent, micros(waited)))))
+    }
+
+    /// One round trip of an attempt: `first`, then the transaction's steps, each waiting in the
+    /// server's queue for the one before (`lock_timeout` from the attempt's end, see the
+    /// statements). Anything but a grant leaves the transaction open for the caller to roll back;
+    /// a failure discards the connection. Also returns when the steps were sent.
+    fn row_rw_attempt(
+        &self,
+        connection: &PooledPg,
+        name: &LockName,
+        ttl: Duration,
+        access: Access,
+        wait: Wait,
+        first: &[Step<'_>],
+    ) -> Result<(Attempt, Instant)> {
+        let statements = &self.inner.tables.row_read_write;
+        let w = usize::from(wait.length().is_some());
+        let limit = wait.length().unwrap_or(Duration::ZERO) + connection.io_timeout();
+        let wait_ms = millis(wait.length().unwrap_or(Duration::ZERO)).max(1);
+        let name_text = name.as_str();
+        let idle = idle_limit(ttl);
+        let name_only: &[Param<'_>] = &[(&name_text, Type::TEXT)];
+        let with_idle: &[Param<'_>] = &[(&name_text, Type::TEXT), (&idle, Type::TEXT)];
+        let wait_only: &[Param<'_>] = &[(&wait_ms, Type::INT8)];
+        let mut steps: Vec<Step<'_>> = first.iter().map(Step::clone).collect();
+        steps.push(Step::Simple("BEGIN"));
+        if w == 1 {
+            steps.push(Step::Query(&statements.until, wait_only));
+        }
+        let first_lock = steps.len();
+        match access {
+            Access::Write => steps.extend([
+                Step::Query(&statements.turn[w], name_only),
+                Step::Query(&statements.share_top[w], with_idle),
+                Step::Simple("SAVEPOINT distlock_write"),
+                Step::Query(&statements.close_gate[w], name_only),
+                Step::Query(&statements.exclusive[w], name_only),
+            ]),
+            Access::Read => steps.extend([
+                Step::Simple("SAVEPOINT distlock_gate"),
+                Step::Query(&statements.pass_gate[w], name_only),
+                Step::Simple("ROLLBACK TO SAVEPOINT distlock_gate"),
+                Step::Query(&statements.shared[w], with_idle),
+            ]),
+        }
+        let sent = Instant::now();
+        let attempt = match connection.pipeline("acquire", limit, &steps) {
+            Ok(replies) => {
+                let mut locks = steps.iter().zip(&replies).skip(first_lock);
+                if locks.all(|(step, rows)| matches!(step, Step::Simple(_)) || !rows.is_empty()) {
+                    // The last step returns the fence and the time waited.
+                    let row = replies.last().and_then(|rows| rows.first()).expect("a lock step's row");
+                    Attempt::Granted { fence: row.get(0), waited: row.get(1) }
+                } else {
+                    Attempt::NoRows
+                }
+            }
+            Err(CallFailure::Driver(error)) if is_busy(&error) => Attempt::Busy,
+            Err(failure) => {
+                // A transaction in an unknown state (maybe holding the lock): never reuse it.
+                connection.discard();
+                return Err(call_error("acquire", failure));
+            }
+        };
+        Ok((attempt, sent))
     }
 
     /// The read lock of a writer's owner: the writer's transaction already excludes every
@@ -281,9 +328,77 @@ impl PostgresBackend {
     }
 }
 
-/// Sets `lock_timeout` for the transaction to what is left until `until` (at least 1 ms).
-async fn set_lock_timeout(client: &Client, until: Instant) -> std::result::Result<(), tokio_postgres::Error> {
-    let ms = millis(until.saturating_duration_since(Instant::now())).max(1).to_string();
-    let ms = ms.as_str();
-    client.query_typed("SELECT set_config('lock_timeout', $1, true)", &[(&ms, Type::TEXT)]).await.map(drop)
+/// How one attempt ended.
+enum Attempt {
+    /// Granted: the fence and the µs waited in the last step.
+    Granted { fence: i64, waited: i64 },
+    /// Refused: `NOWAIT`, or `lock_timeout` ran out.
+    Busy,
+    /// A step found no row: the name's rows are not there (yet).
+    NoRows,
+}
+
+#[cfg(test)]
+mod server_tests {
+    use std::thread;
+
+    use lock_core::{Deadline, DistributedLock as _, OwnerToken, ReadWrite as _};
+    use lock_testkit::suite::{unique_name, SuiteTarget as _};
+
+    use super::*;
+    use crate::postgres::PostgresLockKind;
+    use crate::testkit::PostgresTarget;
+
+    /// A write that waits twice in one attempt — for the writers' turn, then for a reader — gives
+    /// up at its one deadline: its pipelined statements each take `lock_timeout` from the
+    /// attempt's end on the server's clock (a full wait per statement would end it two units
+    /// late here).
+    #[test]
+    fn a_write_waiting_twice_gives_up_at_its_deadline() {
+        let locks = PostgresTarget::new(PostgresLockKind::Row).backend().unwrap();
+        let name = unique_name("rw-two-waits");
+        let ttl = Duration::from_secs(30);
+        let unit = Duration::from_secs(1);
+        let backoff = (Duration::from_millis(1), Duration::from_millis(50));
+        let write_until = |locks: &PostgresBackend, deadline: Instant| {
+            let owner = OwnerToken::random();
+            let request = Request::new(&name, &owner, ttl, Deadline::At(deadline), backoff);
+            locks.acquire_rw(&request, Access::Write).unwrap().map(|acquired| acquired.lease)
+        };
+        let reader_owner = OwnerToken::random();
+        let read = Request::new(&name, &reader_owner, ttl, Deadline::Now, backoff);
+        let reader = locks.acquire_rw(&read, Access::Read).unwrap().expect("free").lease;
+
+        // A first writer takes the turn and waits for the reader for two units.
+        let first = thread::scope(|scope| {
+            let first = scope.spawn(|| write_until(&locks, Instant::now() + 2 * unit));
+            let turn_taken = || {
+                let connection = locks.inner.pool.get().unwrap();
+                let turn = locks.inner.tables.row_read_write.turn[0].as_str();
+                let name_text = name.as_str();
+                let name_text = &name_text;
+                let outcome = connection.run_for("test", unit, |client| async move {
+                    client.batch_execute("BEGIN").await?;
+                    client.query_typed(turn, &[(name_text, Type::TEXT)]).await
+                });
+                connection
+                    .run("test", |client| async move { client.batch_execute("ROLLBACK").await })
+                    .unwrap();
+                matches!(outcome, Err(CallFailure::Driver(error)) if is_busy(&error))
+            };
+            while !turn_taken() {
+                assert!(!first.is_finished(), "the first writer ended before taking the turn");
+                thread::sleep(Duration::from_millis(5));
+            }
+            // The second writer waits for the turn until the first gives up, then for the reader.
+            let started = Instant::now();
+            let second = write_until(&locks, started + 3 * unit);
+            let took = started.elapsed();
+            assert!(second.is_none(), "the reader still holds the lock");
+            assert!(took < 4 * unit, "a write given 3 s gave up after {took:?}");
+            first.join().unwrap()
+        });
+        assert!(first.is_none(), "the reader still held the lock");
+        assert!(locks.release(reader).unwrap());
+    }
 }
