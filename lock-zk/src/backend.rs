@@ -332,8 +332,8 @@ impl Fencing for ZooKeeperBackend {
 impl fmt::Debug for ZooKeeperBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ZooKeeperBackend")
-            .field("connect_string", &self.inner.session.settings().connect_string)
-            .field("root", &self.inner.root.as_str())
+            .field("connect_string", &self.inner.session.settings().shown_hosts())
+            .field("root", &self.inner.session.settings().shown_root(self.inner.root.as_str()))
             .finish_non_exhaustive()
     }
 }

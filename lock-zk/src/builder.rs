@@ -14,7 +14,7 @@ use crate::ZooKeeperBackend;
 /// The settings are those of every distlock builder (`connect_timeout`, `io_timeout`,
 /// `namespace`) but `max_connections`: a backend has one ZooKeeper session, over which every
 /// request is pipelined, so there is no pool to size.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[must_use]
 pub struct ZooKeeperLockBuilder {
     pub(crate) settings: Settings,
@@ -38,17 +38,50 @@ pub(crate) struct Settings {
     /// TLS to every server (checked by `build`: `None` or a mode that verifies, with a root
     /// certificate).
     pub(crate) tls: Option<TlsOptions>,
+    /// Whether the hosts and the namespace may hold part of a password: a URL with an `@` after
+    /// its authority (`zk://u:pa/ss@h:2181/x` reads as host `u`, port `pa`, namespace
+    /// `/ss@h:2181/x`), which `redact_url` hides up to that `@` too. They are then never shown.
+    pub(crate) hidden: bool,
+}
+
+impl Settings {
+    /// The connect string as errors and `Debug` may show it.
+    pub(crate) fn shown_hosts(&self) -> &str {
+        if self.hidden {
+            "***"
+        } else {
+            &self.connect_string
+        }
+    }
+
+    /// `root` as errors and `Debug` may show it (all before its last `@` hidden, if hidden).
+    pub(crate) fn shown_root(&self, root: &str) -> String {
+        match root.rfind('@') {
+            Some(at) if self.hidden => format!("***{}", &root[at..]),
+            _ => root.to_owned(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
-            .field("connect_string", &self.connect_string)
+            .field("connect_string", &self.shown_hosts())
             .field("session_timeout", &self.session_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("io_timeout", &self.io_timeout)
             .field("digest_user", &self.digest.as_deref().and_then(|d| d.split(':').next()))
             .field("tls", &self.tls.as_ref().map(TlsOptions::mode))
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ZooKeeperLockBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZooKeeperLockBuilder")
+            .field("settings", &self.settings)
+            .field("root", &self.settings.shown_root(&self.root))
+            .field("digest_user", &self.digest_user)
             .finish()
     }
 }
@@ -63,6 +96,7 @@ impl ZooKeeperLockBuilder {
                 io_timeout: Duration::from_secs(5),
                 digest: None,
                 tls: None,
+                hidden: false,
             },
             root: "/distlock".into(),
             digest_user: None,
@@ -111,6 +145,8 @@ impl ZooKeeperLockBuilder {
             )));
         }
         let mut builder = Self::new(parts.hosts);
+        // As `redact_url` reads it: an `@` after the authority may end a password.
+        builder.settings.hidden = parts.rest.contains('@');
         if tls {
             builder = builder.tls(crate::tls::from_query(parts.query())?);
         }
@@ -208,7 +244,11 @@ impl ZooKeeperLockBuilder {
     /// `tokio::task::spawn_blocking`.
     pub fn build(self) -> Result<ZooKeeperBackend> {
         let settings = self.settings;
-        let root = Root::new(&self.root)?;
+        let root = Root::new(&self.root).map_err(|error| match settings.hidden {
+            // Its text names the namespace, which may hold part of a password.
+            true => Error::invalid_config("the namespace of the zk:// URL is not a valid ZooKeeper path"),
+            false => error,
+        })?;
         if settings.connect_string.trim().is_empty() {
             return Err(Error::invalid_config("the ZooKeeper connect string is empty"));
         }
@@ -233,6 +273,23 @@ impl ZooKeeperLockBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A password with a raw `/` ends the authority inside the password: the hosts and the
+    /// namespace then hold its two parts, and neither `Debug` nor `build`'s error shows them.
+    #[test]
+    fn a_password_split_by_a_raw_slash_is_never_shown() {
+        for url in ["zk://app:s3cr/et99@127.0.0.1:1/locks", "zk://app:4711/et99@127.0.0.1:1/lo//cks"] {
+            let builder =
+                ZooKeeperLockBuilder::from_url(url).unwrap().connect_timeout(Duration::from_millis(200));
+            let shown = format!("{builder:?}");
+            let error = builder.build().unwrap_err().to_string();
+            for text in [shown, error] {
+                for part in ["s3cr", "4711", "et99"] {
+                    assert!(!text.contains(part), "{part} shown in {text}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn urls_give_hosts_credentials_and_root() {

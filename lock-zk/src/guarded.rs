@@ -2,6 +2,8 @@
 //! node only while the caller's lock node exists, one `multi` of a `check` of the lock node and
 //! the write (etcd's `IsOwner()` comparison, in ZooKeeper's terms).
 
+use std::time::Instant;
+
 use lock_core::{Error, Result};
 use zookeeper_client as zk;
 
@@ -40,6 +42,8 @@ impl ZooKeeperBackend {
         let fail = |error: zk::Error| Failure::Zk(error).into_error("guarded write");
         let not_held = || Error::NotHeld { name: lease.name.clone() };
         let mut create = false;
+        // One request timeout for the whole write, however many tries it takes.
+        let deadline = Instant::now() + session.settings().io_timeout;
         for _ in 0..ATTEMPTS {
             let mut transaction = client.new_check_writer(&lease.node, None).map_err(fail)?;
             if create {
@@ -48,9 +52,8 @@ impl ZooKeeperBackend {
             } else {
                 transaction.add_set_data(path, data, None).map_err(fail)?;
             }
-            let outcome = session.call(session.settings().io_timeout, async {
-                Ok::<_, zk::Error>(transaction.commit().await)
-            });
+            let outcome =
+                session.call_until(deadline, async { Ok::<_, zk::Error>(transaction.commit().await) });
             match outcome.map_err(|failure| failure.into_error("guarded write"))? {
                 Ok(_) => return Ok(()),
                 Err(zk::CheckWriteError::CheckFailed { .. }) => return Err(not_held()),
@@ -65,7 +68,7 @@ impl ZooKeeperBackend {
                     // proves nothing), then the write is tried again under the check.
                     let parent = &path[..path.rfind('/').unwrap_or(0)];
                     let options = zk::CreateMode::Persistent.with_acls(self.inner.acls);
-                    match session.call(session.settings().io_timeout, client.mkdir(parent, &options)) {
+                    match session.call_until(deadline, client.mkdir(parent, &options)) {
                         Ok(()) | Err(Failure::Zk(zk::Error::NodeExists)) => {}
                         Err(failure) => return Err(failure.into_error("guarded write")),
                     }

@@ -316,8 +316,7 @@ impl ZooKeeperBackend {
         let io_timeout = session.settings().io_timeout;
         let deadline = wait.deadline();
         // Past the deadline, one more request timeout at most.
-        let bound =
-            |now: Instant| deadline.map_or(now + io_timeout, |d| (now + io_timeout).min(d + io_timeout));
+        let bound = |now: Instant| deadline.map_or(now, |d| now.min(d)) + io_timeout;
         loop {
             listing.children.sort_unstable_by(|a, b| (queue.order)(a, b));
             let Some(position) = listing.children.iter().position(|child| child == ours) else {
@@ -449,10 +448,19 @@ impl ZooKeeperBackend {
     pub fn holder(&self, name: &LockName) -> Result<Option<(String, u64)>> {
         let session = &self.inner.session;
         let client = session.client()?;
+        // One request timeout for the call, however often holders vanish under it.
+        let deadline = Instant::now() + session.settings().io_timeout;
         loop {
+            if Instant::now() >= deadline {
+                return Err(lock_core::Error::Timeout {
+                    backend: crate::error::BACKEND,
+                    operation: "read the holder",
+                    source: None,
+                });
+            }
             let Some(holder) = self.contenders(name)?.into_iter().next() else { return Ok(None) };
             let node = format!("{}/{holder}", self.inner.root.lock_path(name));
-            match session.call(session.settings().io_timeout, client.check_stat(&node)) {
+            match session.call_until(deadline, client.check_stat(&node)) {
                 Ok(Some(stat)) => return Ok(Some((holder, u64::try_from(stat.czxid).unwrap_or_default()))),
                 Ok(None) => continue,
                 Err(failure) => return Err(failure.into_error("read the holder")),

@@ -111,9 +111,7 @@ impl ZooKeeperBackend {
         // timeout, however late in the wait they start.
         let now = Instant::now();
         let io_timeout = self.inner.session.settings().io_timeout;
-        let bound = wait
-            .deadline()
-            .map_or(now + io_timeout, |deadline| (now + io_timeout).min(deadline + io_timeout));
+        let bound = wait.deadline().map_or(now, |deadline| now.min(deadline)) + io_timeout;
         let created =
             self.create_node(client, (leases, NodeKind::Lease), &protection, data.as_bytes(), bound);
         let (created, listing) = match created {
@@ -198,8 +196,7 @@ impl ZooKeeperBackend {
         let session = &self.inner.session;
         let io_timeout = session.settings().io_timeout;
         let deadline = wait.deadline();
-        let bound =
-            |now: Instant| deadline.map_or(now + io_timeout, |d| (now + io_timeout).min(d + io_timeout));
+        let bound = |now: Instant| deadline.map_or(now, |d| now.min(d)) + io_timeout;
         let mut watcher = None;
         loop {
             if !listing.children.iter().any(|child| child == ours) {

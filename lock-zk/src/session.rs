@@ -188,6 +188,10 @@ impl Session {
         let Failure::Zk(cause @ (zk::Error::NoHosts | zk::Error::ConnectionLoss)) = &failure else {
             return failure.into_error("connect");
         };
+        if self.settings.hidden {
+            // The diagnosis names the hosts, which may hold part of a password.
+            return failure.into_error("connect");
+        }
         let connect_string = &self.settings.connect_string;
         let explained = match &self.settings.tls {
             #[cfg(feature = "tls")]
