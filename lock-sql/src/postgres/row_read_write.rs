@@ -23,9 +23,15 @@
 //!   writers wait until the read is released (`COMMIT`). At no moment is the lock free.
 //! - **One round trip.** An attempt's statements are pipelined: sent at once, each waiting in
 //!   the server's queue for the one before.
+//!   A reader's gate (savepoint, `FOR SHARE`, rollback) is one simple query, so that a
+//!   refusal there skips the rest of it and fails the steps after: separate steps would let
+//!   the rollback clear the refusal, and the read would take part 0 behind the waiting writer.
 //! - **Bounded.** Each statement that may wait sets `lock_timeout` to what is left, on the
 //!   server's clock, of the attempt's wait (`NOWAIT` for a single attempt); a refused attempt
-//!   rolls back, releasing whatever it had taken.
+//!   rolls back, releasing whatever it had taken. (`lock_timeout` bounds each wait for a lock:
+//!   a `FOR UPDATE` behind several readers waits for them one by one, each for up to that
+//!   much; the client gives up at the attempt's end plus the I/O timeout and drops the
+//!   connection.)
 
 use std::time::{Duration, Instant};
 
@@ -64,7 +70,8 @@ pub(crate) struct RowReadWriteStatements {
     pub(crate) share_top: [String; 2],
     /// Closes the gate (part 1).
     pub(crate) close_gate: [String; 2],
-    /// Passes the gate (part 1).
+    /// Passes the gate (part 1): a simple query (the name at [`NAME_LITERAL`]) between a
+    /// savepoint and its rollback, so that a refusal skips the rest of the string.
     pub(crate) pass_gate: [String; 2],
     /// `FOR UPDATE` on part 0: (fence, µs waited).
     pub(crate) exclusive: [String; 2],
@@ -73,6 +80,9 @@ pub(crate) struct RowReadWriteStatements {
     /// A fence (a downgrade's).
     pub(crate) fence: String,
 }
+
+/// Where [`RowReadWriteStatements::pass_gate`] takes the name, as a literal.
+const NAME_LITERAL: &str = "{name}";
 
 /// Where a waiting attempt keeps its end: a custom setting, local to the transaction and set
 /// before any savepoint (a rolled-back savepoint would undo it).
@@ -83,10 +93,8 @@ impl RowReadWriteStatements {
     pub(crate) fn new(rw: &str, fence: &str) -> Self {
         // `c` is read before the row is locked (the lock is taken on the join's rows): `t`
         // sets the wait's limit, `t0` when the wait began.
-        let left = format!(
-            "greatest(1, ceil(current_setting('{WAIT_UNTIL}')::float8 \
-             - extract(epoch FROM clock_timestamp())::float8 * 1000))::bigint::text"
-        );
+        let now_ms = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+        let left = format!("greatest(1, current_setting('{WAIT_UNTIL}')::bigint - {now_ms})::text");
         let with = |nowait: &str| {
             let limit = if nowait.is_empty() {
                 format!("set_config('lock_timeout', {left}, true)")
@@ -98,10 +106,10 @@ impl RowReadWriteStatements {
         let both = |make: &dyn Fn(&str) -> String| [make(" NOWAIT"), make("")];
         let waited = "floor(extract(epoch FROM clock_timestamp() - l.t0) * 1000000)::bigint";
         let idle = "set_config('idle_in_transaction_session_timeout', $2, true)";
-        let part = |part: u8, mode: &'static str| {
+        let part = |part: u8, mode: &'static str, name: &'static str| {
             move |nowait: &str| {
                 format!(
-                    "{with} SELECT 1 FROM {rw} r, c WHERE r.name = $1 AND r.part = {part} FOR {mode} OF r{nowait}",
+                    "{with} SELECT 1 FROM {rw} r, c WHERE r.name = {name} AND r.part = {part} FOR {mode} OF r{nowait}",
                     with = with(nowait)
                 )
             }
@@ -120,14 +128,11 @@ impl RowReadWriteStatements {
             insert: format!(
                 "INSERT INTO {rw} (name, part) VALUES ($1, 0), ($1, 1), ($1, 2) ON CONFLICT DO NOTHING"
             ),
-            until: format!(
-                "SELECT set_config('{WAIT_UNTIL}', \
-                   (extract(epoch FROM clock_timestamp())::float8 * 1000 + $1)::text, true)"
-            ),
-            turn: both(&part(2, "UPDATE")),
+            until: format!("SELECT set_config('{WAIT_UNTIL}', ({now_ms} + $1)::text, true)"),
+            turn: both(&part(2, "UPDATE", "$1")),
             share_top: both(&part_zero("SHARE", idle.to_owned())),
-            close_gate: both(&part(1, "UPDATE")),
-            pass_gate: both(&part(1, "SHARE")),
+            close_gate: both(&part(1, "UPDATE", "$1")),
+            pass_gate: both(&part(1, "SHARE", NAME_LITERAL)),
             exclusive: both(&part_zero("UPDATE", format!("nextval('{fence}'), {waited}"))),
             shared: both(&part_zero("SHARE", format!("nextval('{fence}'), {waited}, {idle}"))),
             fence: format!("SELECT nextval('{fence}'), 0::bigint"),
@@ -216,6 +221,17 @@ impl PostgresBackend {
         let name_only: &[Param<'_>] = &[(&name_text, Type::TEXT)];
         let with_idle: &[Param<'_>] = &[(&name_text, Type::TEXT), (&idle, Type::TEXT)];
         let wait_only: &[Param<'_>] = &[(&wait_ms, Type::INT8)];
+        // A refusal at the gate must end the attempt: as separate steps, the rollback to the
+        // savepoint would clear the refusal and the read would take the lock row behind a
+        // waiting writer. In one simple query an error skips the rest of the string, and every
+        // later step fails in the aborted transaction.
+        let gate = match access {
+            Access::Read => format!(
+                "SAVEPOINT distlock_gate; {}; ROLLBACK TO SAVEPOINT distlock_gate",
+                statements.pass_gate[w].replace(NAME_LITERAL, &literal(name_text))
+            ),
+            Access::Write => String::new(),
+        };
         let mut steps: Vec<Step<'_>> = first.iter().map(Step::clone).collect();
         steps.push(Step::Simple("BEGIN"));
         if w == 1 {
@@ -230,12 +246,9 @@ impl PostgresBackend {
                 Step::Query(&statements.close_gate[w], name_only),
                 Step::Query(&statements.exclusive[w], name_only),
             ]),
-            Access::Read => steps.extend([
-                Step::Simple("SAVEPOINT distlock_gate"),
-                Step::Query(&statements.pass_gate[w], name_only),
-                Step::Simple("ROLLBACK TO SAVEPOINT distlock_gate"),
-                Step::Query(&statements.shared[w], with_idle),
-            ]),
+            Access::Read => {
+                steps.extend([Step::Simple(&gate), Step::Query(&statements.shared[w], with_idle)])
+            }
         }
         let sent = Instant::now();
         let attempt = match connection.pipeline("acquire", limit, &steps) {
@@ -328,6 +341,12 @@ impl PostgresBackend {
     }
 }
 
+/// `text` as a string literal that means `text` whatever `standard_conforming_strings` says:
+/// `E'…'`, quotes and backslashes doubled (as libpq's `PQescapeLiteral`).
+fn literal(text: &str) -> String {
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
+}
+
 /// How one attempt ended.
 enum Attempt {
     /// Granted: the fence and the µs waited in the last step.
@@ -339,6 +358,18 @@ enum Attempt {
 }
 
 #[cfg(test)]
+mod tests {
+    use super::literal;
+
+    #[test]
+    fn literals_double_quotes_and_backslashes() {
+        assert_eq!(literal("a"), "E'a'");
+        assert_eq!(literal("it's"), "E'it''s'");
+        assert_eq!(literal(r"a\'; DROP"), r"E'a\\''; DROP'");
+    }
+}
+
+#[cfg(all(test, feature = "testkit"))]
 mod server_tests {
     use std::thread;
 
@@ -349,56 +380,98 @@ mod server_tests {
     use crate::postgres::PostgresLockKind;
     use crate::testkit::PostgresTarget;
 
+    const TTL: Duration = Duration::from_secs(30);
+    const UNIT: Duration = Duration::from_secs(1);
+    const BACKOFF: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(50));
+
+    fn locks() -> PostgresBackend {
+        PostgresTarget::new(PostgresLockKind::Row).backend().unwrap()
+    }
+
+    fn take(
+        locks: &PostgresBackend,
+        name: &LockName,
+        access: Access,
+        deadline: Deadline,
+    ) -> Option<PostgresLease> {
+        let owner = OwnerToken::random();
+        let request = Request::new(name, &owner, TTL, deadline, BACKOFF);
+        locks.acquire_rw(&request, access).unwrap().map(|acquired| acquired.lease)
+    }
+
+    /// Returns once a writer holds `name`'s row `part` (`turn` or `close_gate` of the
+    /// statements: its `NOWAIT` locking statement is refused), panics if `writer` ends first.
+    fn wait_for_writer<T>(
+        locks: &PostgresBackend,
+        name: &LockName,
+        part: fn(&RowReadWriteStatements) -> &[String; 2],
+        writer: &thread::ScopedJoinHandle<'_, T>,
+    ) {
+        let turn_taken = || {
+            let connection = locks.inner.pool.get().unwrap();
+            let turn = part(&locks.inner.tables.row_read_write)[0].as_str();
+            let name_text = name.as_str();
+            let name_text = &name_text;
+            let outcome = connection.run_for("test", UNIT, |client| async move {
+                client.batch_execute("BEGIN").await?;
+                client.query_typed(turn, &[(name_text, Type::TEXT)]).await
+            });
+            connection.run("test", |client| async move { client.batch_execute("ROLLBACK").await }).unwrap();
+            matches!(outcome, Err(CallFailure::Driver(error)) if is_busy(&error))
+        };
+        while !turn_taken() {
+            assert!(!writer.is_finished(), "the writer ended before taking the turn");
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// A write that waits twice in one attempt — for the writers' turn, then for a reader — gives
     /// up at its one deadline: its pipelined statements each take `lock_timeout` from the
     /// attempt's end on the server's clock (a full wait per statement would end it two units
     /// late here).
     #[test]
     fn a_write_waiting_twice_gives_up_at_its_deadline() {
-        let locks = PostgresTarget::new(PostgresLockKind::Row).backend().unwrap();
+        let locks = locks();
         let name = unique_name("rw-two-waits");
-        let ttl = Duration::from_secs(30);
-        let unit = Duration::from_secs(1);
-        let backoff = (Duration::from_millis(1), Duration::from_millis(50));
-        let write_until = |locks: &PostgresBackend, deadline: Instant| {
-            let owner = OwnerToken::random();
-            let request = Request::new(&name, &owner, ttl, Deadline::At(deadline), backoff);
-            locks.acquire_rw(&request, Access::Write).unwrap().map(|acquired| acquired.lease)
-        };
-        let reader_owner = OwnerToken::random();
-        let read = Request::new(&name, &reader_owner, ttl, Deadline::Now, backoff);
-        let reader = locks.acquire_rw(&read, Access::Read).unwrap().expect("free").lease;
-
-        // A first writer takes the turn and waits for the reader for two units.
+        let reader = take(&locks, &name, Access::Read, Deadline::Now).expect("free");
         let first = thread::scope(|scope| {
-            let first = scope.spawn(|| write_until(&locks, Instant::now() + 2 * unit));
-            let turn_taken = || {
-                let connection = locks.inner.pool.get().unwrap();
-                let turn = locks.inner.tables.row_read_write.turn[0].as_str();
-                let name_text = name.as_str();
-                let name_text = &name_text;
-                let outcome = connection.run_for("test", unit, |client| async move {
-                    client.batch_execute("BEGIN").await?;
-                    client.query_typed(turn, &[(name_text, Type::TEXT)]).await
-                });
-                connection
-                    .run("test", |client| async move { client.batch_execute("ROLLBACK").await })
-                    .unwrap();
-                matches!(outcome, Err(CallFailure::Driver(error)) if is_busy(&error))
-            };
-            while !turn_taken() {
-                assert!(!first.is_finished(), "the first writer ended before taking the turn");
-                thread::sleep(Duration::from_millis(5));
-            }
+            // A first writer takes the turn and waits for the reader for two units.
+            let first =
+                scope.spawn(|| take(&locks, &name, Access::Write, Deadline::At(Instant::now() + 2 * UNIT)));
+            wait_for_writer(&locks, &name, |s| &s.turn, &first);
             // The second writer waits for the turn until the first gives up, then for the reader.
             let started = Instant::now();
-            let second = write_until(&locks, started + 3 * unit);
+            let second = take(&locks, &name, Access::Write, Deadline::At(started + 3 * UNIT));
             let took = started.elapsed();
             assert!(second.is_none(), "the reader still holds the lock");
-            assert!(took < 4 * unit, "a write given 3 s gave up after {took:?}");
+            assert!(took > UNIT * 5 / 2 && took < 4 * UNIT, "a write given 3 s gave up after {took:?}");
             first.join().unwrap()
         });
         assert!(first.is_none(), "the reader still held the lock");
         assert!(locks.release(reader).unwrap());
+    }
+
+    /// A read turned away at the closed gate holds nothing, even before its transaction is
+    /// rolled back: the waiting writer gets the lock as soon as the reader inside leaves. (Were
+    /// the refusal cleared by the savepoint's rollback, the read would take the lock row behind
+    /// the writer, and the writer would wait for that too.)
+    #[test]
+    fn a_read_refused_at_the_gate_takes_nothing() {
+        let locks = locks();
+        let name = unique_name("rw-gate");
+        let reader = take(&locks, &name, Access::Read, Deadline::Now).expect("free");
+        thread::scope(|scope| {
+            let writer =
+                scope.spawn(|| take(&locks, &name, Access::Write, Deadline::At(Instant::now() + 3 * UNIT)));
+            wait_for_writer(&locks, &name, |s| &s.close_gate, &writer);
+            // The writer has closed the gate and waits for the reader inside.
+            let refused = locks.inner.pool.get().unwrap();
+            let attempt = locks.row_rw_attempt(&refused, &name, TTL, Access::Read, Wait::No, &[]).unwrap().0;
+            assert!(matches!(attempt, Attempt::Busy), "a read went past a waiting writer");
+            assert!(locks.release(reader).unwrap());
+            let writer = writer.join().unwrap().expect("the writer gets the lock once the reader left");
+            refused.run("test", |client| async move { client.batch_execute("ROLLBACK").await }).unwrap();
+            assert!(locks.release(writer).unwrap());
+        });
     }
 }
