@@ -18,7 +18,8 @@
 //! lock is gone (`Ok(false)`); no answer in time means in doubt (an error).
 //!
 //! # The server-side limit
-//! The round trip that grants the lock also sets the session's `wait_timeout` — how long the
+//! The round trip that grants the lock also sets the session's `wait_timeout` (and MariaDB's
+//! idle limits inside a transaction, [`set_idle_limit`]) — how long the
 //! server waits for the next request before it closes the connection, ending the session and
 //! releasing its locks — to the lease, rounded **up** to whole seconds (the variable takes whole
 //! seconds; rounded down, the server could free the lock before the holder counts it lost). Each
@@ -42,8 +43,22 @@ use crate::queue_wait::{micros, Grant as QueueGrant, Wait};
 use crate::restart_delay;
 use crate::session_connection::SessionConnection;
 
-/// Resets the session's idle limit (after a release or a refused attempt).
-pub(crate) const RESET_IDLE_LIMIT: &str = "SET SESSION wait_timeout = @@GLOBAL.wait_timeout";
+/// Resets the session's idle limits (after a release or a refused attempt).
+pub(crate) const RESET_IDLE_LIMIT: &str = "SET SESSION wait_timeout = @@GLOBAL.wait_timeout, \
+     idle_transaction_timeout = @@GLOBAL.idle_transaction_timeout, \
+     idle_write_transaction_timeout = @@GLOBAL.idle_write_transaction_timeout, \
+     idle_readonly_transaction_timeout = @@GLOBAL.idle_readonly_transaction_timeout";
+
+/// Sets the session's idle limit to `secs` (see the module docs): `wait_timeout`, and MariaDB's
+/// limits for a session idle inside a transaction, each of which, when set (a DBA's
+/// `idle_write_transaction_timeout = 5`, say), takes the place of `wait_timeout` there — and
+/// would end a row hold, whose transaction stays open, before its lease.
+pub(crate) fn set_idle_limit(secs: u64) -> String {
+    format!(
+        "SET SESSION wait_timeout = {secs}, idle_transaction_timeout = {secs}, \
+         idle_write_transaction_timeout = {secs}, idle_readonly_transaction_timeout = {secs}"
+    )
+}
 
 /// A granted attempt: the lease, the earliest the server can have granted it, and the server's
 /// wait in its queue.
@@ -179,7 +194,7 @@ impl MySqlBackend {
     /// Renewal of a session hold: is the session (and, for `GET_LOCK`, the lock) still there?
     /// The check sets the session's idle limit to `ttl` again.
     pub(crate) fn session_alive(&self, lease: &mut MySqlLease, ttl: Duration) -> Result<bool> {
-        let limit = format!("SET SESSION wait_timeout = {}", idle_limit_secs(ttl));
+        let limit = set_idle_limit(idle_limit_secs(ttl));
         let (connection, check) = match &mut lease.hold {
             Hold::Row { connection } => (connection, limit),
             Hold::Advisory { key, connection } => {
@@ -429,5 +444,47 @@ mod server_tests {
         };
         assert!(rival.release(taken).unwrap());
         admin.query_drop(format!("DROP SEQUENCE {table}_fence")).unwrap();
+    }
+
+    /// A server whose idle limit inside transactions is shorter than the lease (MariaDB's
+    /// `idle_*_transaction_timeout`, which take the place of `wait_timeout` in a transaction,
+    /// set globally by a DBA) ends no row hold before its lease: the grant sets them too.
+    #[test]
+    fn a_servers_idle_transaction_limit_ends_no_row_hold_early() {
+        use lock_core::{Access, Deadline, ReadWrite as _, Request};
+        use lock_testkit::harness::MariaDbServer;
+        use mysql::prelude::Queryable as _;
+
+        let server = MariaDbServer::start().unwrap();
+        let mut root = mysql::Conn::new(mysql::Opts::from_url(&server.root_url()).unwrap()).unwrap();
+        root.query_drop(
+            "SET GLOBAL idle_transaction_timeout = 1, idle_write_transaction_timeout = 1, \
+             idle_readonly_transaction_timeout = 1",
+        )
+        .unwrap();
+        let locks = MySqlBackend::builder(server.url())
+            .kind(MySqlLockKind::Row)
+            // The server is new: no lock predates it.
+            .restart_delay(false)
+            .build()
+            .unwrap();
+        locks.ensure_schema().unwrap();
+        let ttl = Duration::from_secs(4);
+        let (mutex, rw) = (unique_name("idle-mutex"), unique_name("idle-rw"));
+        let mut held = locks.try_acquire(&mutex, &OwnerToken::random(), ttl).unwrap().expect("free");
+        let owner = OwnerToken::random();
+        let read = Request::new(&rw, &owner, ttl, Deadline::Now, (Duration::ZERO, Duration::ZERO));
+        let mut read = locks.acquire_rw(&read, Access::Read).unwrap().expect("free").lease;
+        // Twice the server's limit, well inside the lease: nothing may have ended the sessions.
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(
+            locks.try_acquire(&mutex, &OwnerToken::random(), ttl).unwrap().is_none(),
+            "a rival got the lock"
+        );
+        let writer = OwnerToken::random();
+        let write = Request::new(&rw, &writer, ttl, Deadline::Now, (Duration::ZERO, Duration::ZERO));
+        assert!(locks.acquire_rw(&write, Access::Write).unwrap().is_none(), "a writer got past the read");
+        assert!(locks.extend(&mut held, ttl).unwrap() && locks.extend(&mut read, ttl).unwrap());
+        assert!(locks.release(held).unwrap() && locks.release(read).unwrap());
     }
 }

@@ -272,7 +272,8 @@ impl Tables {
             "{START_CLOCK}; START TRANSACTION; {select}; \
              SET STATEMENT innodb_lock_wait_timeout = 0 FOR \
                UPDATE {rows} SET holder = CONNECTION_ID() WHERE name = {name}; \
-             SET SESSION wait_timeout = {idle_secs}"
+             {limit}",
+            limit = crate::mysql::session::set_idle_limit(idle_secs)
         )
     }
 

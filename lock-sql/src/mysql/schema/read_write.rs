@@ -28,7 +28,8 @@ impl Tables {
                 seconds(wait)
             ),
         };
-        format!("{START_CLOCK}; START TRANSACTION; {select}; SET SESSION wait_timeout = {idle_secs}")
+        let limit = crate::mysql::session::set_idle_limit(idle_secs);
+        format!("{START_CLOCK}; START TRANSACTION; {select}; {limit}")
     }
 
     /// Inserts the name's read-write row if absent (as [`insert_row`](Self::insert_row)).
