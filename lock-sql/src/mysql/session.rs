@@ -274,6 +274,19 @@ impl MySqlBackend {
     /// Kills the connection holding `name`'s row or advisory lock.
     pub(crate) fn kill_holder(&self, name: &LockKey) -> Result<()> {
         let mut connection = self.inner.pool.get()?;
+        if self.inner.kind == super::MySqlLockKind::Row {
+            // The `holder` column keeps the last holder's id after its release (the `COMMIT`
+            // keeps it), and that connection may hold another lock by now: kill only the
+            // holder of a row that is locked.
+            let probe = self.inner.tables.row_free_probe(&hex(name.as_str().as_bytes()));
+            let probed = connection.try_run(&probe);
+            connection.run("roll back", "ROLLBACK")?;
+            match probed {
+                Ok(_) => return Ok(()),
+                Err(error) if error::is_busy(&error) => {}
+                Err(error) => return Err(error::map("find the holder", error)),
+            }
+        }
         let sql = match self.inner.kind {
             super::MySqlLockKind::Row => self.inner.tables.row_holder(&hex(name.as_str().as_bytes())),
             _ => format!("SELECT IS_USED_LOCK({})", self.advisory_key(name.as_str())),
@@ -389,6 +402,23 @@ mod server_tests {
             Hold::Advisory { connection, .. } | Hold::Row { connection } => connection.get().id(),
             Hold::Table { .. } | Hold::ReadWrite { .. } | Hold::Permit { .. } => unreachable!(),
         }
+    }
+
+    /// Breaking a free row lock kills nobody: the row's `holder` still names its last holder's
+    /// connection, which went back to the pool and now holds another lock.
+    #[test]
+    fn breaking_a_free_row_lock_kills_nobody() {
+        let locks = backend(MySqlLockKind::Row, "distlock_locks", 2);
+        locks.ensure_schema().unwrap();
+        let (free, held) = (unique_name("break-free"), unique_name("break-held"));
+        let mut first = locks.try_acquire(&free, &OwnerToken::random(), TTL).unwrap().expect("free");
+        let id = session_id(&mut first);
+        assert!(locks.release(first).unwrap());
+        let mut other = locks.try_acquire(&held, &OwnerToken::random(), TTL).unwrap().expect("free");
+        assert_eq!(session_id(&mut other), id, "the pool hands out its last connection first");
+        locks.break_lock(&free).unwrap();
+        assert!(locks.extend(&mut other, TTL).unwrap(), "breaking a free lock ended another hold");
+        assert!(locks.release(other).unwrap());
     }
 
     /// `RELEASE_LOCK` answering `NULL` (nobody holds the lock: it went behind the holder's back)

@@ -277,6 +277,12 @@ impl Tables {
         )
     }
 
+    /// Whether `name`'s row is free (or absent): an error that is contention when it is locked.
+    /// Leaves a transaction open for the caller to roll back.
+    pub(crate) fn row_free_probe(&self, name: &str) -> String {
+        format!("START TRANSACTION; SELECT 1 FROM {} WHERE name = {name} FOR UPDATE NOWAIT", self.rows)
+    }
+
     /// The connection holding `name`'s row, read without waiting (READ UNCOMMITTED sees the
     /// holder's uncommitted `holder` column).
     pub(crate) fn row_holder(&self, name: &str) -> String {
