@@ -24,7 +24,7 @@ use super::connection::{Broken, MyConnection};
 use super::error::{self, MyFailure, BACKEND};
 use super::lease::{Hold, MySqlLease};
 use super::schema::hex;
-use super::session::{idle_limit_secs, set_idle_limit, RESET_IDLE_LIMIT};
+use super::session::{idle_limit_secs, set_idle_limit, IN_TRANSACTION, RESET_IDLE_LIMIT};
 use super::MySqlBackend;
 use crate::queue_wait::{in_queue_until, micros, Grant, Wait};
 use crate::session_connection::SessionConnection;
@@ -157,11 +157,17 @@ impl MySqlBackend {
     /// Renewal: the session is alive; its idle limit is the lease again.
     pub(crate) fn rw_alive(&self, lease: &mut MySqlLease, ttl: Duration) -> Result<bool> {
         let Hold::ReadWrite { session, .. } = &lease.hold else { unreachable!("a read-write lease") };
-        let checked = session.lock().get().try_run(&set_idle_limit(idle_limit_secs(ttl)));
-        match checked {
-            Ok(_) => {
+        let check = format!("{}; {IN_TRANSACTION}", set_idle_limit(idle_limit_secs(ttl)));
+        let mut connection = session.lock();
+        match connection.get().try_run(&check) {
+            Ok(results) if results.last_value::<i64>() == Some(1) => {
                 lease.ttl = ttl;
                 Ok(true)
+            }
+            Ok(_) => {
+                // The transaction ended under the hold (see `IN_TRANSACTION`).
+                connection.get().poison();
+                Ok(false)
             }
             Err(error) if error::session_ended(&error) => Ok(false),
             Err(error) => Err(error::map("check the session", error)),

@@ -43,6 +43,11 @@ use crate::queue_wait::{micros, Grant as QueueGrant, Wait};
 use crate::restart_delay;
 use crate::session_connection::SessionConnection;
 
+/// A row hold's transaction is still open (1) — ended by the server (a deadlock victim, a
+/// Galera brute-force abort, `innodb_rollback_on_timeout`) without ending the session, it has
+/// released the row, and the hold is lost (0).
+pub(crate) const IN_TRANSACTION: &str = "SELECT @@in_transaction";
+
 /// Resets the session's idle limits (after a release or a refused attempt).
 pub(crate) const RESET_IDLE_LIMIT: &str = "SET SESSION wait_timeout = @@GLOBAL.wait_timeout, \
      idle_transaction_timeout = @@GLOBAL.idle_transaction_timeout, \
@@ -192,24 +197,31 @@ impl MySqlBackend {
         }
     }
 
-    /// Renewal of a session hold: is the session (and, for `GET_LOCK`, the lock) still there?
-    /// The check sets the session's idle limit to `ttl` again.
+    /// Renewal of a session hold: is the session (and, for `GET_LOCK`, the lock; for a row lock,
+    /// its transaction: [`IN_TRANSACTION`]) still there? The check sets the session's idle
+    /// limit to `ttl` again.
     pub(crate) fn session_alive(&self, lease: &mut MySqlLease, ttl: Duration) -> Result<bool> {
         let limit = set_idle_limit(idle_limit_secs(ttl));
-        let (connection, check) = match &mut lease.hold {
-            Hold::Row { connection } => (connection, limit),
-            Hold::Advisory { key, connection } => {
-                (connection, format!("{limit}; SELECT IFNULL(IS_USED_LOCK({key}) = CONNECTION_ID(), 0)"))
+        let (row, check) = match &lease.hold {
+            Hold::Row { .. } => (true, format!("{limit}; {IN_TRANSACTION}")),
+            Hold::Advisory { key, .. } => {
+                (false, format!("{limit}; SELECT IFNULL(IS_USED_LOCK({key}) = CONNECTION_ID(), 0)"))
             }
             Hold::Table { .. } | Hold::ReadWrite { .. } | Hold::Permit { .. } => {
                 unreachable!("a mutex session lease")
             }
+        };
+        let (Hold::Row { connection } | Hold::Advisory { connection, .. }) = &mut lease.hold else {
+            unreachable!("a mutex session lease")
         };
         match connection.get().try_run(&check) {
             Ok(results) => {
                 let alive = results.last_value::<i64>().is_none_or(|held| held == 1);
                 if alive {
                     lease.ttl = ttl;
+                } else if row {
+                    // The transaction ended under the hold: the session is not the hold any more.
+                    connection.get().poison();
                 }
                 Ok(alive)
             }
@@ -403,6 +415,36 @@ mod server_tests {
             Hold::Advisory { connection, .. } | Hold::Row { connection } => connection.get().id(),
             Hold::Table { .. } | Hold::ReadWrite { .. } | Hold::Permit { .. } => unreachable!(),
         }
+    }
+
+    /// A row hold whose transaction the server ended without ending the session (here a
+    /// `ROLLBACK` behind the lease; a deadlock victim or a Galera abort in practice) has lost its
+    /// row: the next check says so, and the release does not claim it.
+    #[test]
+    fn a_row_hold_whose_transaction_ended_is_lost() {
+        use lock_core::{Access, Deadline, ReadWrite as _, Request};
+
+        let locks = backend(MySqlLockKind::Row, "distlock_locks", 4);
+        locks.ensure_schema().unwrap();
+        let mut mutex =
+            locks.try_acquire(&unique_name("tx-ended"), &OwnerToken::random(), TTL).unwrap().expect("free");
+        let owner = OwnerToken::random();
+        let name = unique_name("tx-ended-rw");
+        let read = Request::new(&name, &owner, TTL, Deadline::Now, (Duration::ZERO, Duration::ZERO));
+        let mut read = locks.acquire_rw(&read, Access::Read).unwrap().expect("free").lease;
+        match &mut mutex.hold {
+            Hold::Row { connection } => connection.get().run("end the transaction", "ROLLBACK").unwrap(),
+            _ => unreachable!(),
+        };
+        match &read.hold {
+            Hold::ReadWrite { session, .. } => {
+                session.lock().get().run("end the transaction", "ROLLBACK").unwrap();
+            }
+            _ => unreachable!(),
+        };
+        assert!(!locks.extend(&mut mutex, TTL).unwrap(), "a row lock whose transaction ended is held");
+        assert!(!locks.extend(&mut read, TTL).unwrap(), "a read lock whose transaction ended is held");
+        assert!(!locks.release(mutex).unwrap() && !locks.release(read).unwrap(), "released what was gone");
     }
 
     /// Breaking a free row lock kills nobody: the row's `holder` still names its last holder's
