@@ -60,7 +60,15 @@
 //! within a second or so of that (measured: told 2.46 s after a cut, rival in at 3.05 s, with a
 //! 3 s session). The lease option caps how long a silent session is trusted, and the session
 //! timeout ([`ZooKeeperLockBuilder::session_timeout`], default 10 s) is how long a crashed holder
-//! keeps its lock. After an expiry the backend connects a new session for later acquisitions.
+//! keeps its lock.
+//!
+//! In an ensemble the leader expires sessions, and hears of a client's requests to a follower
+//! only from that follower's next report (every half tick); the `sync` of a check is not such a
+//! report. A follower cut off from the leader right after answering a check may have last
+//! reported the session up to about a third of the session timeout earlier (the client's idle
+//! ping interval), and the leader may expire it that much sooner than counted above. Where a
+//! holder may sit behind such a follower, give the lock a lease of at most two thirds of the
+//! session timeout: the hold is then believed no longer than that. After an expiry the backend connects a new session for later acquisitions.
 //!
 //! Every call is bounded by one connect timeout (only when the session has ended and a new one
 //! is needed) and one request timeout, however many locks the session holds: a liveness batch is
