@@ -62,6 +62,9 @@ pub(crate) struct PgConnection {
     /// Statements prepared on this connection, by text: a statement is parsed and planned once
     /// per connection, then each call is one Bind/Execute round trip.
     statements: RefCell<HashMap<String, Statement>>,
+    /// Statements prepared with SQL `PREPARE` on this connection, by name: run by `EXECUTE`
+    /// inside simple queries (see [`prepare_by_name`](Self::prepare_by_name)).
+    named: RefCell<std::collections::HashSet<&'static str>>,
     /// Behind a pooler: no named statements; each is parsed with its call, unnamed
     /// (`pooler.rs`).
     unnamed: bool,
@@ -98,6 +101,7 @@ impl PgConnection {
             ended: Cell::new(false),
             stalled: Cell::new(false),
             statements: RefCell::default(),
+            named: RefCell::default(),
             unnamed: settings.unnamed_statements,
             sessions_age: Cell::new(SessionsAge::new(settings.restart_delay)),
             settle_in_grant: settings.settle_in_grant,
@@ -176,6 +180,34 @@ impl PgConnection {
                 })
             }
         }
+    }
+
+    /// Prepares `statement` (`(types) AS query`) as `name` on this connection with SQL `PREPARE`,
+    /// once, so that a simple query can run it with `EXECUTE name(…)` — parsed and planned once
+    /// per connection where the simple query would plan it each time. `false` behind a pooler,
+    /// whose server sessions keep no named statements: send the query whole.
+    ///
+    /// # Errors
+    /// As [`run_for`](Self::run_for).
+    pub(crate) fn prepare_by_name(
+        &self,
+        name: &'static str,
+        statement: &str,
+    ) -> std::result::Result<bool, CallFailure> {
+        if self.unnamed {
+            return Ok(false);
+        }
+        if !self.named.borrow().contains(name) {
+            let sql = format!("PREPARE {name} {statement}");
+            let sql = sql.as_str();
+            self.run_for(
+                "prepare",
+                self.io_timeout,
+                |client| async move { client.batch_execute(sql).await },
+            )?;
+            self.named.borrow_mut().insert(name);
+        }
+        Ok(true)
     }
 
     /// `sql` prepared on this connection with the parameter types of `params` (cached).

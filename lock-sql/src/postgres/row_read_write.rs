@@ -70,8 +70,8 @@ pub(crate) struct RowReadWriteStatements {
     pub(crate) share_top: [String; 2],
     /// Closes the gate (part 1).
     pub(crate) close_gate: [String; 2],
-    /// Passes the gate (part 1): a simple query (the name at [`NAME_LITERAL`]) between a
-    /// savepoint and its rollback, so that a refusal skips the rest of the string.
+    /// Passes the gate (part 1): run inside a simple query, between a savepoint and its
+    /// rollback, so that a refusal skips the rest of the string.
     pub(crate) pass_gate: [String; 2],
     /// `FOR UPDATE` on part 0: (fence, µs waited).
     pub(crate) exclusive: [String; 2],
@@ -81,8 +81,8 @@ pub(crate) struct RowReadWriteStatements {
     pub(crate) fence: String,
 }
 
-/// Where [`RowReadWriteStatements::pass_gate`] takes the name, as a literal.
-const NAME_LITERAL: &str = "{name}";
+/// The names a connection prepares [`RowReadWriteStatements::pass_gate`] under (no wait, wait).
+const GATE_STATEMENT: [&str; 2] = ["distlock_pass_gate_nowait", "distlock_pass_gate"];
 
 /// Where a waiting attempt keeps its end: a custom setting, local to the transaction and set
 /// before any savepoint (a rolled-back savepoint would undo it).
@@ -106,10 +106,10 @@ impl RowReadWriteStatements {
         let both = |make: &dyn Fn(&str) -> String| [make(" NOWAIT"), make("")];
         let waited = "floor(extract(epoch FROM clock_timestamp() - l.t0) * 1000000)::bigint";
         let idle = "set_config('idle_in_transaction_session_timeout', $2, true)";
-        let part = |part: u8, mode: &'static str, name: &'static str| {
+        let part = |part: u8, mode: &'static str| {
             move |nowait: &str| {
                 format!(
-                    "{with} SELECT 1 FROM {rw} r, c WHERE r.name = {name} AND r.part = {part} FOR {mode} OF r{nowait}",
+                    "{with} SELECT 1 FROM {rw} r, c WHERE r.name = $1 AND r.part = {part} FOR {mode} OF r{nowait}",
                     with = with(nowait)
                 )
             }
@@ -129,10 +129,10 @@ impl RowReadWriteStatements {
                 "INSERT INTO {rw} (name, part) VALUES ($1, 0), ($1, 1), ($1, 2) ON CONFLICT DO NOTHING"
             ),
             until: format!("SELECT set_config('{WAIT_UNTIL}', ({now_ms} + $1)::text, true)"),
-            turn: both(&part(2, "UPDATE", "$1")),
+            turn: both(&part(2, "UPDATE")),
             share_top: both(&part_zero("SHARE", idle.to_owned())),
-            close_gate: both(&part(1, "UPDATE", "$1")),
-            pass_gate: both(&part(1, "SHARE", NAME_LITERAL)),
+            close_gate: both(&part(1, "UPDATE")),
+            pass_gate: both(&part(1, "SHARE")),
             exclusive: both(&part_zero("UPDATE", format!("nextval('{fence}'), {waited}"))),
             shared: both(&part_zero("SHARE", format!("nextval('{fence}'), {waited}, {idle}"))),
             fence: format!("SELECT nextval('{fence}'), 0::bigint"),
@@ -225,11 +225,23 @@ impl PostgresBackend {
         // savepoint would clear the refusal and the read would take the lock row behind a
         // waiting writer. In one simple query an error skips the rest of the string, and every
         // later step fails in the aborted transaction.
+        // Its statement is prepared once per connection and run by `EXECUTE` (a simple query
+        // would plan it on every attempt); behind a pooler it is sent whole.
         let gate = match access {
-            Access::Read => format!(
-                "SAVEPOINT distlock_gate; {}; ROLLBACK TO SAVEPOINT distlock_gate",
-                statements.pass_gate[w].replace(NAME_LITERAL, &literal(name_text))
-            ),
+            Access::Read => {
+                let (prepared, pass) = (GATE_STATEMENT[w], &statements.pass_gate[w]);
+                let name_literal = literal(name_text);
+                let by_name = connection.prepare_by_name(prepared, &format!("(text) AS {pass}"));
+                let pass = match by_name {
+                    Ok(true) => format!("EXECUTE {prepared}({name_literal})"),
+                    Ok(false) => pass.replace("$1", &name_literal),
+                    Err(failure) => {
+                        connection.discard();
+                        return Err(call_error("acquire", failure));
+                    }
+                };
+                format!("SAVEPOINT distlock_gate; {pass}; ROLLBACK TO SAVEPOINT distlock_gate")
+            }
             Access::Write => String::new(),
         };
         let mut steps: Vec<Step<'_>> = first.iter().map(Step::clone).collect();
