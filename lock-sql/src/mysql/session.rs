@@ -120,7 +120,6 @@ impl MySqlBackend {
     pub(crate) fn make_fence_durable(&self, holding: Option<&mut MyConnection>) -> Result<()> {
         let sql = self.inner.tables.make_durable("TRUE");
         let outcome = self.inner.fence_flush.after(
-            BACKEND,
             Instant::now(),
             || self.inner.flush_pool.get(),
             |other| other.run("make the fence durable", &sql).map(drop),

@@ -119,7 +119,6 @@ impl PostgresBackend {
     pub(crate) fn make_fence_durable(&self, holding: Option<&PooledPg>) -> Result<()> {
         let sql = self.inner.tables.make_durable.as_str();
         let outcome = self.inner.fence_flush.after(
-            BACKEND,
             Instant::now(),
             || self.inner.pool.open_unpooled(None),
             |other| other.rows("make the fence durable", sql, &[]).map(drop),
