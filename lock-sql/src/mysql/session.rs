@@ -541,7 +541,7 @@ mod server_tests {
             .build()
             .unwrap();
         locks.ensure_schema().unwrap();
-        let ttl = Duration::from_secs(4);
+        let ttl = Duration::from_secs(10);
         let (mutex, rw) = (unique_name("idle-mutex"), unique_name("idle-rw"));
         let mut held = locks.try_acquire(&mutex, &OwnerToken::random(), ttl).unwrap().expect("free");
         let owner = OwnerToken::random();

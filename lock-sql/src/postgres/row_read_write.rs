@@ -474,7 +474,7 @@ mod server_tests {
         let reader = take(&locks, &name, Access::Read, Deadline::Now).expect("free");
         thread::scope(|scope| {
             let writer =
-                scope.spawn(|| take(&locks, &name, Access::Write, Deadline::At(Instant::now() + 3 * UNIT)));
+                scope.spawn(|| take(&locks, &name, Access::Write, Deadline::At(Instant::now() + 10 * UNIT)));
             wait_for_writer(&locks, &name, |s| &s.close_gate, &writer);
             // The writer has closed the gate and waits for the reader inside.
             let refused = locks.inner.pool.get().unwrap();
