@@ -20,6 +20,19 @@ pub(crate) fn election_key(name: &LockName) -> String {
     }
 }
 
+/// The key under which a semaphore's waiters queue (MariaDB's doorbell queue): `\u{3}` and the
+/// name, or `\u{4}` and 16 hex digits of a stable hash of a name too long for that. No lock name
+/// or election key is one (two long names that share a hash share a queue: a wasted wake-up,
+/// never a permit too many).
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+pub(crate) fn semaphore_queue_key(name: &LockName) -> String {
+    if name.as_str().len() < MAX_KEY {
+        format!("\u{3}{name}")
+    } else {
+        format!("\u{4}{:016x}", crate::key_hash::key("semaphore", name.as_str()))
+    }
+}
+
 /// A lock name with the key its hold has on the server.
 #[derive(Clone)]
 pub(crate) struct LockKey {
@@ -80,6 +93,13 @@ mod tests {
             assert!(key.len() <= MAX_KEY, "{}", key.len());
             assert_eq!(LockKey::election(&name).as_str(), key);
             assert_eq!(LockKey::mutex(&name).as_str(), name.as_str());
+        }
+        for name in ["a", &"x".repeat(254), &"y".repeat(255)] {
+            let name = LockName::new(name).unwrap();
+            let key = semaphore_queue_key(&name);
+            assert!(LockName::new(key.as_str()).is_err(), "{key:?}");
+            assert!(key.len() <= MAX_KEY, "{}", key.len());
+            assert_ne!(key, election_key(&name));
         }
         let long = LockName::new("z".repeat(255)).unwrap();
         assert_ne!(election_key(&long), election_key(&LockName::new("z".repeat(254)).unwrap()));

@@ -324,6 +324,8 @@ fn the_builder_s_tls_options_override_the_url_s_mode() {
         .connect_timeout(TIMEOUT)
         .build()
         .expect("the URL's root and the builder's client certificate");
+    // Its own tables: no other test's may have been made on this server yet.
+    backend.ensure_schema().expect("the lock tables");
     lock_works(&backend, "mysql builder client certificate");
     // The builder's chain-only mode is refused on MySQL as the URL's is.
     let chain_only = MySqlBackend::builder(with_root)

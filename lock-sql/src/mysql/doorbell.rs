@@ -41,6 +41,15 @@ use crate::waiters::{Registration, Waiters};
 /// The longest a waiter sleeps without a ring before it re-checks on its own.
 pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
 
+/// How long a waiter's queue entry (a lock table's or a semaphore's) lasts beyond one I/O
+/// timeout: it is renewed every [`RENEW_EVERY`]; an entry that lapses under a waiter costs that
+/// waiter its place (it queues again at its next re-check).
+pub(crate) const WAITER_NOTE: Duration = Duration::from_secs(2);
+
+/// How often a waiter renews its queue entry: well within the entry's life, whatever the I/O
+/// timeout.
+pub(crate) const RENEW_EVERY: Duration = Duration::from_millis(500);
+
 /// The name of the doorbell thread (one per backend that has waited).
 pub const DOORBELL_THREAD_NAME: &str = "distlock-mybell";
 
@@ -93,6 +102,27 @@ impl Bell {
 /// The tag of the server `conn` reached.
 fn server_tag(conn: &mut Conn) -> Result<u32, MySqlError> {
     Ok(conn.query_first::<u32, _>(SERVER_TAG)?.unwrap_or(0))
+}
+
+/// A waiter's entry in a queue that releases ring from: the bell it names (once written) and
+/// when it was last written.
+#[derive(Debug, Default)]
+pub(crate) struct QueueEntry {
+    /// The bell the entry names, once written.
+    pub(crate) bell: Option<Bell>,
+    written_at: Option<Instant>,
+}
+
+impl QueueEntry {
+    /// Marks the entry written now.
+    pub(crate) fn written(&mut self) {
+        self.written_at = Some(Instant::now());
+    }
+
+    /// Marks the entry for rewriting at the next turn (a ring spent on a lost race).
+    pub(crate) fn stale(&mut self) {
+        self.written_at = None;
+    }
 }
 
 /// The doorbell of one backend (and its clones), and its ringer.
@@ -200,6 +230,31 @@ impl Doorbell {
     /// Whether some thread of this client waits for `name`.
     pub(crate) fn is_waiting(&self, name: &str) -> bool {
         self.shared.waiters.is_waiting(name)
+    }
+
+    /// Whether `entry` is to be written now, and with which bell (and the earlier bell whose
+    /// entry it takes the place of: the doorbell reconnected under a new id): when first
+    /// queued, after a reconnection, or every `renew_every`. `None` when the entry is fresh, the
+    /// doorbell has not connected by `ready_by`, or `deadline` has passed (the call's time is
+    /// up; the entry lives on until it lapses or the caller leaves). Sets `entry.bell`.
+    pub(crate) fn entry_due(
+        &self,
+        entry: &mut QueueEntry,
+        ready_by: Instant,
+        deadline: Option<Instant>,
+        renew_every: Duration,
+    ) -> Option<(Bell, Option<Bell>)> {
+        let bell = self.wait_ready(ready_by)?;
+        let replaces = entry.bell.filter(|&old| old != bell);
+        if entry.bell != Some(bell) {
+            entry.written_at = None;
+        }
+        let due = entry.written_at.is_none_or(|at| at.elapsed() >= renew_every)
+            && deadline.is_none_or(|deadline| Instant::now() < deadline);
+        due.then(|| {
+            entry.bell = Some(bell);
+            (bell, replaces)
+        })
     }
 
     /// The doorbell connection's bell, waiting until `until` for it to connect.

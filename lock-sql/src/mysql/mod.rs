@@ -457,7 +457,7 @@ impl ReadWrite for MySqlBackend {
 /// Every kind: the permits table (`semaphore.rs`).
 impl Permits for MySqlBackend {
     fn acquire_permit(&self, request: &Request<'_>, permits: u32) -> Result<Option<Acquired<MySqlLease>>> {
-        self.acquire_permit_polling(request, permits)
+        self.acquire_permit_waiting(request, permits)
     }
 }
 

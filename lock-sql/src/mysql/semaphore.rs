@@ -4,24 +4,51 @@
 //! acquisition is one transaction in one round trip, ordered per name by the header row's lock,
 //! that counts the live permits with a locking read; extend and release are one statement each
 //! on their permit's row, bound to the permit's owner token — so an acquirer's count waits for a
-//! renewal or release in progress and never sees a permit expired that its renewal keeps. Waiters poll
-//! with the client's backoff ([`lock_core::poll_until`]).
+//! renewal or release in progress and never sees a permit expired that its renewal keeps.
+//!
+//! Waiters do not poll: after a refused attempt a waiter joins the semaphore's queue in the
+//! lock table's queue table (under [`semaphore_queue_key`]: its client's doorbell bell, renewed
+//! every [`RENEW_EVERY`]) and sleeps; a release that frees a permit rings the oldest live
+//! entry's doorbell (`doorbell.rs`), and that client's longest-waiting thread attempts again. A
+//! waiter also re-checks on its own when the first live permit's lease runs out (a crashed
+//! holder's expiry rings nobody) and at least every [`FALLBACK_RECHECK`] (a ring the server
+//! refused or one that fell between two sleeps). A win leaves the queue in the same
+//! transaction, unless other threads of the client still wait; a waiter that gives up leaves
+//! it in the background.
 //!
 //! On the row and advisory kinds too: `GET_LOCK` slots would need the count kept and checked
 //! atomically with the grant somewhere no session owns; the table does that in one transaction.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use lock_core::{check_lease, poll_until, Acquired, Error, LockName, OwnerToken, Request, Result};
+use lock_core::{check_lease, Acquired, Deadline, Error, LockName, Request, Result};
 
+use super::doorbell::{Bell, QueueEntry, FALLBACK_RECHECK, RENEW_EVERY};
 use super::error::{self, MyFailure};
 use super::lease::{Hold, MySqlLease};
 use super::schema::hex;
 use super::MySqlBackend;
+use crate::lock_key::semaphore_queue_key;
+use crate::waiters::Registration;
+
+/// What one attempt found: a permit, or none (with the time until the first live permit's lease
+/// runs out, when one is held).
+type Attempt = std::result::Result<MySqlLease, Option<Duration>>;
+
+/// The permits a caller asks for, their owner and the semaphore's queue key, as the statements
+/// need them.
+struct Ask<'a> {
+    name: &'a LockName,
+    owner: String,
+    ttl: Duration,
+    permits: u32,
+    /// [`semaphore_queue_key`] as a hex literal.
+    key: String,
+}
 
 impl MySqlBackend {
     /// [`Permits::acquire_permit`](lock_core::Permits::acquire_permit).
-    pub(crate) fn acquire_permit_polling(
+    pub(crate) fn acquire_permit_waiting(
         &self,
         request: &Request<'_>,
         permits: u32,
@@ -31,25 +58,141 @@ impl MySqlBackend {
         if i32::try_from(permits).is_err() {
             return Err(Error::invalid_config(format!("at most {} permits per semaphore", i32::MAX)));
         }
-        poll_until(request, |_| self.permit_once(request.name, request.owner, request.ttl, permits))
+        let key = semaphore_queue_key(request.name);
+        let ask = Ask {
+            name: request.name,
+            owner: hex(request.owner.to_hex().as_bytes()),
+            ttl: request.ttl,
+            permits,
+            key: hex(key.as_bytes()),
+        };
+        let sent_at = Instant::now();
+        let first = self.permit_attempt(&ask, None)?;
+        let deadline = match request.deadline {
+            Deadline::Now => return Ok(first.ok().map(|lease| Acquired::new(lease, sent_at))),
+            Deadline::At(at) => Some(at),
+            Deadline::Never => None,
+        };
+        let expires_in = match first {
+            Ok(lease) => return Ok(Some(Acquired::new(lease, sent_at))),
+            Err(expires_in) => expires_in,
+        };
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            return Ok(None);
+        }
+        let registration = self.inner.doorbell.register(&key);
+        let mut entry = QueueEntry::default();
+        let outcome = self.permit_wait_queued(&registration, &ask, deadline, expires_in, &mut entry);
+        let last = registration.finish();
+        // A win left the queue in its transaction (`entry.bell` is then `None`) unless others of
+        // the client waited then; otherwise the last of the client's waiters takes the entry
+        // out, in the background: the caller's time is up, and a failure only leaves an entry
+        // that lapses on its own.
+        if let (Some(waiter), true) = (entry.bell, last) {
+            self.leave_permit_queue_in_background(ask.key, waiter);
+        }
+        outcome
     }
 
-    fn permit_once(
+    /// Attempts, queueing after the first refusal (renewing the entry every [`RENEW_EVERY`]),
+    /// then sleeping until the doorbell rings, the first live permit's lease ends or
+    /// [`FALLBACK_RECHECK`] passes. Without a connected doorbell the waiter does not queue and
+    /// re-checks at those times. `entry.bell`: the bell this client's entry names, once queued
+    /// and until a win deletes it.
+    fn permit_wait_queued(
         &self,
-        name: &LockName,
-        owner: &OwnerToken,
-        ttl: Duration,
-        permits: u32,
-    ) -> Result<Option<MySqlLease>> {
+        registration: &Registration<'_>,
+        ask: &Ask<'_>,
+        deadline: Option<Instant>,
+        mut expires_in: Option<Duration>,
+        entry: &mut QueueEntry,
+    ) -> Result<Option<Acquired<MySqlLease>>> {
+        let doorbell = &self.inner.doorbell;
+        let mut first = true;
+        loop {
+            // The first time, give the doorbell a moment to connect (its bell is what a release
+            // rings); later, take it as it is.
+            let now = Instant::now();
+            let ready_by = if first {
+                deadline.map_or(now + FALLBACK_RECHECK, |d| d.min(now + FALLBACK_RECHECK))
+            } else {
+                now
+            };
+            first = false;
+            let mut queued_now = false;
+            if let Some((waiter, replaces)) = doorbell.entry_due(entry, ready_by, deadline, RENEW_EVERY) {
+                let sql = self.inner.tables.queue_permit(
+                    &ask.key,
+                    waiter.value(),
+                    replaces.map(Bell::value),
+                    self.waiter_note(),
+                );
+                // Every try a deadlock's victim: not queued this time; re-checks serve.
+                if self.in_transaction("join the semaphore's queue", &sql, deadline)?.is_some() {
+                    entry.written();
+                    queued_now = true;
+                }
+            }
+            // Joined just now: a release before the entry committed rang nobody, so attempt
+            // before sleeping. Otherwise sleep first: the caller's last attempt was refused.
+            if !queued_now {
+                let now = Instant::now();
+                let wait = expires_in.map_or(FALLBACK_RECHECK, |left| left.min(FALLBACK_RECHECK));
+                let until = deadline.map_or(now + wait, |deadline| deadline.min(now + wait));
+                registration.wait(until);
+            }
+            // Wake-ups so far are answered by this attempt.
+            registration.clear();
+            let leaves = entry.bell.filter(|_| !registration.others_waiting());
+            let sent_at = Instant::now();
+            expires_in = match self.permit_attempt(ask, leaves)? {
+                Ok(lease) => {
+                    if leaves.is_some() {
+                        entry.bell = None;
+                    }
+                    return Ok(Some(Acquired::new(lease, sent_at).contended_if(true)));
+                }
+                Err(expires_in) => expires_in,
+            };
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Takes waiter `waiter` out of the semaphore queue `key` (a hex literal) on a short-lived
+    /// thread.
+    fn leave_permit_queue_in_background(&self, key: String, waiter: Bell) {
+        let backend = self.clone();
+        let spawned = std::thread::Builder::new().name("distlock-leave".into()).spawn(move || {
+            let sql = backend.inner.tables.dequeue_permit(&key, waiter.value());
+            let left =
+                backend.inner.pool.get().and_then(|mut connection| connection.run("leave the queue", &sql));
+            if let Err(error) = left {
+                tracing::debug!(%error, "could not leave the semaphore's queue; the entry lapses on its own");
+            }
+        });
+        if let Err(error) = spawned {
+            tracing::debug!(%error, "could not start a clean-up thread; the entry lapses on its own");
+        }
+    }
+
+    /// One attempt; `leaves`: this client's queue entry, which a win deletes.
+    fn permit_attempt(&self, ask: &Ask<'_>, leaves: Option<Bell>) -> Result<Attempt> {
         let mut connection = self.inner.pool.get()?;
-        let owner = hex(owner.to_hex().as_bytes());
-        let sql = self.inner.tables.acquire_permit(&hex(name.as_str().as_bytes()), &owner, permits, ttl);
+        let sql = self.inner.tables.acquire_permit(
+            &hex(ask.name.as_str().as_bytes()),
+            &ask.owner,
+            ask.permits,
+            ask.ttl,
+            leaves.map(|bell| (ask.key.as_str(), bell.value())),
+        );
         let results = match connection.try_run(&sql) {
             Ok(results) => results,
             // Refused by InnoDB (the transaction was rolled back): contention.
             Err(failure) if error::is_deadlock(&failure) || error::is_busy(&failure) => {
                 connection.poison();
-                return Ok(None);
+                return Ok(Err(None));
             }
             Err(failure) => {
                 // The transaction may still be open: never reuse the connection.
@@ -61,20 +204,25 @@ impl MySqlBackend {
         let row = results.first_row().ok_or_else(|| {
             Error::from(MyFailure::Reply { operation: "acquire a permit", detail: "no row".into() })
         })?;
-        let value = |index: usize| row.get::<Option<i64>, _>(index).flatten().unwrap_or(0);
-        if value(0) == 1 {
-            let fence = u64::try_from(value(1)).unwrap_or(0);
-            return Ok(Some(MySqlLease::new(name, fence, ttl, Hold::Permit { owner })));
+        let value = |index: usize| row.get::<Option<i64>, _>(index).flatten();
+        if value(0) == Some(1) {
+            let fence = u64::try_from(value(1).unwrap_or(0)).unwrap_or(0);
+            return Ok(Ok(MySqlLease::new(
+                ask.name,
+                fence,
+                ask.ttl,
+                Hold::Permit { owner: ask.owner.clone() },
+            )));
         }
-        let (held_with, holding) = (value(2), value(3));
-        if holding > 0 && held_with != i64::from(permits) {
+        let (held_with, holding) = (value(2).unwrap_or(0), value(3).unwrap_or(0));
+        if holding > 0 && held_with != i64::from(ask.permits) {
             return Err(Error::PermitsMismatch {
-                name: name.clone(),
-                asked: permits,
+                name: ask.name.clone(),
+                asked: ask.permits,
                 held_with: u32::try_from(held_with).unwrap_or(0),
             });
         }
-        Ok(None)
+        Ok(Err(value(4).map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(1)))))
     }
 
     pub(crate) fn permit_extend(&self, lease: &mut MySqlLease, ttl: Duration) -> Result<bool> {
@@ -91,7 +239,103 @@ impl MySqlBackend {
     pub(crate) fn permit_release(&self, lease: &MySqlLease) -> Result<bool> {
         let Hold::Permit { owner } = &lease.hold else { unreachable!("a permit lease") };
         let mut connection = self.inner.pool.get()?;
-        let sql = self.inner.tables.release_permit(&hex(lease.name.as_str().as_bytes()), owner);
-        Ok(connection.run("release a permit", &sql)?.affected(0) == 1)
+        let key = hex(semaphore_queue_key(&lease.name).as_bytes());
+        let sql = self.inner.tables.release_permit(&hex(lease.name.as_str().as_bytes()), owner, &key);
+        let results = connection.run("release a permit", &sql)?;
+        self.ring(&results);
+        Ok(results.affected(0) == 1)
+    }
+}
+
+#[cfg(all(test, feature = "testkit"))]
+mod server_tests {
+    use std::time::{Duration, Instant};
+
+    use lock_core::{Deadline, OwnerToken, Permits as _, Request};
+    use lock_testkit::suite::unique_name;
+
+    use super::*;
+    use crate::mysql::MySqlLockKind;
+    use crate::testkit::MySqlTarget;
+
+    const TTL: Duration = Duration::from_secs(10);
+    const TABLE: &str = "distlock_sem_wait";
+
+    fn backend() -> MySqlBackend {
+        let kind = MySqlLockKind::Row;
+        let backend = MySqlBackend::builder(MySqlTarget::new(kind).url())
+            .kind(kind)
+            .restart_delay(false)
+            .table(TABLE)
+            .connect_timeout(Duration::from_secs(2))
+            .io_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        backend.ensure_schema().unwrap();
+        backend
+    }
+
+    /// The semaphore queue's entries for `name`.
+    fn queued(backend: &MySqlBackend, name: &LockName) -> u64 {
+        let key = hex(semaphore_queue_key(name).as_bytes());
+        let sql = format!("SELECT COUNT(*) FROM `{TABLE}_queue` WHERE name = {key}");
+        backend.inner.pool.get().unwrap().run("count", &sql).unwrap().last_value().unwrap()
+    }
+
+    fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < until, "{what}: not within 10 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// SEM: a waiter does not poll: it queues, and the release of a permit rings it. It wins
+    /// well before its own re-check ([`FALLBACK_RECHECK`]; the holder's lease is longer), which
+    /// only the ring explains. Its win takes it out of the queue.
+    #[test]
+    fn sem_a_released_permit_rings_the_queued_waiter() {
+        let backend = backend();
+        let name = unique_name("sem-ring");
+        let ask = |owner: &OwnerToken, deadline| {
+            let request = Request::new(&name, owner, TTL, deadline, (TTL, TTL));
+            backend.acquire_permit(&request, 1)
+        };
+        let holder = ask(&OwnerToken::random(), Deadline::Now).unwrap().expect("free").lease;
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| {
+                let won = ask(&OwnerToken::random(), Deadline::At(Instant::now() + TTL)).unwrap();
+                (won, Instant::now())
+            });
+            wait_for("the waiter queues", || queued(&backend, &name) == 1 || waiter.is_finished());
+            // Its attempt after queueing (one round trip) is refused meanwhile, and it sleeps.
+            // (Were the release to come first, that attempt would win, and the test would not
+            // tell a ring from none; it would not fail either.)
+            std::thread::sleep(FALLBACK_RECHECK / 5);
+            let released_at = Instant::now();
+            assert!(backend.permit_release(&holder).unwrap());
+            let (won, won_at) = waiter.join().unwrap();
+            let won = won.expect("the waiter's deadline is the lease");
+            let after = won_at - released_at;
+            assert!(after < FALLBACK_RECHECK / 2, "won {after:?} after the release: not rung");
+            assert_eq!(queued(&backend, &name), 0, "the winner left the queue");
+            assert!(backend.permit_release(&won.lease).unwrap());
+        });
+    }
+
+    /// SEM: a waiter that gives up leaves the queue, and a release then rings nobody.
+    #[test]
+    fn sem_a_waiter_that_gives_up_leaves_the_queue() {
+        let backend = backend();
+        let name = unique_name("sem-leave");
+        let holder = OwnerToken::random();
+        let request = Request::new(&name, &holder, TTL, Deadline::Now, (TTL, TTL));
+        let held = backend.acquire_permit(&request, 1).unwrap().expect("free").lease;
+        let owner = OwnerToken::random();
+        let deadline = Deadline::At(Instant::now() + Duration::from_millis(300));
+        let request = Request::new(&name, &owner, TTL, deadline, (TTL, TTL));
+        assert!(backend.acquire_permit(&request, 1).unwrap().is_none());
+        wait_for("the waiter leaves", || queued(&backend, &name) == 0);
+        assert!(backend.permit_release(&held).unwrap());
     }
 }

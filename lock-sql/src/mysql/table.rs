@@ -248,7 +248,7 @@ impl MySqlBackend {
     /// this transaction as the victim: queue entries of neighbouring names share index gaps) is
     /// retried, at most [`DEADLOCK_RETRIES`] times and not past `deadline`; `Ok(None)` when
     /// every try was a deadlock's victim.
-    fn in_transaction(
+    pub(super) fn in_transaction(
         &self,
         operation: &'static str,
         sql: &str,
@@ -322,7 +322,7 @@ impl MySqlBackend {
 impl MySqlBackend {
     /// Rings the doorbell of the waiter that a statement's last result names, if any (from the
     /// ringer thread: the caller does not wait for it).
-    fn ring(&self, results: &super::connection::Results) {
+    pub(super) fn ring(&self, results: &super::connection::Results) {
         let waiter = results
             .sets
             .last()

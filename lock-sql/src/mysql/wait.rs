@@ -14,19 +14,11 @@ use lock_core::{check_lease, Acquired, LockName, NativeWait, OwnerToken, Result}
 
 use crate::lock_key::LockKey;
 
-use super::doorbell::{Bell, FALLBACK_RECHECK};
+use super::doorbell::{Bell, QueueEntry, FALLBACK_RECHECK, RENEW_EVERY, WAITER_NOTE};
 use super::{MySqlBackend, MySqlLease, MySqlLockKind};
 use crate::queue_wait::{queued_grant, Wait};
 use crate::waiters::Registration;
 
-/// How long a waiter's queue entry lasts beyond one I/O timeout: it is renewed at each re-check,
-/// at least every [`FALLBACK_RECHECK`]; an entry that lapses under a waiter costs that waiter its
-/// place (it queues again at its next re-check).
-const WAITER_NOTE: Duration = Duration::from_secs(2);
-
-/// How often a waiter renews its queue entry: well within the entry's life, whatever the I/O
-/// timeout.
-const RENEW_EVERY: Duration = Duration::from_millis(500);
 #[cfg(doc)]
 use crate::queue_wait::MIN_WAIT_SLICE;
 
@@ -90,8 +82,8 @@ impl MySqlBackend {
             return Ok(None);
         }
         let registration = doorbell.register(name.as_str());
-        let mut queued_as = None;
-        let outcome = self.table_wait_queued(&registration, name, owner, ttl, deadline, &mut queued_as);
+        let mut entry = QueueEntry::default();
+        let outcome = self.table_wait_queued(&registration, name, owner, ttl, deadline, &mut entry);
         let last = registration.finish();
         // Out of the queue once done: a fair lock serves nobody behind an entry whose waiter
         // stopped waiting, until it lapses. After a win with other threads of this client still
@@ -99,7 +91,7 @@ impl MySqlBackend {
         // is returned (its release would otherwise ring this client, the head, and keep a fair
         // lock for it). Out of time, it leaves in the background: the call's time is up. After
         // an error the entry lapses on its own.
-        if let (Some(waiter), Ok(acquired)) = (queued_as, &outcome) {
+        if let (Some(waiter), Ok(acquired)) = (entry.bell, &outcome) {
             if acquired.is_some() {
                 let requeue = (!last).then(|| self.waiter_note());
                 if let Err(error) = self.table_dequeue(name, waiter, requeue, None) {
@@ -133,7 +125,7 @@ impl MySqlBackend {
     }
 
     /// How long a queue entry lives unless renewed.
-    fn waiter_note(&self) -> Duration {
+    pub(super) fn waiter_note(&self) -> Duration {
         WAITER_NOTE + self.inner.pool.io_timeout()
     }
 
@@ -141,7 +133,7 @@ impl MySqlBackend {
     /// [`RENEW_EVERY`]), then sleeping until the doorbell rings, the holder's lease ends or a
     /// second passes. Without a connected doorbell (it could not connect, or reconnects) the
     /// waiter does not queue and re-checks at the holder's expiry and every second; it queues
-    /// as soon as the doorbell is back, under the doorbell's current id. `queued_as`: the id
+    /// as soon as the doorbell is back, under the doorbell's current id. `entry.bell`: the id
     /// this client's entry names, once queued.
     fn table_wait_queued(
         &self,
@@ -150,10 +142,9 @@ impl MySqlBackend {
         owner: &OwnerToken,
         ttl: Duration,
         deadline: Option<Instant>,
-        queued_as: &mut Option<Bell>,
+        entry: &mut QueueEntry,
     ) -> Result<Option<Acquired<MySqlLease>>> {
         let doorbell = &self.inner.doorbell;
-        let mut renewed_at: Option<Instant> = None;
         // The caller's first attempt was just refused: queue before the next.
         let mut attempt = false;
         loop {
@@ -162,7 +153,7 @@ impl MySqlBackend {
                 // Wake-ups so far are answered by this attempt.
                 registration.clear();
                 let sent_at = Instant::now();
-                remaining = match self.table_try_as(name, owner, ttl, *queued_as)? {
+                remaining = match self.table_try_as(name, owner, ttl, entry.bell)? {
                     // The caller's first attempt was refused: this one waited.
                     Ok(lease) => return Ok(Some(Acquired::new(lease, sent_at).contended_if(true))),
                     Err(remaining) => remaining,
@@ -180,29 +171,17 @@ impl MySqlBackend {
                 deadline.map_or(now + FALLBACK_RECHECK, |d| d.min(now + FALLBACK_RECHECK))
             };
             attempt = true;
-            if let Some(waiter) = doorbell.wait_ready(ready_by) {
-                // First queued, or the doorbell reconnected under a new id: the entry takes the
-                // new id in its place.
-                let replaces = queued_as.filter(|&old| old != waiter);
-                if *queued_as != Some(waiter) {
-                    renewed_at = None;
+            // Join the queue, or renew the entry: a release after this rings the client; one
+            // before it left the lock free, which the answer says.
+            if let Some((waiter, replaces)) = doorbell.entry_due(entry, ready_by, deadline, RENEW_EVERY) {
+                match self.table_queue(name, waiter, replaces, self.waiter_note(), deadline)? {
+                    // No row yet: the next attempt creates it.
+                    None => continue,
+                    Some(Ok(left)) if left.is_zero() => continue,
+                    Some(Ok(left)) => remaining = left,
+                    Some(Err(())) => remaining = Duration::ZERO,
                 }
-                // Join the queue, or renew the entry: a release after this rings the client; one
-                // before it left the lock free, which the answer says. Not past the deadline: the
-                // call's time is up, and the entry lives on until it lapses or the caller leaves.
-                if renewed_at.is_none_or(|at| at.elapsed() >= RENEW_EVERY)
-                    && deadline.is_none_or(|deadline| Instant::now() < deadline)
-                {
-                    *queued_as = Some(waiter);
-                    match self.table_queue(name, waiter, replaces, self.waiter_note(), deadline)? {
-                        // No row yet: the next attempt creates it.
-                        None => continue,
-                        Some(Ok(left)) if left.is_zero() => continue,
-                        Some(Ok(left)) => remaining = left,
-                        Some(Err(())) => remaining = Duration::ZERO,
-                    }
-                    renewed_at = Some(Instant::now());
-                }
+                entry.written();
             }
             let now = Instant::now();
             // The holder's expiry rings nobody: re-check then. A free lock that is the queue
@@ -213,7 +192,7 @@ impl MySqlBackend {
             {
                 // A non-fair ring is spent on its release: queue again after this attempt if it
                 // loses, or no release rings this client again.
-                renewed_at = None;
+                entry.stale();
             }
         }
     }
