@@ -1,10 +1,13 @@
-//! The lock-table kind's wake-ups on MariaDB, which has no `LISTEN`: a doorbell. Each backend
+//! The wake-ups of the lock-table kind's waiters and of every kind's semaphore waiters on
+//! MariaDB, which has no `LISTEN`: a doorbell. Each backend
 //! (shared by its clones) keeps one connection of its own that sleeps in `SELECT SLEEP(1)` while
 //! any of its threads waits; its waiters' queue entries name that connection's id. A release
 //! that frees a lock with a queue rings the oldest waiter's doorbell with `KILL QUERY <id>`,
 //! sent by the releasing client's ringer thread ([`RINGER_THREAD_NAME`]: the release does not
 //! wait for it), which ends the sleep at once (MariaDB: error 1317; MySQL: `SLEEP` returns 1); the doorbell
 //! then wakes its client's longest-waiting thread of each name ([`Waiters`]), which re-checks.
+//! (A ring that lands on another connection's statement instead — the restart case below —
+//! makes that statement fail with an error; it cannot end a session or release a lock.)
 //!
 //! `KILL QUERY` needs the same user, or `CONNECTION ADMIN`; a ring the server refuses, or one
 //! that lands between two sleeps, is lost, and the waiters' own re-check (at the holder's
@@ -111,6 +114,8 @@ pub(crate) struct QueueEntry {
     /// The bell the entry names, once written.
     pub(crate) bell: Option<Bell>,
     written_at: Option<Instant>,
+    /// The bell of the entry a winning attempt deleted in its own transaction (semaphores).
+    left: Option<Bell>,
 }
 
 impl QueueEntry {
@@ -119,10 +124,33 @@ impl QueueEntry {
         self.written_at = Some(Instant::now());
     }
 
+    /// Marks the entry deleted (by the winning attempt's transaction).
+    pub(crate) fn deleted(&mut self) {
+        self.left = self.bell.take();
+    }
+
+    /// The bell of the entry [`deleted`](Self::deleted), if it was.
+    pub(crate) fn left(&self) -> Option<Bell> {
+        self.left
+    }
+
     /// Marks the entry for rewriting at the next turn (a ring spent on a lost race).
     pub(crate) fn stale(&mut self) {
         self.written_at = None;
     }
+}
+
+/// A queue entry to write now ([`Doorbell::entry_due`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EntryDue {
+    /// The bell to write.
+    pub(crate) bell: Bell,
+    /// The bell of the client's earlier doorbell connection, whose entry this one takes the
+    /// place of (the doorbell reconnected under a new id).
+    pub(crate) replaces: Option<Bell>,
+    /// Whether the entry is written for the first time under this bell (joining the queue, not
+    /// renewing a place in it).
+    pub(crate) joining: bool,
 }
 
 /// The doorbell of one backend (and its clones), and its ringer.
@@ -232,28 +260,28 @@ impl Doorbell {
         self.shared.waiters.is_waiting(name)
     }
 
-    /// Whether `entry` is to be written now, and with which bell (and the earlier bell whose
-    /// entry it takes the place of: the doorbell reconnected under a new id): when first
-    /// queued, after a reconnection, or every `renew_every`. `None` when the entry is fresh, the
-    /// doorbell has not connected by `ready_by`, or `deadline` has passed (the call's time is
-    /// up; the entry lives on until it lapses or the caller leaves). Sets `entry.bell`.
+    /// Whether `entry` is to be written now, and how ([`EntryDue`]): when first queued, after a
+    /// reconnection, or every `renew_every`. `None` when the entry is fresh, the doorbell has not
+    /// connected by `ready_by`, or `deadline` has passed (the call's time is up; the entry lives
+    /// on until it lapses or the caller leaves). Sets `entry.bell`.
     pub(crate) fn entry_due(
         &self,
         entry: &mut QueueEntry,
         ready_by: Instant,
         deadline: Option<Instant>,
         renew_every: Duration,
-    ) -> Option<(Bell, Option<Bell>)> {
+    ) -> Option<EntryDue> {
         let bell = self.wait_ready(ready_by)?;
         let replaces = entry.bell.filter(|&old| old != bell);
         if entry.bell != Some(bell) {
             entry.written_at = None;
         }
+        let joining = entry.written_at.is_none();
         let due = entry.written_at.is_none_or(|at| at.elapsed() >= renew_every)
             && deadline.is_none_or(|deadline| Instant::now() < deadline);
         due.then(|| {
             entry.bell = Some(bell);
-            (bell, replaces)
+            EntryDue { bell, replaces, joining }
         })
     }
 

@@ -173,8 +173,8 @@ impl MySqlBackend {
             attempt = true;
             // Join the queue, or renew the entry: a release after this rings the client; one
             // before it left the lock free, which the answer says.
-            if let Some((waiter, replaces)) = doorbell.entry_due(entry, ready_by, deadline, RENEW_EVERY) {
-                match self.table_queue(name, waiter, replaces, self.waiter_note(), deadline)? {
+            if let Some(due) = doorbell.entry_due(entry, ready_by, deadline, RENEW_EVERY) {
+                match self.table_queue(name, due.bell, due.replaces, self.waiter_note(), deadline)? {
                     // No row yet: the next attempt creates it.
                     None => continue,
                     Some(Ok(left)) if left.is_zero() => continue,

@@ -17,8 +17,9 @@
 //!     -- own transactions): a release reads them from the row it updates, at no extra cost.
 //!     ring        BIGINT UNSIGNED NULL,
 //!     ring_until  DATETIME(6)    NULL) ENGINE=InnoDB;
-//! -- The lock table's waiters, oldest first (seq): one entry per waiting client, naming its
-//! -- doorbell connection (see `doorbell.rs`), which lapses at `until` unless renewed.
+//! -- The lock table's and the semaphores' waiters (a semaphore's under its own key, see
+//! -- `lock_key.rs`), oldest first (seq): one entry per waiting client, naming its doorbell
+//! -- connection (see `doorbell.rs`), which lapses at `until` unless renewed.
 //! CREATE TABLE IF NOT EXISTS distlock_locks_queue (
 //!     seq    BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY,
 //!     name   VARBINARY(255)  NOT NULL,

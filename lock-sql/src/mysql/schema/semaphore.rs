@@ -12,23 +12,31 @@ impl Tables {
     /// in progress and then reads the committed row (READ COMMITTED). A non-locking count once
     /// saw a permit whose renewal was evaluated at its expiry but not yet committed as expired,
     /// and admitted a second holder beside it. The fence is read before `COMMIT`: after it,
-    /// the next acquirer may have counted on. `leaves`: the waiter's queue entry (queue key and
-    /// bell), deleted in the same transaction when it takes a permit (queue statements never
-    /// lock a header row, so this makes no lock cycle). The one row returned: (granted, fence,
-    /// the holders' count, how many hold, ms until the first live permit expires).
+    /// the next acquirer may have counted on. `key`: the semaphore's queue key; `leaves`: the
+    /// caller's entry in it (its bell), deleted in the same transaction when it takes a permit
+    /// (queue statements never lock a header row, so this makes no lock cycle). The one row
+    /// returned: (granted, fence, the holders' count, how many hold, ms until the first live
+    /// permit expires, and — when a permit is granted and another is still free — the oldest
+    /// other live waiter, to pass the release's ring on to: a release rings one waiter however
+    /// many permits are free). The queue is read without locking.
     pub(crate) fn acquire_permit(
         &self,
         name: &str,
         owner: &str,
-        permits: u32,
-        ttl: Duration,
-        leaves: Option<(&str, u64)>,
+        (permits, ttl): (u32, Duration),
+        key: &str,
+        leaves: Option<u64>,
     ) -> String {
         let Self { sem, queue, .. } = self;
         let us = micros(ttl);
-        let leave = leaves.map_or(String::new(), |(key, waiter)| {
+        let leave = leaves.map_or(String::new(), |waiter| {
             format!("DELETE FROM {queue} WHERE name = {key} AND waiter = {waiter} AND @distlock_takes; ")
         });
+        let others = leaves.map_or(String::new(), |waiter| format!(" AND waiter <> {waiter}"));
+        let next = format!(
+            "IF(@distlock_takes AND @distlock_live + 1 < {permits}, (SELECT waiter FROM {queue} \
+             WHERE name = {key} AND until >= {NOW}{others} ORDER BY seq LIMIT 1), NULL)"
+        );
         format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION; \
              INSERT INTO {sem} (name, owner, permits, fence, expires_at) VALUES ({name}, X'', {permits}, 0, {NOW}) \
@@ -44,7 +52,7 @@ impl Tables {
                SELECT {name}, {owner}, {permits}, 0, {NOW} + INTERVAL {us} MICROSECOND FROM DUAL WHERE @distlock_takes; \
              {leave}\
              SELECT @distlock_takes + 0, fence, @distlock_held, @distlock_live, \
-               GREATEST(1, CEIL(TIMESTAMPDIFF(MICROSECOND, {NOW}, @distlock_first) / 1000)) FROM {sem} \
+               GREATEST(1, CEIL(TIMESTAMPDIFF(MICROSECOND, {NOW}, @distlock_first) / 1000)), {next} FROM {sem} \
                WHERE name = {name} AND owner = X''; \
              COMMIT"
         )
@@ -72,6 +80,20 @@ impl Tables {
              DELETE FROM {queue} WHERE name = {key} AND until < {NOW}; {rename}\
              INSERT INTO {queue} (name, waiter, until) VALUES ({key}, {waiter}, {NOW} + INTERVAL {} MICROSECOND) \
                ON DUPLICATE KEY UPDATE until = VALUES(until); \
+             COMMIT",
+            micros(note)
+        )
+    }
+
+    /// Semaphore: moves waiter `waiter` to the tail of the queue under `key`, with an entry that
+    /// lives `note` (a client that won a permit while other threads of it still wait: the
+    /// releases' rings go to other clients first).
+    pub(crate) fn requeue_permit(&self, key: &str, waiter: u64, note: Duration) -> String {
+        let queue = &self.queue;
+        format!(
+            "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION; \
+             DELETE FROM {queue} WHERE name = {key} AND waiter = {waiter}; \
+             INSERT INTO {queue} (name, waiter, until) VALUES ({key}, {waiter}, {NOW} + INTERVAL {} MICROSECOND); \
              COMMIT",
             micros(note)
         )
