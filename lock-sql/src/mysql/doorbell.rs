@@ -7,7 +7,7 @@
 //! wait for it), which ends the sleep at once (MariaDB: error 1317; MySQL: `SLEEP` returns 1); the doorbell
 //! then wakes its client's longest-waiting thread of each name ([`Waiters`]), which re-checks.
 //! (A ring that lands on another connection's statement instead — the restart case below —
-//! makes that statement fail with an error; it cannot end a session or release a lock.)
+//! makes that statement fail: a row or advisory hold whose check it was reports itself lost.)
 //!
 //! `KILL QUERY` needs the same user, or `CONNECTION ADMIN`; a ring the server refuses, or one
 //! that lands between two sleeps, is lost, and the waiters' own re-check (at the holder's

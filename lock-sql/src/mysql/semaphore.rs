@@ -37,6 +37,10 @@ use super::MySqlBackend;
 use crate::lock_key::semaphore_queue_key;
 use crate::waiters::Registration;
 
+/// Serializes the background updates of semaphore queue entries (rare: a win while other
+/// threads of the client wait, a waiter that gives up).
+static QUEUE_SYNC: parking_lot::Mutex<()> = parking_lot::const_mutex(());
+
 /// What one attempt found: a permit, or none (with the time until the first live permit's lease
 /// runs out, when one is held).
 type Attempt = std::result::Result<MySqlLease, Option<Duration>>;
@@ -90,21 +94,19 @@ impl MySqlBackend {
         let mut entry = QueueEntry::default();
         let outcome = self.permit_wait_queued(&registration, &ask, deadline, expires_in, &mut entry);
         let last = registration.finish();
-        match (entry.bell, &outcome) {
-            // Won, and other threads of the client waited then: the client keeps its place, at
-            // the tail. A failure only costs its turn.
-            (Some(waiter), Ok(Some(_))) if !last => self.in_background(ask.key, waiter, true),
-            // The last waiter of the client out: it leaves, in the background (the call's time
-            // is up; a failure only leaves an entry that lapses on its own).
-            (Some(waiter), _) if last => self.in_background(ask.key, waiter, false),
-            // Won and left in its transaction, while another thread of the client started to
-            // wait: that thread may think itself queued under the entry just deleted.
-            (None, Ok(Some(_))) if !last => {
-                if let Some(waiter) = entry.left() {
-                    self.in_background(ask.key, waiter, true);
-                }
-            }
-            _ => {}
+        // The client's entry as the client now needs it, in the background (the call's time is
+        // up; a failure only leaves an entry that lapses on its own): after a win while other
+        // threads of the client waited (it kept its place: to the tail), after the last of the
+        // client's waiters stopped (out), and after a win that deleted the entry while another
+        // thread started to wait (back in).
+        let won = matches!(outcome, Ok(Some(_)));
+        let stale = match (entry.bell, entry.left()) {
+            (Some(bell), _) if won || last => Some(bell),
+            (None, Some(bell)) if !last => Some(bell),
+            _ => None,
+        };
+        if let Some(bell) = stale {
+            self.sync_entry_in_background(key, ask.key, bell);
         }
         outcome
     }
@@ -178,26 +180,25 @@ impl MySqlBackend {
         }
     }
 
-    /// Takes waiter `waiter` out of the semaphore queue `key` (a hex literal), or (`requeue`)
-    /// puts it back at the tail, on a short-lived thread.
-    fn in_background(&self, key: String, waiter: Bell, requeue: bool) {
+    /// Makes the client's entry under `key` (`hex_key` as a literal; `bell`: the bell it was
+    /// written under) what the client needs when the job runs: at the tail under the doorbell's
+    /// current bell while a thread of the client waits for the semaphore, else none. The jobs of
+    /// a process run one at a time ([`QUEUE_SYNC`]), each deciding at its turn, so two of them
+    /// never leave the entry as an earlier state wanted it.
+    fn sync_entry_in_background(&self, key: String, hex_key: String, bell: Bell) {
         let backend = self.clone();
         let spawned = std::thread::Builder::new().name("distlock-leave".into()).spawn(move || {
-            let tables = &backend.inner.tables;
-            let done = if requeue {
-                let sql = tables.requeue_permit(&key, waiter.value(), backend.waiter_note());
-                backend.in_transaction("requeue", &sql, None).map(drop)
-            } else {
-                let sql = tables.dequeue_permit(&key, waiter.value());
-                backend
-                    .inner
-                    .pool
-                    .get()
-                    .and_then(|mut connection| connection.run("leave the queue", &sql))
-                    .map(drop)
-            };
-            if let Err(error) = done {
-                tracing::debug!(%error, "could not update the semaphore's queue; entries lapse on their own");
+            let _turn = QUEUE_SYNC.lock();
+            let doorbell = &backend.inner.doorbell;
+            let current = doorbell.wait_ready(Instant::now());
+            let keep = current.filter(|_| doorbell.is_waiting(&key));
+            let sql = backend.inner.tables.sync_permit_entry(
+                &hex_key,
+                [Some(bell), current].into_iter().flatten().map(Bell::value),
+                keep.map(|bell| (bell.value(), backend.waiter_note())),
+            );
+            if let Err(error) = backend.in_transaction("update the semaphore's queue", &sql, None) {
+                tracing::debug!(%error, "could not update the semaphore's queue; its entries lapse on their own");
             }
         });
         if let Err(error) = spawned {
@@ -385,6 +386,39 @@ mod server_tests {
         assert!(after < FALLBACK_RECHECK / 2, "the last waiter won {after:?} after the releases: not rung");
     }
 
+    /// SEM: two threads of one client wait: the first to win keeps the client queued (the
+    /// other still waits), and the last one out takes the entry away.
+    #[test]
+    fn sem_a_client_stays_queued_while_one_of_its_threads_waits() {
+        let backend = backend();
+        let name = unique_name("sem-threads");
+        let ask = |owner: &OwnerToken, deadline| {
+            backend.acquire_permit(&Request::new(&name, owner, TTL, deadline, (TTL, TTL)), 1)
+        };
+        let held = ask(&OwnerToken::random(), Deadline::Now).unwrap().expect("free").lease;
+        std::thread::scope(|scope| {
+            let (won, wins) = std::sync::mpsc::channel();
+            for _ in 0..2 {
+                let won = won.clone();
+                let ask = &ask;
+                scope.spawn(move || {
+                    let lease = ask(&OwnerToken::random(), Deadline::At(Instant::now() + TTL)).unwrap();
+                    won.send(lease.expect("the waiter's deadline is the lease").lease).unwrap();
+                });
+            }
+            wait_for("the client queues", || queued(&backend, &name) == 1);
+            assert!(backend.permit_release(&held).unwrap());
+            let first = wins.recv().unwrap();
+            // The other thread still waits: the entry stays (moved to the tail).
+            std::thread::sleep(FALLBACK_RECHECK / 5);
+            assert_eq!(queued(&backend, &name), 1, "the client left the queue while a thread waits");
+            assert!(backend.permit_release(&first).unwrap());
+            let second = wins.recv().unwrap();
+            wait_for("the last thread out leaves", || queued(&backend, &name) == 0);
+            assert!(backend.permit_release(&second).unwrap());
+        });
+    }
+
     /// SEM: a waiter that gives up leaves the queue.
     #[test]
     fn sem_a_waiter_that_gives_up_leaves_the_queue() {
@@ -396,7 +430,7 @@ mod server_tests {
         std::thread::scope(|scope| {
             let waiter = scope.spawn(|| {
                 let owner = OwnerToken::random();
-                let deadline = Deadline::At(Instant::now() + Duration::from_secs(2));
+                let deadline = Deadline::At(Instant::now() + Duration::from_secs(5));
                 backend.acquire_permit(&Request::new(&name, &owner, TTL, deadline, (TTL, TTL)), 1).unwrap()
             });
             wait_for("the waiter queues", || queued(&backend, &name) == 1);

@@ -85,23 +85,30 @@ impl Tables {
         )
     }
 
-    /// Semaphore: moves waiter `waiter` to the tail of the queue under `key`, with an entry that
-    /// lives `note` (a client that won a permit while other threads of it still wait: the
-    /// releases' rings go to other clients first).
-    pub(crate) fn requeue_permit(&self, key: &str, waiter: u64, note: Duration) -> String {
+    /// Semaphore: deletes the entries of `bells` (one client's, under its old and current
+    /// doorbell connections) under `key` and, with `keep` (a bell and the entry's life), writes
+    /// one at the tail, in one transaction. Its insert's duplicate check may meet another queue
+    /// transaction's in a deadlock; the caller retries (`in_transaction`), as every party to
+    /// one does.
+    pub(crate) fn sync_permit_entry(
+        &self,
+        key: &str,
+        bells: impl Iterator<Item = u64>,
+        keep: Option<(u64, Duration)>,
+    ) -> String {
         let queue = &self.queue;
+        let bells: Vec<String> = bells.map(|bell| bell.to_string()).collect();
+        let insert = keep.map_or(String::new(), |(bell, note)| {
+            format!(
+                "INSERT INTO {queue} (name, waiter, until) VALUES ({key}, {bell}, {NOW} + INTERVAL {} MICROSECOND); ",
+                micros(note)
+            )
+        });
         format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION; \
-             DELETE FROM {queue} WHERE name = {key} AND waiter = {waiter}; \
-             INSERT INTO {queue} (name, waiter, until) VALUES ({key}, {waiter}, {NOW} + INTERVAL {} MICROSECOND); \
-             COMMIT",
-            micros(note)
+             DELETE FROM {queue} WHERE name = {key} AND waiter IN ({}); {insert}COMMIT",
+            bells.join(", ")
         )
-    }
-
-    /// Semaphore: takes waiter `waiter` out of the queue under `key`.
-    pub(crate) fn dequeue_permit(&self, key: &str, waiter: u64) -> String {
-        format!("DELETE FROM {} WHERE name = {key} AND waiter = {waiter}", self.queue)
     }
 
     /// Semaphore: extends `owner`'s valid permit (affected rows: 1 when it did).
