@@ -45,12 +45,13 @@ use crate::waiters::{Registration, Waiters};
 pub(crate) const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
 
 /// How long a waiter's queue entry (a lock table's or a semaphore's) lasts beyond one I/O
-/// timeout: it is renewed every [`RENEW_EVERY`]; an entry that lapses under a waiter costs that
+/// timeout: it is renewed at the waiter's re-checks, once at least [`RENEW_EVERY`] has passed
+/// since it was written (about once a second when nobody rings); an entry that lapses under a waiter costs that
 /// waiter its place (it queues again at its next re-check).
 pub(crate) const WAITER_NOTE: Duration = Duration::from_secs(2);
 
-/// How often a waiter renews its queue entry: well within the entry's life, whatever the I/O
-/// timeout.
+/// How soon after writing its queue entry a waiter renews it at a re-check: well within the
+/// entry's life, whatever the I/O timeout.
 pub(crate) const RENEW_EVERY: Duration = Duration::from_millis(500);
 
 /// The name of the doorbell thread (one per backend that has waited).
@@ -160,6 +161,9 @@ pub(crate) struct Doorbell {
     server: String,
     /// The ringer, found or started by the first ring.
     ringer: parking_lot::Mutex<Option<Arc<Ringer>>>,
+    /// Held by a background update of this client's queue entries (a semaphore waiter that
+    /// gave up), so that two run one after the other, each deciding at its turn.
+    pub(crate) entry_updates: parking_lot::Mutex<()>,
 }
 
 /// A ringer thread's inbox: doorbell ids to ring, so that a release returns without waiting for
@@ -225,6 +229,7 @@ impl Doorbell {
             }),
             server,
             ringer: parking_lot::Mutex::new(None),
+            entry_updates: parking_lot::Mutex::new(()),
         }
     }
 

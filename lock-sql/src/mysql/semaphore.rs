@@ -8,15 +8,15 @@
 //!
 //! Waiters do not poll: after a refused attempt a waiter joins the semaphore's queue in the
 //! lock table's queue table (under [`semaphore_queue_key`]: its client's doorbell bell, renewed
-//! every [`RENEW_EVERY`]) and sleeps; a release that frees a permit rings the oldest live
+//! at its re-checks once [`RENEW_EVERY`] has passed) and sleeps; a release that frees a permit rings the oldest live
 //! entry's doorbell (`doorbell.rs`), and that client's longest-waiting thread attempts again. A
 //! release rings one waiter, so a win that leaves another permit free rings the next one. A
 //! waiter also re-checks on its own when the first live permit's lease runs out (a crashed
 //! holder's expiry rings nobody) and at least every [`FALLBACK_RECHECK`] (a ring the server
 //! refused, one that fell between two sleeps, one spent on an entry whose client stopped
 //! waiting); the client's backoff is not used. A win leaves the queue in the same transaction,
-//! or, while other threads of the client still wait, moves the client to the tail; a waiter
-//! that gives up leaves in the background.
+//! or, while other threads of the client still wait, moves the client to the tail there; the
+//! last waiter of a client that gives up leaves in the background.
 //!
 //! The semaphore is not fair: a caller's first attempt does not queue, so a holder that
 //! releases and asks again at once usually wins before the waiter its release rang (benchmark
@@ -35,11 +35,8 @@ use super::lease::{Hold, MySqlLease};
 use super::schema::hex;
 use super::MySqlBackend;
 use crate::lock_key::semaphore_queue_key;
+use crate::queue_wait::Checkout;
 use crate::waiters::Registration;
-
-/// Serializes the background updates of semaphore queue entries (rare: a win while other
-/// threads of the client wait, a waiter that gives up).
-static QUEUE_SYNC: parking_lot::Mutex<()> = parking_lot::const_mutex(());
 
 /// What one attempt found: a permit, or none (with the time until the first live permit's lease
 /// runs out, when one is held).
@@ -77,7 +74,12 @@ impl MySqlBackend {
             key: hex(key.as_bytes()),
         };
         let sent_at = Instant::now();
-        let first = self.permit_attempt(&ask, None)?;
+        let checkout = match request.deadline {
+            Deadline::Now => Checkout::Now,
+            Deadline::At(at) => Checkout::Wait(Some(at)),
+            Deadline::Never => Checkout::Wait(None),
+        };
+        let first = self.permit_attempt(&ask, None, checkout)?;
         let deadline = match request.deadline {
             Deadline::Now => return Ok(first.ok().map(|lease| Acquired::new(lease, sent_at))),
             Deadline::At(at) => Some(at),
@@ -95,14 +97,14 @@ impl MySqlBackend {
         let outcome = self.permit_wait_queued(&registration, &ask, deadline, expires_in, &mut entry);
         let last = registration.finish();
         // The client's entry as the client now needs it, in the background (the call's time is
-        // up; a failure only leaves an entry that lapses on its own): after a win while other
-        // threads of the client waited (it kept its place: to the tail), after the last of the
+        // up; a failure only leaves an entry that lapses on its own): after the last of the
         // client's waiters stopped (out), and after a win that deleted the entry while another
-        // thread started to wait (back in).
+        // thread started to wait (back in). A win while others waited moved it to the tail in
+        // its own transaction.
         let won = matches!(outcome, Ok(Some(_)));
         let stale = match (entry.bell, entry.left()) {
-            (Some(bell), _) if won || last => Some(bell),
-            (None, Some(bell)) if !last => Some(bell),
+            (Some(bell), _) if last => Some(bell),
+            (None, Some(bell)) if won && !last => Some(bell),
             _ => None,
         };
         if let Some(bell) = stale {
@@ -131,7 +133,8 @@ impl MySqlBackend {
             // rings); later, take it as it is.
             let now = Instant::now();
             let ready_by = if first {
-                deadline.map_or(now + FALLBACK_RECHECK, |d| d.min(now + FALLBACK_RECHECK))
+                let wait = expires_in.map_or(FALLBACK_RECHECK, |left| left.min(FALLBACK_RECHECK));
+                deadline.map_or(now + wait, |d| d.min(now + wait))
             } else {
                 now
             };
@@ -163,12 +166,16 @@ impl MySqlBackend {
             }
             // Wake-ups so far are answered by this attempt.
             registration.clear();
-            let leaves = entry.bell.filter(|_| !registration.others_waiting());
+            // A win leaves the queue, or moves to its tail while other threads of the client wait.
+            let queued =
+                entry.bell.map(|bell| (bell, registration.others_waiting().then(|| self.waiter_note())));
             let sent_at = Instant::now();
-            expires_in = match self.permit_attempt(ask, leaves)? {
+            expires_in = match self.permit_attempt(ask, queued, Checkout::Wait(deadline))? {
                 Ok(lease) => {
-                    if leaves.is_some() {
-                        entry.deleted();
+                    match queued {
+                        Some((_, None)) => entry.deleted(),
+                        Some((_, Some(_))) => entry.written(),
+                        None => {}
                     }
                     return Ok(Some(Acquired::new(lease, sent_at).contended_if(true)));
                 }
@@ -182,20 +189,20 @@ impl MySqlBackend {
 
     /// Makes the client's entry under `key` (`hex_key` as a literal; `bell`: the bell it was
     /// written under) what the client needs when the job runs: at the tail under the doorbell's
-    /// current bell while a thread of the client waits for the semaphore, else none. The jobs of
-    /// a process run one at a time ([`QUEUE_SYNC`]), each deciding at its turn, so two of them
-    /// never leave the entry as an earlier state wanted it.
+    /// current bell while a thread of the client waits for the semaphore, else none. The
+    /// client's jobs run one at a time (`Doorbell::entry_updates`), each deciding at its turn.
     fn sync_entry_in_background(&self, key: String, hex_key: String, bell: Bell) {
         let backend = self.clone();
-        let spawned = std::thread::Builder::new().name("distlock-leave".into()).spawn(move || {
-            let _turn = QUEUE_SYNC.lock();
+        let spawned = std::thread::Builder::new().name("distlock-queue".into()).spawn(move || {
             let doorbell = &backend.inner.doorbell;
+            let _turn = doorbell.entry_updates.lock();
             let current = doorbell.wait_ready(Instant::now());
-            let keep = current.filter(|_| doorbell.is_waiting(&key));
+            let keep = doorbell.is_waiting(&key).then(|| backend.waiter_note());
             let sql = backend.inner.tables.sync_permit_entry(
                 &hex_key,
-                [Some(bell), current].into_iter().flatten().map(Bell::value),
-                keep.map(|bell| (bell.value(), backend.waiter_note())),
+                bell.value(),
+                current.map(Bell::value),
+                keep,
             );
             if let Err(error) = backend.in_transaction("update the semaphore's queue", &sql, None) {
                 tracing::debug!(%error, "could not update the semaphore's queue; its entries lapse on their own");
@@ -206,15 +213,21 @@ impl MySqlBackend {
         }
     }
 
-    /// One attempt; `leaves`: this client's queue entry, which a win deletes.
-    fn permit_attempt(&self, ask: &Ask<'_>, leaves: Option<Bell>) -> Result<Attempt> {
-        let mut connection = self.inner.pool.get()?;
+    /// One attempt; `queued`: this client's queue entry, which a win deletes (or, with the
+    /// entry's life, moves to the tail); `checkout`: how long to wait for a pooled connection.
+    fn permit_attempt(
+        &self,
+        ask: &Ask<'_>,
+        queued: Option<(Bell, Option<Duration>)>,
+        checkout: Checkout,
+    ) -> Result<Attempt> {
+        let mut connection = self.inner.pool.get_for(checkout)?;
         let sql = self.inner.tables.acquire_permit(
             &hex(ask.name.as_str().as_bytes()),
             &ask.owner,
             (ask.permits, ask.ttl),
             &ask.key,
-            leaves.map(Bell::value),
+            queued.map(|(bell, to_tail)| (bell.value(), to_tail)),
         );
         let results = match connection.try_run(&sql) {
             Ok(results) => results,

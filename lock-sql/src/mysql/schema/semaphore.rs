@@ -12,9 +12,12 @@ impl Tables {
     /// in progress and then reads the committed row (READ COMMITTED). A non-locking count once
     /// saw a permit whose renewal was evaluated at its expiry but not yet committed as expired,
     /// and admitted a second holder beside it. The fence is read before `COMMIT`: after it,
-    /// the next acquirer may have counted on. `key`: the semaphore's queue key; `leaves`: the
-    /// caller's entry in it (its bell), deleted in the same transaction when it takes a permit
-    /// (queue statements never lock a header row, so this makes no lock cycle). The one row
+    /// the next acquirer may have counted on. `key`: the semaphore's queue key; `queued`: the
+    /// caller's entry in it (its bell), deleted in the same transaction when it takes a permit —
+    /// or, with the entry's life (other threads of the caller's client still wait), moved to
+    /// the tail (an attempt that takes nothing renews it in place). Queue statements never lock
+    /// a header row, so this makes no lock cycle; two acquisitions of different semaphores may
+    /// meet in the queue's index as a deadlock, whose victim rolls back and tries again. The one row
     /// returned: (granted, fence, the holders' count, how many hold, ms until the first live
     /// permit expires, and — when a permit is granted and another is still free — the oldest
     /// other live waiter, to pass the release's ring on to: a release rings one waiter however
@@ -25,14 +28,24 @@ impl Tables {
         owner: &str,
         (permits, ttl): (u32, Duration),
         key: &str,
-        leaves: Option<u64>,
+        queued: Option<(u64, Option<Duration>)>,
     ) -> String {
         let Self { sem, queue, .. } = self;
         let us = micros(ttl);
-        let leave = leaves.map_or(String::new(), |waiter| {
-            format!("DELETE FROM {queue} WHERE name = {key} AND waiter = {waiter} AND @distlock_takes; ")
+        let leave = queued.map_or(String::new(), |(waiter, to_tail)| {
+            let tail = to_tail.map_or(String::new(), |note| {
+                format!(
+                    "INSERT INTO {queue} (name, waiter, until) VALUES ({key}, {waiter}, {NOW} + INTERVAL {} MICROSECOND) \
+                     ON DUPLICATE KEY UPDATE until = VALUES(until); ",
+                    micros(note)
+                )
+            });
+            format!("DELETE FROM {queue} WHERE name = {key} AND waiter = {waiter} AND @distlock_takes; {tail}")
         });
-        let others = leaves.map_or(String::new(), |waiter| format!(" AND waiter <> {waiter}"));
+        let others = match queued {
+            Some((waiter, None)) => format!(" AND waiter <> {waiter}"),
+            _ => String::new(),
+        };
         let next = format!(
             "IF(@distlock_takes AND @distlock_live + 1 < {permits}, (SELECT waiter FROM {queue} \
              WHERE name = {key} AND until >= {NOW}{others} ORDER BY seq LIMIT 1), NULL)"
@@ -85,29 +98,34 @@ impl Tables {
         )
     }
 
-    /// Semaphore: deletes the entries of `bells` (one client's, under its old and current
-    /// doorbell connections) under `key` and, with `keep` (a bell and the entry's life), writes
-    /// one at the tail, in one transaction. Its insert's duplicate check may meet another queue
+    /// Semaphore: deletes the entries of a client under `key` (`bell`, and `current`: its
+    /// doorbell's bell now, when it reconnected since) and, with `keep` (the entry's life), writes
+    /// one under `current` at the tail, in one transaction. A waiting thread's own renewal may
+    /// come in between (the insert then renews it), or after (it renews what this wrote); a
+    /// thread that starts to wait after the caller looked may find its entry deleted, and is
+    /// queued again at its next re-check. The insert's duplicate check may meet another queue
     /// transaction's in a deadlock; the caller retries (`in_transaction`), as every party to
     /// one does.
     pub(crate) fn sync_permit_entry(
         &self,
         key: &str,
-        bells: impl Iterator<Item = u64>,
-        keep: Option<(u64, Duration)>,
+        bell: u64,
+        current: Option<u64>,
+        keep: Option<Duration>,
     ) -> String {
         let queue = &self.queue;
-        let bells: Vec<String> = bells.map(|bell| bell.to_string()).collect();
-        let insert = keep.map_or(String::new(), |(bell, note)| {
-            format!(
-                "INSERT INTO {queue} (name, waiter, until) VALUES ({key}, {bell}, {NOW} + INTERVAL {} MICROSECOND); ",
+        let bells = current.map_or(bell.to_string(), |current| format!("{bell}, {current}"));
+        let insert = match (current, keep) {
+            (Some(current), Some(note)) => format!(
+                "INSERT INTO {queue} (name, waiter, until) VALUES ({key}, {current}, {NOW} + INTERVAL {} MICROSECOND) \
+                 ON DUPLICATE KEY UPDATE until = VALUES(until); ",
                 micros(note)
-            )
-        });
+            ),
+            _ => String::new(),
+        };
         format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION; \
-             DELETE FROM {queue} WHERE name = {key} AND waiter IN ({}); {insert}COMMIT",
-            bells.join(", ")
+             DELETE FROM {queue} WHERE name = {key} AND waiter IN ({bells}); {insert}COMMIT"
         )
     }
 
