@@ -79,7 +79,12 @@ fn a_wait_timing_out_as_the_lock_frees_keeps_nothing<K: SqlKind>(kind: K) {
             let native = waiting.native_wait().expect("a queue wait");
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let deadline = Instant::now() + Duration::from_millis(1);
-                let acquired = native.acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline));
+                let acquired = match native.acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline)) {
+                    // A loaded machine's server may answer a wait late: the client gives up on
+                    // the connection, which ends its session (and anything it held).
+                    Err(error) if error.is_retryable() => continue,
+                    acquired => acquired,
+                };
                 if let Some(acquired) = acquired.expect("a working server") {
                     assert!(waiting.release(acquired.lease).expect("a working server"));
                 }
