@@ -33,14 +33,10 @@ impl Tables {
         let Self { sem, queue, .. } = self;
         let us = micros(ttl);
         let leave = queued.map_or(String::new(), |(waiter, to_tail)| {
-            let tail = to_tail.map_or(String::new(), |note| {
-                format!(
-                    "INSERT INTO {queue} (name, waiter, until) VALUES ({key}, {waiter}, {NOW} + INTERVAL {} MICROSECOND) \
-                     ON DUPLICATE KEY UPDATE until = VALUES(until); ",
-                    micros(note)
-                )
-            });
-            format!("DELETE FROM {queue} WHERE name = {key} AND waiter = {waiter} AND @distlock_takes; {tail}")
+            let tail = to_tail.map_or(String::new(), |note| self.queue_upsert(key, waiter, note));
+            format!(
+                "DELETE FROM {queue} WHERE name = {key} AND waiter = {waiter} AND @distlock_takes; {tail}"
+            )
         });
         let others = match queued {
             Some((waiter, None)) => format!(" AND waiter <> {waiter}"),
@@ -90,11 +86,8 @@ impl Tables {
         });
         format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION; \
-             DELETE FROM {queue} WHERE name = {key} AND until < {NOW}; {rename}\
-             INSERT INTO {queue} (name, waiter, until) VALUES ({key}, {waiter}, {NOW} + INTERVAL {} MICROSECOND) \
-               ON DUPLICATE KEY UPDATE until = VALUES(until); \
-             COMMIT",
-            micros(note)
+             DELETE FROM {queue} WHERE name = {key} AND until < {NOW}; {rename}{}COMMIT",
+            self.queue_upsert(key, waiter, note)
         )
     }
 
@@ -116,16 +109,23 @@ impl Tables {
         let queue = &self.queue;
         let bells = current.map_or(bell.to_string(), |current| format!("{bell}, {current}"));
         let insert = match (current, keep) {
-            (Some(current), Some(note)) => format!(
-                "INSERT INTO {queue} (name, waiter, until) VALUES ({key}, {current}, {NOW} + INTERVAL {} MICROSECOND) \
-                 ON DUPLICATE KEY UPDATE until = VALUES(until); ",
-                micros(note)
-            ),
+            (Some(current), Some(note)) => self.queue_upsert(key, current, note),
             _ => String::new(),
         };
         format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION; \
              DELETE FROM {queue} WHERE name = {key} AND waiter IN ({bells}); {insert}COMMIT"
+        )
+    }
+
+    /// Writes waiter `waiter`'s entry under `key` so that it lives `note`: a new one at the tail,
+    /// or the existing one renewed in place (a plain `VALUES` insert: see [`Self::queue`]).
+    fn queue_upsert(&self, key: &str, waiter: u64, note: Duration) -> String {
+        format!(
+            "INSERT INTO {} (name, waiter, until) VALUES ({key}, {waiter}, {NOW} + INTERVAL {} MICROSECOND) \
+             ON DUPLICATE KEY UPDATE until = VALUES(until); ",
+            self.queue,
+            micros(note)
         )
     }
 
