@@ -169,6 +169,8 @@ mod shared_session;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod tls;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+mod undo;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod waiters;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]

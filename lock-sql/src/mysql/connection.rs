@@ -164,10 +164,18 @@ impl MyConnection {
         self.broken = Some(Broken::SessionEnded);
     }
 
-    /// The server's id of this connection (`CONNECTION_ID()`), for tests.
-    #[cfg(test)]
+    /// The server's id of this connection (`CONNECTION_ID()`).
     pub(crate) fn id(&mut self) -> u32 {
         self.conn().connection_id()
+    }
+
+    /// This end's TCP port (`None` over a Unix socket): with the id, it tells this connection's
+    /// session from another server's session of the same id (`HOST` in the process list).
+    pub(crate) fn local_port(&mut self) -> Option<u16> {
+        let address =
+            nix::sys::socket::getsockname::<nix::sys::socket::SockaddrStorage>(self.conn().as_raw_fd());
+        let address = address.ok()?;
+        address.as_sockaddr_in().map(|v4| v4.port()).or_else(|| address.as_sockaddr_in6().map(|v6| v6.port()))
     }
 }
 

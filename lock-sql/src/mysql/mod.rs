@@ -87,6 +87,7 @@ mod semaphore;
 mod session;
 mod table;
 mod tls;
+mod undo;
 mod wait;
 
 pub use builder::MySqlLockBuilder;

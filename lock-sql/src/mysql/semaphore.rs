@@ -222,8 +222,9 @@ impl MySqlBackend {
         checkout: Checkout,
     ) -> Result<Attempt> {
         let mut connection = self.inner.pool.get_for(checkout)?;
+        let hex_name = hex(ask.name.as_str().as_bytes());
         let sql = self.inner.tables.acquire_permit(
-            &hex(ask.name.as_str().as_bytes()),
+            &hex_name,
             &ask.owner,
             (ask.permits, ask.ttl),
             &ask.key,
@@ -238,6 +239,8 @@ impl MySqlBackend {
                 return Ok(Err(Some(Duration::from_millis(rand::random_range(1..=10)))));
             }
             Err(failure) => {
+                let release = self.inner.tables.release_permit(&hex_name, &ask.owner, &ask.key);
+                self.undo_unanswered(&mut connection, ask.ttl, release);
                 // The transaction may still be open: never reuse the connection.
                 connection.poison();
                 return Err(error::map("acquire a permit", failure));
@@ -285,12 +288,9 @@ impl MySqlBackend {
 
     pub(crate) fn permit_release(&self, lease: &MySqlLease) -> Result<bool> {
         let Hold::Permit { owner } = &lease.hold else { unreachable!("a permit lease") };
-        let mut connection = self.inner.pool.get()?;
         let key = hex(semaphore_queue_key(&lease.name).as_bytes());
         let sql = self.inner.tables.release_permit(&hex(lease.name.as_str().as_bytes()), owner, &key);
-        let results = connection.run("release a permit", &sql)?;
-        self.ring(&results);
-        Ok(results.affected(0) == 1)
+        Ok(self.run_release("release a permit", sql, lease.ttl)?.affected(0) == 1)
     }
 }
 

@@ -60,14 +60,13 @@ impl MySqlBackend {
     ) -> Result<std::result::Result<MySqlLease, Duration>> {
         let mut connection = self.inner.pool.get()?;
         let owner = hex(owner.to_hex().as_bytes());
-        let sql = self.inner.tables.acquire(
-            &hex(name.as_str().as_bytes()),
-            &owner,
-            ttl,
-            queued_as.map(Bell::value),
-            with_remaining,
-        );
-        let results = connection.run("acquire", &sql)?;
+        let hex_name = hex(name.as_str().as_bytes());
+        let sql =
+            self.inner.tables.acquire(&hex_name, &owner, ttl, queued_as.map(Bell::value), with_remaining);
+        let results = connection.run("acquire", &sql).inspect_err(|_| {
+            let release = self.inner.tables.release(&hex_name, &owner);
+            self.undo_unanswered(&mut connection, ttl, release);
+        })?;
         // The insert's affected rows (the statement before the last, which reads the fence): 0,
         // the row is someone else's and nothing changed — contention, not an error. 1: inserted;
         // 2: taken over (expired) or re-entered.
@@ -186,11 +185,8 @@ impl MySqlBackend {
 
     pub(crate) fn table_release(&self, lease: &MySqlLease) -> Result<bool> {
         let Hold::Table { owner } = &lease.hold else { unreachable!("a lock-table lease") };
-        let mut connection = self.inner.pool.get()?;
         let sql = self.inner.tables.release(&hex(lease.lock_key().as_str().as_bytes()), owner);
-        let results = connection.run("release", &sql)?;
-        self.ring(&results);
-        Ok(results.affected(0) == 1)
+        Ok(self.run_release("release", sql, lease.ttl)?.affected(0) == 1)
     }
 
     /// Puts waiter `waiter` in `name`'s queue (or renews its entry, which then lives `note`;

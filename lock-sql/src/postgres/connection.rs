@@ -27,6 +27,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::error::{self, PgFailure};
 use super::pool::PgSettings;
 use super::runtime;
+use super::undo::{self, FollowUp};
 use crate::restart_delay::SessionsAge;
 
 /// A statement parameter with its SQL type.
@@ -42,16 +43,16 @@ type Socket = tokio_postgres::Connection<
     <MakeRustlsConnect as MakeTlsConnect<tokio_postgres::Socket>>::Stream,
 >;
 
-/// One connection: the client, its socket half, the runtime that drives both during a call, and
-/// whether it broke.
+/// One connection: its [`Wire`], and whether it broke.
 ///
 /// As in the blocking `postgres` crate, the calling thread drives the socket itself (no I/O
 /// thread, no cross-thread hand-off per reply); unlike it, every call has a deadline.
 pub(crate) struct PgConnection {
-    client: Client,
-    socket: RefCell<Socket>,
     /// `None` only while dropping (see `Drop`).
-    runtime: Option<Runtime>,
+    wire: Option<Wire>,
+    /// Statements to send behind a call that got no reply, when the connection is dropped
+    /// (`undo.rs`).
+    pub(super) follow_up: RefCell<Option<FollowUp>>,
     notifications: Option<NotificationSink>,
     io_timeout: Duration,
     broken: Cell<bool>,
@@ -92,9 +93,8 @@ impl PgConnection {
             .map_err(|_| PgFailure::Timeout { operation: "connect", timeout: settings.connect_timeout })?
             .map_err(|source| PgFailure::statement("connect", source))?;
         let connection = Self {
-            client,
-            socket: RefCell::new(socket),
-            runtime: Some(runtime),
+            wire: Some(Wire { client, socket: RefCell::new(socket), runtime: Some(runtime) }),
+            follow_up: RefCell::new(None),
             notifications,
             io_timeout: settings.io_timeout,
             broken: Cell::new(false),
@@ -156,7 +156,7 @@ impl PgConnection {
         if self.ended.get() {
             return Err(CallFailure::Closed);
         }
-        let outcome = self.drive(timeout, call(&self.client));
+        let outcome = self.drive(timeout, call(&self.wire().client));
         self.stalled.set(matches!(outcome, Err(Stalled::Timeout)));
         match outcome {
             Ok(Ok(value)) => Ok(value),
@@ -338,34 +338,11 @@ impl PgConnection {
         timeout: Duration,
         future: impl Future<Output = O> + Send,
     ) -> std::result::Result<O, Stalled> {
-        let mut socket = self.socket.borrow_mut();
-        let socket = &mut *socket;
-        let notifications = &self.notifications;
-        let mut future = std::pin::pin!(future);
-        let both = std::future::poll_fn(move |cx| {
-            loop {
-                match socket.poll_message(cx) {
-                    Poll::Ready(Some(Ok(AsyncMessage::Notification(notification)))) => {
-                        if let Some(sink) = notifications {
-                            sink(notification);
-                        }
-                    }
-                    Poll::Ready(Some(Ok(_notice))) => {}
-                    // The future sees the failure as its own error, if it is still waiting.
-                    Poll::Ready(Some(Err(_))) | Poll::Ready(None) => match future.as_mut().poll(cx) {
-                        Poll::Ready(output) => return Poll::Ready(Ok(output)),
-                        Poll::Pending => return Poll::Ready(Err(Stalled::Closed)),
-                    },
-                    Poll::Pending => break,
-                }
-            }
-            future.as_mut().poll(cx).map(Ok)
-        });
-        let runtime = self.runtime.as_ref().expect("present until dropped");
-        match block_on(runtime, async { tokio::time::timeout(timeout, both).await }) {
-            Ok(outcome) => outcome.unwrap_or(Err(Stalled::Timeout)),
-            Err(error) => Err(Stalled::NoThread(error)),
-        }
+        self.wire().drive(self.notifications.as_ref(), timeout, future)
+    }
+
+    fn wire(&self) -> &Wire {
+        self.wire.as_ref().expect("present until dropped")
     }
 
     /// Waits up to `timeout` for notifications (the listener's idle loop).
@@ -400,7 +377,7 @@ impl PgConnection {
     }
 
     pub(crate) fn is_broken(&self) -> bool {
-        self.broken.get() || self.client.is_closed()
+        self.broken.get() || self.wire().client.is_closed()
     }
 
     /// Whether the last call on this connection got no reply in time: asking again would most
@@ -481,6 +458,62 @@ impl CallFailure {
 }
 
 impl Drop for PgConnection {
+    /// Hands the wire to a thread that sends the follow-up first, if there is one.
+    fn drop(&mut self) {
+        if let (Some(wire), Some(follow_up)) = (self.wire.take(), self.follow_up.take()) {
+            undo::send_behind(wire, follow_up);
+        }
+    }
+}
+
+/// A connection's client, its socket half, and the runtime that drives both during a call.
+pub(super) struct Wire {
+    pub(super) client: Client,
+    socket: RefCell<Socket>,
+    /// `None` only while dropping (see `Drop`).
+    runtime: Option<Runtime>,
+}
+
+impl Wire {
+    /// Polls `future` and the socket together until the future is done, the socket closes, or
+    /// `timeout` passes. Notifications that arrive meanwhile go to `notifications`.
+    pub(super) fn drive<O: Send>(
+        &self,
+        notifications: Option<&NotificationSink>,
+        timeout: Duration,
+        future: impl Future<Output = O> + Send,
+    ) -> std::result::Result<O, Stalled> {
+        let mut socket = self.socket.borrow_mut();
+        let socket = &mut *socket;
+        let mut future = std::pin::pin!(future);
+        let both = std::future::poll_fn(move |cx| {
+            loop {
+                match socket.poll_message(cx) {
+                    Poll::Ready(Some(Ok(AsyncMessage::Notification(notification)))) => {
+                        if let Some(sink) = notifications {
+                            sink(notification);
+                        }
+                    }
+                    Poll::Ready(Some(Ok(_notice))) => {}
+                    // The future sees the failure as its own error, if it is still waiting.
+                    Poll::Ready(Some(Err(_))) | Poll::Ready(None) => match future.as_mut().poll(cx) {
+                        Poll::Ready(output) => return Poll::Ready(Ok(output)),
+                        Poll::Pending => return Poll::Ready(Err(Stalled::Closed)),
+                    },
+                    Poll::Pending => break,
+                }
+            }
+            future.as_mut().poll(cx).map(Ok)
+        });
+        let runtime = self.runtime.as_ref().expect("present until dropped");
+        match block_on(runtime, async { tokio::time::timeout(timeout, both).await }) {
+            Ok(outcome) => outcome.unwrap_or(Err(Stalled::Timeout)),
+            Err(error) => Err(Stalled::NoThread(error)),
+        }
+    }
+}
+
+impl Drop for Wire {
     /// Without waiting for the runtime's blocking threads (a host-name lookup at most): dropping a
     /// runtime the ordinary way panics when done inside another runtime.
     fn drop(&mut self) {
@@ -490,8 +523,8 @@ impl Drop for PgConnection {
     }
 }
 
-/// Why [`PgConnection::drive`] gave up.
-enum Stalled {
+/// Why [`Wire::drive`] gave up.
+pub(super) enum Stalled {
     Timeout,
     Closed,
     /// Inside a tokio runtime, and no helper thread could be started.

@@ -71,6 +71,7 @@ mod semaphore;
 mod session;
 mod table;
 mod tls;
+mod undo;
 mod wait;
 mod waiter_queue;
 

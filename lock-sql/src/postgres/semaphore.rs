@@ -48,7 +48,11 @@ impl PostgresBackend {
             "acquire a permit",
             &self.inner.tables.permits.acquire,
             &[(&name_text, Type::TEXT), (&token_text, Type::TEXT), (&ms, Type::INT8), (&permits, Type::INT4)],
-        )?;
+        );
+        // The undo of an unanswered acquisition (`undo.rs`): the owner-checked release.
+        let undo =
+            || (self.inner.tables.permits.release.clone(), vec![name_text.to_owned(), token_text.to_owned()]);
+        let rows = rows.inspect_err(|_| connection.follow_unanswered(ttl, vec![undo()]))?;
         let Some(row) = rows.first() else { return Ok(None) };
         if row.get::<_, bool>(1) {
             return Ok(Some(PostgresLease::new(
@@ -88,13 +92,9 @@ impl PostgresBackend {
 
     pub(crate) fn permit_release(&self, lease: &PostgresLease) -> Result<bool> {
         let Hold::Permit { owner } = &lease.hold else { unreachable!("a permit lease") };
-        let connection = self.inner.pool.get()?;
         let (name, owner) = (lease.name.as_str(), owner.as_str());
-        let rows = connection.rows(
-            "release a permit",
-            &self.inner.tables.permits.release,
-            &[(&name, Type::TEXT), (&owner, Type::TEXT)],
-        )?;
+        let sql = self.inner.tables.permits.release.as_str();
+        let rows = self.run_release("release a permit", sql, (name, owner), lease.ttl)?;
         Ok(!rows.is_empty())
     }
 }

@@ -31,16 +31,21 @@ impl PostgresBackend {
         let token = owner.to_hex();
         let ms = millis(ttl);
         let (name_text, token_text) = (name.as_str(), token.as_str());
-        let rows = connection.rows(
-            "acquire",
-            sql,
-            &[(&name_text, Type::TEXT), (&token_text, Type::TEXT), (&ms, Type::INT8)],
-        )?;
+        let rows = connection
+            .rows("acquire", sql, &[(&name_text, Type::TEXT), (&token_text, Type::TEXT), (&ms, Type::INT8)])
+            .inspect_err(|_| {
+                connection.follow_unanswered(ttl, vec![self.table_undo(name_text, token_text)])
+            })?;
         // A row comes back only when this statement won the lock; a conflict that the WHERE
         // refused is contention, not an error.
         Ok(rows
             .first()
             .map(|row| PostgresLease::keyed(name, unsigned(row.get(0)), ttl, Hold::Table { owner: token })))
+    }
+
+    /// The undo of an unanswered acquisition under `owner` (`undo.rs`): the owner-checked release.
+    fn table_undo(&self, name: &str, owner: &str) -> (String, Vec<String>) {
+        (self.inner.tables.release.clone(), vec![name.to_owned(), owner.to_owned()])
     }
 
     pub(crate) fn table_extend(&self, lease: &mut PostgresLease, ttl: Duration) -> Result<bool> {
@@ -148,11 +153,10 @@ impl PostgresBackend {
 
     pub(crate) fn table_release(&self, lease: &PostgresLease) -> Result<bool> {
         let Hold::Table { owner } = &lease.hold else { unreachable!("a lock-table lease") };
-        let connection = self.inner.pool.get()?;
         let sql = self.inner.tables.release.as_str();
         let key = lease.lock_key();
         let name = key.as_str();
-        let rows = connection.rows("release", sql, &[(&name, Type::TEXT), (&owner.as_str(), Type::TEXT)])?;
+        let rows = self.run_release("release", sql, (name, owner), lease.ttl)?;
         Ok(rows.first().is_some_and(|row| row.get::<_, i64>(0) == 1))
     }
 
@@ -184,7 +188,12 @@ impl PostgresBackend {
                 (&note_ms, Type::INT8),
                 (&others_waiting, Type::BOOL),
             ],
-        )?;
+        );
+        let rows = rows.inspect_err(|_| {
+            let leave =
+                (self.inner.tables.leave_queue.clone(), vec![name_text.to_owned(), channel.to_owned()]);
+            connection.follow_unanswered(ttl, vec![self.table_undo(name_text, token_text), leave]);
+        })?;
         let row =
             rows.first().ok_or_else(|| PgFailure::Reply { operation: "acquire", detail: "no row".into() })?;
         if row.get::<_, bool>(1) {

@@ -1,0 +1,115 @@
+//! The MariaDB undo of an unanswered lock-table or permit acquisition (see `crate::undo`).
+//!
+//! A `mysql` connection that got no complete reply cannot send again (the driver is out of step
+//! with the server), so the undo goes out on another connection, and only once the old session
+//! is gone: until then the request may still be running (waiting for a row lock) or waiting to
+//! be read (a stopped server), and an earlier undo would find nothing to undo. `KILL CONNECTION`
+//! of the process-list entry with the old connection's id and, over TCP, its client port (the
+//! same id on another server behind one address is another session) ends the session at its
+//! next check (the same user may kill its own sessions; without that
+//! right the session still ends when the server notices its closed socket), and the undo waits
+//! until the session is no longer in the process list. Then the owner-checked release gives the
+//! grant back and rings the next waiter, as a release does. Retried with back-off until it
+//! succeeds or the grant's lease has passed (`crate::undo::retry_until`).
+
+use std::time::{Duration, Instant};
+
+use lock_core::Result;
+
+use super::connection::{Broken, MyConnection, Results};
+use super::MySqlBackend;
+
+/// How often the undo looks for the killed session in the process list.
+const LOOK_EVERY: Duration = Duration::from_millis(2);
+
+impl MySqlBackend {
+    /// After an acquisition on `connection` failed: when it got no complete reply (the server
+    /// may still grant it), undoes it in the background with `release`, the owner-checked
+    /// release of the attempt's token.
+    pub(super) fn undo_unanswered(&self, connection: &mut MyConnection, lease: Duration, release: String) {
+        if connection.broken() != Some(Broken::NoAnswer) {
+            return;
+        }
+        // The process list names a TCP session's client as `host:port`: behind one address
+        // with several servers (a load balancer), the same id on another server is not this one.
+        let session = match connection.local_port() {
+            Some(port) => format!("ID = {} AND HOST LIKE '%:{port}'", connection.id()),
+            None => format!("ID = {}", connection.id()),
+        };
+        let until = Instant::now() + lease;
+        let backend = self.clone();
+        let mut killed = false;
+        crate::undo::retry_until(until, "undo an unanswered acquisition", move || {
+            let mut connection = backend.inner.pool.get()?;
+            let outcome = backend.undo_once(&mut connection, &session, &release, &mut killed, until);
+            if outcome.is_err() {
+                // A release that failed inside its statements: never pool the connection.
+                connection.poison();
+            }
+            outcome
+        });
+    }
+
+    /// Runs `release`, a kind's owner-checked release, and rings the waiter it names. When it
+    /// fails in a way that may be a stall (a timeout, no connection), it may not have reached the
+    /// server, so it runs again in the background until the server answers or the `lease` is
+    /// over: the lock is free as soon as the server answers again, not at its lease end. After
+    /// a release that did arrive, the retry changes nothing.
+    ///
+    /// # Errors
+    /// The release's own failure (the background retry is not waited for).
+    pub(super) fn run_release(
+        &self,
+        operation: &'static str,
+        release: String,
+        lease: Duration,
+    ) -> Result<Results> {
+        let once = move |backend: &Self, release: &str| {
+            let results = backend.inner.pool.get()?.run(operation, release)?;
+            backend.ring(&results);
+            Ok(results)
+        };
+        let released = once(self, &release);
+        if released.as_ref().is_err_and(lock_core::Error::is_retryable) {
+            let backend = self.clone();
+            crate::undo::retry_until(Instant::now() + lease, operation, move || {
+                once(&backend, &release).map(drop)
+            });
+        }
+        released
+    }
+
+    fn undo_once(
+        &self,
+        connection: &mut MyConnection,
+        session: &str,
+        release: &str,
+        killed: &mut bool,
+        until: Instant,
+    ) -> Result<()> {
+        let look = format!("SELECT MIN(ID) FROM information_schema.PROCESSLIST WHERE {session}");
+        if !*killed {
+            if let Some(id) = connection.run("undo", &look)?.last_value::<u64>() {
+                // A server error (the session just ended, no right to kill it) leaves the wait
+                // below.
+                match connection.try_run(&format!("KILL CONNECTION {id}")) {
+                    Ok(_) | Err(mysql::Error::MySqlError(_)) => {}
+                    Err(error) => return Err(super::error::map("undo", error)),
+                }
+            }
+            *killed = true;
+        }
+        while connection.run("undo", &look)?.last_value::<u64>().is_some() {
+            if Instant::now() >= until {
+                return Err(lock_core::Error::backend(
+                    super::error::BACKEND,
+                    "the old session is still there",
+                ));
+            }
+            std::thread::sleep(LOOK_EVERY);
+        }
+        let results = connection.run("undo", release)?;
+        self.ring(&results);
+        Ok(())
+    }
+}
