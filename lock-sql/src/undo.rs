@@ -26,8 +26,8 @@ use lock_core::Result;
 /// The undo threads' name (Linux shows 15 bytes of a thread name).
 const THREAD_NAME: &str = "distlock-undo";
 
-/// The most undo threads at once, per process: each holds a server connection while its server
-/// does not answer.
+/// The most undo threads at once, per process (acquisitions' undos and releases' retries
+/// together): each holds a server connection while its server does not answer.
 const MAX_THREADS: usize = 64;
 
 /// The longest an undo keeps trying (a longer lease lapses on its own).
@@ -38,6 +38,15 @@ const FIRST_PAUSE: Duration = Duration::from_millis(50);
 const MAX_PAUSE: Duration = Duration::from_secs(1);
 
 static THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// One of the [`THREADS`], given back when its thread ends, even by a panic.
+struct Counted;
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        THREADS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// Runs `attempt` on a thread of its own (as [`spawn`]) until it succeeds, with back-off, or
 /// until the next try would start after `until` (at most [`MAX_WAIT`] from now).
@@ -72,8 +81,8 @@ pub(crate) fn spawn(undo: impl FnOnce() + Send + 'static) {
         return;
     }
     let spawned = std::thread::Builder::new().name(THREAD_NAME.into()).spawn(move || {
+        let _counted = Counted;
         undo();
-        THREADS.fetch_sub(1, Ordering::AcqRel);
     });
     if let Err(error) = spawned {
         THREADS.fetch_sub(1, Ordering::AcqRel);

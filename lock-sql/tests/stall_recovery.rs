@@ -2,9 +2,9 @@
 //! SQL kind: eight clients contend with short deadlines, the server is stopped (SIGSTOP) for four
 //! seconds while their requests pile up unread, then resumes and runs them — after every client
 //! timed out on them. An acquisition the server grants to a client that gave up (an orphan) must
-//! be given back, not kept until its lease ends; the lock-table kinds undo it on the connection the
-//! request went out on, the session kinds lose it with their session. (Redis's counterpart is
-//! `lock-redis/tests/stall_recovery.rs`.)
+//! be given back, not kept until its lease ends: the lock-table kinds and permits undo it (see
+//! `lock-sql/src/undo.rs`), the session kinds lose it with their session. (Redis's counterpart
+//! is `lock-redis/tests/stall_recovery.rs`.)
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;

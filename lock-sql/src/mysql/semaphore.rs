@@ -337,6 +337,25 @@ mod server_tests {
         }
     }
 
+    /// A doorbell that reconnected renames its client's entry to its new bell; when another
+    /// thread of the client already queued under the new bell, the old entry goes instead of the
+    /// rename failing on the duplicate key (seen as `ERROR 1062` under load).
+    #[test]
+    fn sem_a_renamed_entry_meets_the_new_bell_s_own() {
+        let backend = backend();
+        let name = unique_name("sem-rename");
+        let key = hex(semaphore_queue_key(&name).as_bytes());
+        let note = Duration::from_secs(5);
+        let queue = |waiter, replaces| {
+            let sql = backend.inner.tables.queue_permit(&key, waiter, replaces, note);
+            backend.in_transaction("queue", &sql, None)
+        };
+        queue(1, None).unwrap().expect("queued under the old bell");
+        queue(2, None).unwrap().expect("queued under the new bell");
+        queue(2, Some(1)).expect("the rename meets the new bell's entry").expect("queued");
+        assert_eq!(queued(&backend, &name), 1, "one entry, the new bell's");
+    }
+
     /// How long after the releases of `waiters` permits (of as many) the same number of queued
     /// waiters, each on a client of its own, all had theirs. Each release rings one waiter.
     fn wake_up_after_release(backend: &MySqlBackend, waiters: usize) -> Duration {

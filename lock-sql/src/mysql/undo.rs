@@ -6,11 +6,13 @@
 //! be read (a stopped server), and an earlier undo would find nothing to undo. `KILL CONNECTION`
 //! of the process-list entry with the old connection's id and, over TCP, its client port (the
 //! same id on another server behind one address is another session) ends the session at its
-//! next check (the same user may kill its own sessions; without that
-//! right the session still ends when the server notices its closed socket), and the undo waits
-//! until the session is no longer in the process list. Then the owner-checked release gives the
-//! grant back and rings the next waiter, as a release does. Retried with back-off until it
-//! succeeds or the grant's lease has passed (`crate::undo::retry_until`).
+//! next check (the same user may kill its own sessions; without that right the session still
+//! ends when the server notices its closed socket), and the undo waits until the session is no
+//! longer in the process list. Then the owner-checked release gives the grant back and rings the
+//! next waiter, as a release does. Retried with back-off until it succeeds or the grant's lease
+//! has passed (`crate::undo::retry_until`). Where the server sees another client port (a NAT, a
+//! proxy such as ProxySQL), no entry matches, nothing is killed and the release runs at once,
+//! which can come before a late grant: that orphan lapses at its lease end.
 
 use std::time::{Duration, Instant};
 
@@ -19,8 +21,11 @@ use lock_core::Result;
 use super::connection::{Broken, MyConnection, Results};
 use super::MySqlBackend;
 
-/// How often the undo looks for the killed session in the process list.
-const LOOK_EVERY: Duration = Duration::from_millis(2);
+/// How soon the undo looks again for the killed session in the process list; the pause doubles
+/// up to [`MAX_LOOK_PAUSE`] (a session that outlives its `KILL` is in a long statement, or the
+/// right to kill it is missing and it ends when the server notices its closed socket).
+const FIRST_LOOK_PAUSE: Duration = Duration::from_millis(2);
+const MAX_LOOK_PAUSE: Duration = Duration::from_millis(100);
 
 impl MySqlBackend {
     /// After an acquisition on `connection` failed: when it got no complete reply (the server
@@ -51,10 +56,11 @@ impl MySqlBackend {
     }
 
     /// Runs `release`, a kind's owner-checked release, and rings the waiter it names. When it
-    /// fails in a way that may be a stall (a timeout, no connection), it may not have reached the
-    /// server, so it runs again in the background until the server answers or the `lease` is
-    /// over: the lock is free as soon as the server answers again, not at its lease end. After
-    /// a release that did arrive, the retry changes nothing.
+    /// never left (no connection: a stall), it is sent again in the background until it leaves
+    /// or the `lease` is over, so the lock is free as soon as the server answers again, not at
+    /// its lease end. A release that left and got no answer is not sent again: the server runs
+    /// it when it gets to it, and a second one could take a hold off a later grant to the same
+    /// owner (a re-entered lock, an election campaigning again).
     ///
     /// # Errors
     /// The release's own failure (the background retry is not waited for).
@@ -64,19 +70,30 @@ impl MySqlBackend {
         release: String,
         lease: Duration,
     ) -> Result<Results> {
-        let once = move |backend: &Self, release: &str| {
-            let results = backend.inner.pool.get()?.run(operation, release)?;
-            backend.ring(&results);
-            Ok(results)
+        let mut connection = match self.inner.pool.get() {
+            Ok(connection) => connection,
+            Err(unsent) => {
+                if unsent.is_retryable() {
+                    let backend = self.clone();
+                    crate::undo::retry_until(Instant::now() + lease, operation, move || {
+                        let Ok(mut connection) = backend.inner.pool.get() else {
+                            return Err(lock_core::Error::backend(
+                                super::error::BACKEND,
+                                "no connection yet",
+                            ));
+                        };
+                        if let Ok(results) = connection.run(operation, &release) {
+                            backend.ring(&results);
+                        }
+                        Ok(())
+                    });
+                }
+                return Err(unsent);
+            }
         };
-        let released = once(self, &release);
-        if released.as_ref().is_err_and(lock_core::Error::is_retryable) {
-            let backend = self.clone();
-            crate::undo::retry_until(Instant::now() + lease, operation, move || {
-                once(&backend, &release).map(drop)
-            });
-        }
-        released
+        let results = connection.run(operation, &release)?;
+        self.ring(&results);
+        Ok(results)
     }
 
     fn undo_once(
@@ -99,6 +116,7 @@ impl MySqlBackend {
             }
             *killed = true;
         }
+        let mut pause = FIRST_LOOK_PAUSE;
         while connection.run("undo", &look)?.last_value::<u64>().is_some() {
             if Instant::now() >= until {
                 return Err(lock_core::Error::backend(
@@ -106,7 +124,8 @@ impl MySqlBackend {
                     "the old session is still there",
                 ));
             }
-            std::thread::sleep(LOOK_EVERY);
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(MAX_LOOK_PAUSE);
         }
         let results = connection.run("undo", release)?;
         self.ring(&results);

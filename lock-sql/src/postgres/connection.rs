@@ -264,6 +264,16 @@ impl PgConnection {
         Ok(Ready::Prepared(statement, params.iter().map(|(value, _)| *value).collect()))
     }
 
+    /// Makes `sql` ready to send with `params` (prepared once per connection, a round trip the
+    /// first time): a failure here means the statement never left, which [`rows`](Self::rows)
+    /// alone cannot tell from one that left and got no answer.
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
+    pub(crate) fn ready(&self, sql: &str, params: &[Param<'_>]) -> Result<()> {
+        self.statement(sql, params).map(drop).map_err(|failure| failure.into_error("prepare"))
+    }
+
     /// Like [`query`](Self::query) without `BEGIN`, bounded by the I/O timeout, errors mapped.
     ///
     /// # Errors

@@ -15,6 +15,7 @@ use std::time::Duration;
 use lock_core::{check_lease, poll_until, Acquired, Error, LockName, OwnerToken, Request, Result};
 use tokio_postgres::types::Type;
 
+use super::connection::Param;
 use super::lease::{Hold, PostgresLease};
 use super::session::unsigned;
 use super::table::millis;
@@ -44,15 +45,21 @@ impl PostgresBackend {
         let connection = self.inner.pool.get()?;
         let token = owner.to_hex();
         let (name_text, token_text, ms) = (name.as_str(), token.as_str(), millis(ttl));
-        let rows = connection.rows(
-            "acquire a permit",
-            &self.inner.tables.permits.acquire,
-            &[(&name_text, Type::TEXT), (&token_text, Type::TEXT), (&ms, Type::INT8), (&permits, Type::INT4)],
-        );
+        let params: &[Param<'_>] =
+            &[(&name_text, Type::TEXT), (&token_text, Type::TEXT), (&ms, Type::INT8), (&permits, Type::INT4)];
         // The undo of an unanswered acquisition (`undo.rs`): the owner-checked release.
-        let undo =
-            || (self.inner.tables.permits.release.clone(), vec![name_text.to_owned(), token_text.to_owned()]);
-        let rows = rows.inspect_err(|_| connection.follow_unanswered(ttl, vec![undo()]))?;
+        let undo = || {
+            vec![(
+                self.inner.tables.permits.release.clone(),
+                vec![name_text.to_owned(), token_text.to_owned()],
+            )]
+        };
+        let rows = connection.acquire_rows(
+            "acquire a permit",
+            (&self.inner.tables.permits.acquire, params),
+            ttl,
+            undo,
+        )?;
         let Some(row) = rows.first() else { return Ok(None) };
         if row.get::<_, bool>(1) {
             return Ok(Some(PostgresLease::new(

@@ -8,6 +8,7 @@ use std::time::Duration;
 use lock_core::{Extension, OwnerToken, Result};
 use tokio_postgres::types::Type;
 
+use super::connection::Param;
 use super::error::PgFailure;
 use super::lease::{Hold, PostgresLease};
 use super::session::unsigned;
@@ -31,11 +32,9 @@ impl PostgresBackend {
         let token = owner.to_hex();
         let ms = millis(ttl);
         let (name_text, token_text) = (name.as_str(), token.as_str());
+        let params: &[Param<'_>] = &[(&name_text, Type::TEXT), (&token_text, Type::TEXT), (&ms, Type::INT8)];
         let rows = connection
-            .rows("acquire", sql, &[(&name_text, Type::TEXT), (&token_text, Type::TEXT), (&ms, Type::INT8)])
-            .inspect_err(|_| {
-                connection.follow_unanswered(ttl, vec![self.table_undo(name_text, token_text)])
-            })?;
+            .acquire_rows("acquire", (sql, params), ttl, || vec![self.table_undo(name_text, token_text)])?;
         // A row comes back only when this statement won the lock; a conflict that the WHERE
         // refused is contention, not an error.
         Ok(rows
@@ -177,22 +176,24 @@ impl PostgresBackend {
         let token = owner.to_hex();
         let (ms, note_ms) = (millis(ttl), millis(note));
         let (name_text, token_text, channel) = (name.as_str(), token.as_str(), self.inner.listener.channel());
-        let rows = connection.rows(
-            "acquire",
-            sql,
-            &[
-                (&name_text, Type::TEXT),
-                (&token_text, Type::TEXT),
-                (&ms, Type::INT8),
-                (&channel, Type::TEXT),
-                (&note_ms, Type::INT8),
-                (&others_waiting, Type::BOOL),
-            ],
-        );
-        let rows = rows.inspect_err(|_| {
-            let leave =
-                (self.inner.tables.leave_queue.clone(), vec![name_text.to_owned(), channel.to_owned()]);
-            connection.follow_unanswered(ttl, vec![self.table_undo(name_text, token_text), leave]);
+        let params: &[Param<'_>] = &[
+            (&name_text, Type::TEXT),
+            (&token_text, Type::TEXT),
+            (&ms, Type::INT8),
+            (&channel, Type::TEXT),
+            (&note_ms, Type::INT8),
+            (&others_waiting, Type::BOOL),
+        ];
+        let rows = connection.acquire_rows("acquire", (sql, params), ttl, || {
+            let mut undo = vec![self.table_undo(name_text, token_text)];
+            // The client's queue entry is its other waiting threads' too: they keep it.
+            if !others_waiting {
+                undo.push((
+                    self.inner.tables.leave_queue.clone(),
+                    vec![name_text.to_owned(), channel.to_owned()],
+                ));
+            }
+            undo
         })?;
         let row =
             rows.first().ok_or_else(|| PgFailure::Reply { operation: "acquire", detail: "no row".into() })?;

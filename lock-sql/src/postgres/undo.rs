@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
-use lock_core::{Error, Result};
+use lock_core::Result;
 
-use super::connection::{PgConnection, Wire};
+use super::connection::{Param, PgConnection, Wire};
 use super::PostgresBackend;
 use crate::undo::MAX_WAIT;
 
@@ -24,15 +24,28 @@ pub(crate) struct FollowUp {
 }
 
 impl PgConnection {
-    /// After a call on this connection got no reply in time ([`is_stalled`](Self::is_stalled)),
-    /// makes `statements` (SQL, text parameters) follow it on this connection once the pool drops
-    /// it, waiting up to `lease` for their answer on a thread of their own. Does nothing after
-    /// any other failure: nothing is left unanswered then.
-    pub(crate) fn follow_unanswered(&self, lease: Duration, statements: Vec<(String, Vec<String>)>) {
-        if self.is_stalled() {
-            let until = Instant::now() + lease.min(MAX_WAIT);
-            *self.follow_up.borrow_mut() = Some(FollowUp { statements, until });
-        }
+    /// Runs the acquisition `sql` with `params` like [`rows`](Self::rows). When it left and got
+    /// no reply in time, the statements `undo` makes (SQL, text parameters) follow it on this
+    /// connection once the pool drops it, waiting up to `lease` for their answer on a thread of
+    /// their own. Nothing follows a statement that never left (preparing it failed) or that
+    /// failed otherwise.
+    ///
+    /// # Errors
+    /// As [`rows`](Self::rows).
+    pub(crate) fn acquire_rows(
+        &self,
+        operation: &'static str,
+        (sql, params): (&str, &[Param<'_>]),
+        lease: Duration,
+        undo: impl FnOnce() -> Vec<(String, Vec<String>)>,
+    ) -> Result<Vec<Row>> {
+        self.ready(sql, params)?;
+        self.rows(operation, sql, params).inspect_err(|_| {
+            if self.is_stalled() {
+                let until = Instant::now() + lease.min(MAX_WAIT);
+                *self.follow_up.borrow_mut() = Some(FollowUp { statements: undo(), until });
+            }
+        })
     }
 }
 
@@ -65,11 +78,12 @@ fn run(wire: &Wire, follow_up: &FollowUp) {
 }
 
 impl PostgresBackend {
-    /// Runs `sql` ($1 `name`, $2 `owner`), a kind's owner-checked release. When it fails in a
-    /// way that may be a stall (a timeout, no connection), it may not have reached the server
-    /// (no connection, or preparing it got no answer), so it runs again in the background until
-    /// the server answers or the `lease` is over: the lock is free as soon as the server answers
-    /// again, not at its lease end. After a release that did arrive, the retry changes nothing.
+    /// Runs `sql` ($1 `name`, $2 `owner`), a kind's owner-checked release. When it never left
+    /// (no connection, or preparing it got no answer: a stall), it is sent again in the
+    /// background until it leaves or the `lease` is over, so the lock is free as soon as the
+    /// server answers again, not at its lease end. A release that left and got no answer is not
+    /// sent again: the server runs it when it gets to it, and a second one could take a hold
+    /// off a later grant to the same owner (a re-entered lock, an election campaigning again).
     ///
     /// # Errors
     /// The release's own failure (the background retry is not waited for).
@@ -80,17 +94,29 @@ impl PostgresBackend {
         (name, owner): (&str, &str),
         lease: Duration,
     ) -> Result<Vec<Row>> {
+        // `Err(Ok(error))`: never sent; `Err(Err(error))`: sent, maybe run.
         let once = move |backend: &Self, sql: &str, name: &str, owner: &str| {
-            backend.inner.pool.get()?.rows(operation, sql, &[(&name, Type::TEXT), (&owner, Type::TEXT)])
+            let params: [Param<'_>; 2] = [(&name, Type::TEXT), (&owner, Type::TEXT)];
+            let connection = backend.inner.pool.get().map_err(Ok)?;
+            connection.ready(sql, &params).map_err(Ok)?;
+            connection.rows(operation, sql, &params).map_err(Err)
         };
-        let released = once(self, sql, name, owner);
-        if released.as_ref().is_err_and(Error::is_retryable) {
-            let backend = self.clone();
-            let (sql, name, owner) = (sql.to_owned(), name.to_owned(), owner.to_owned());
-            crate::undo::retry_until(Instant::now() + lease, operation, move || {
-                once(&backend, &sql, &name, &owner).map(drop)
-            });
+        match once(self, sql, name, owner) {
+            Ok(rows) => Ok(rows),
+            Err(Err(sent)) => Err(sent),
+            Err(Ok(unsent)) => {
+                if unsent.is_retryable() {
+                    let backend = self.clone();
+                    let (sql, name, owner) = (sql.to_owned(), name.to_owned(), owner.to_owned());
+                    crate::undo::retry_until(Instant::now() + lease, operation, move || {
+                        match once(&backend, &sql, &name, &owner) {
+                            Err(Ok(unsent)) => Err(unsent),
+                            Ok(_) | Err(Err(_)) => Ok(()),
+                        }
+                    });
+                }
+                Err(unsent)
+            }
         }
-        released
     }
 }

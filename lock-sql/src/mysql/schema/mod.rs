@@ -121,6 +121,18 @@ pub(crate) struct Tables {
 const NOW: &str = "UTC_TIMESTAMP(6)";
 
 impl Tables {
+    /// Moves the queue entry under `key` of a client's old doorbell bell `old` to its new bell
+    /// `new` in place (a doorbell that reconnected has a new id). Where `new` has an entry
+    /// already (another thread of the client queued under it first), the old one goes instead:
+    /// a plain rename would fail on the duplicate key.
+    fn rename_entry(&self, key: &str, old: u64, new: u64) -> String {
+        let queue = &self.queue;
+        format!(
+            "UPDATE IGNORE {queue} SET waiter = {new} WHERE name = {key} AND waiter = {old}; \
+             DELETE FROM {queue} WHERE name = {key} AND waiter = {old}; "
+        )
+    }
+
     /// # Errors
     /// [`Error::InvalidConfig`](lock_core::Error::InvalidConfig) when a derived name (`_rows`,
     /// `_fence`) would be over the 64-character identifier limit.

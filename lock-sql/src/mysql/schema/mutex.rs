@@ -66,9 +66,7 @@ impl Tables {
     pub(crate) fn queue(&self, name: &str, waiter: u64, replaces: Option<u64>, note: Duration) -> String {
         let Self { locks, queue, .. } = self;
         // A doorbell that reconnected has a new id: its entry takes it in place.
-        let rename = replaces.map_or(String::new(), |old| {
-            format!("UPDATE {queue} SET waiter = {waiter} WHERE name = {name} AND waiter = {old}; ")
-        });
+        let rename = replaces.map_or(String::new(), |old| self.rename_entry(name, old, waiter));
         let note_us = micros(note);
         let mine = if self.fair {
             format!(" AND COALESCE(ring_until < {NOW} OR ring = {waiter}, TRUE)")

@@ -4,6 +4,10 @@ use std::time::Duration;
 
 use super::*;
 
+/// The longest one statement of a permit acquisition waits for a row lock (see
+/// [`Tables::acquire_permit`]).
+const PERMIT_LOCK_WAIT: Duration = Duration::from_millis(250);
+
 impl Tables {
     /// Semaphore: one permit of `permits` for `owner` (hex literals), in one transaction that
     /// the header row's lock orders per name against other acquirers. Renewals and releases are
@@ -46,15 +50,23 @@ impl Tables {
             "IF(@distlock_takes AND @distlock_live + 1 < {permits}, (SELECT waiter FROM {queue} \
              WHERE name = {key} AND until >= {NOW}{others} ORDER BY seq LIMIT 1), NULL)"
         );
+        // Each statement that may wait for another transaction's row lock waits at most
+        // `PERMIT_LOCK_WAIT`: a longer wait would run into the client's I/O timeout under heavy
+        // contention (seen: eighteen semaphores' waiters in two processes at once), where a
+        // refusal (`ER_STATEMENT_TIMEOUT`) is contention the waiter retries at once.
+        let bounded = format!(
+            "SET STATEMENT innodb_lock_wait_timeout = 1, max_statement_time = {} FOR",
+            seconds(PERMIT_LOCK_WAIT)
+        );
         format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION; \
-             INSERT INTO {sem} (name, owner, permits, fence, expires_at) VALUES ({name}, X'', {permits}, 0, {NOW}) \
+             {bounded} INSERT INTO {sem} (name, owner, permits, fence, expires_at) VALUES ({name}, X'', {permits}, 0, {NOW}) \
                ON DUPLICATE KEY UPDATE fence = fence; \
-             SELECT COUNT(*), MIN(expires_at) INTO @distlock_live, @distlock_first FROM {sem} \
+             {bounded} SELECT COUNT(*), MIN(expires_at) INTO @distlock_live, @distlock_first FROM {sem} \
                WHERE name = {name} AND owner <> X'' AND expires_at >= {NOW} FOR UPDATE; \
              SELECT permits INTO @distlock_held FROM {sem} WHERE name = {name} AND owner = X''; \
              SET @distlock_takes = (@distlock_live = 0 OR (@distlock_held = {permits} AND @distlock_live < {permits})); \
-             DELETE FROM {sem} WHERE name = {name} AND owner <> X'' AND expires_at < {NOW}; \
+             {bounded} DELETE FROM {sem} WHERE name = {name} AND owner <> X'' AND expires_at < {NOW}; \
              UPDATE {sem} SET permits = IF(@distlock_takes, {permits}, permits), \
                fence = fence + IF(@distlock_takes, 1, 0) WHERE name = {name} AND owner = X''; \
              INSERT INTO {sem} (name, owner, permits, fence, expires_at) \
@@ -81,9 +93,7 @@ impl Tables {
         note: Duration,
     ) -> String {
         let queue = &self.queue;
-        let rename = replaces.map_or(String::new(), |old| {
-            format!("UPDATE {queue} SET waiter = {waiter} WHERE name = {key} AND waiter = {old}; ")
-        });
+        let rename = replaces.map_or(String::new(), |old| self.rename_entry(key, old, waiter));
         format!(
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION; \
              DELETE FROM {queue} WHERE name = {key} AND until < {NOW}; {rename}{}COMMIT",
