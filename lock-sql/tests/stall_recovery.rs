@@ -27,10 +27,13 @@ const WAIT: Duration = Duration::from_millis(300);
 const STALL: Duration = Duration::from_secs(4);
 /// How long the waiters keep trying after the server stopped.
 const TRY_DURING_STALL: Duration = Duration::from_millis(1_500);
-/// The most the lock may stay unusable after the resume: the server catching up with the piled-up
-/// requests and their undos, on a loaded 2-core machine (measured: under 100 ms on every kind;
-/// an orphan kept to its lease end takes the whole [`LEASE`]).
-const ALLOWED: Duration = Duration::from_millis(1_500);
+/// The most the lock may stay unusable after the resume, far below the [`LEASE`] an orphan kept
+/// to its lease end would take: the server catching up with the piled-up requests and their
+/// undos, and on a fair MariaDB lock table the queue entries of waiters that gave up (written
+/// when the server caught up, not undone: they lapse as a crashed waiter's do, 2 s plus the I/O
+/// timeout), on a loaded 2-core machine. Measured: under 100 ms on every kind alone, 3.0 s once
+/// on `mysql-table` beside other test binaries.
+const ALLOWED: Duration = Duration::from_millis(4_500);
 const WAITERS: usize = 8;
 const PERMITS: u32 = 2;
 
