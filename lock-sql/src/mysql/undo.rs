@@ -41,7 +41,7 @@ impl MySqlBackend {
             Some(port) => format!("ID = {} AND HOST LIKE '%:{port}'", connection.id()),
             None => format!("ID = {}", connection.id()),
         };
-        let until = Instant::now() + lease;
+        let until = Instant::now() + lease.min(crate::undo::MAX_WAIT);
         let backend = self.clone();
         let mut killed = false;
         crate::undo::retry_until(until, "undo an unanswered acquisition", move || {

@@ -50,12 +50,14 @@ impl Tables {
             "IF(@distlock_takes AND @distlock_live + 1 < {permits}, (SELECT waiter FROM {queue} \
              WHERE name = {key} AND until >= {NOW}{others} ORDER BY seq LIMIT 1), NULL)"
         );
-        // Each statement that may wait for another transaction's row lock waits at most
-        // `PERMIT_LOCK_WAIT`: a longer wait would run into the client's I/O timeout under heavy
-        // contention (seen: eighteen semaphores' waiters in two processes at once), where a
-        // refusal (`ER_STATEMENT_TIMEOUT`) is contention the waiter retries at once.
+        // The statements that wait for the header's and the permits' row locks wait at most
+        // `PERMIT_LOCK_WAIT` each: a longer wait would run into the client's I/O timeout under
+        // heavy contention (seen: eighteen semaphores' waiters in two processes at once), where
+        // a refusal (`ER_STATEMENT_TIMEOUT`) is contention the waiter retries at once. MariaDB
+        // only (`/*M! … */` runs on MariaDB and is a comment to MySQL, which has no
+        // `SET STATEMENT`): MySQL waits its session's `innodb_lock_wait_timeout`.
         let bounded = format!(
-            "SET STATEMENT innodb_lock_wait_timeout = 1, max_statement_time = {} FOR",
+            "/*M! SET STATEMENT innodb_lock_wait_timeout = 1, max_statement_time = {} FOR */",
             seconds(PERMIT_LOCK_WAIT)
         );
         format!(
