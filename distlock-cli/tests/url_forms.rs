@@ -122,6 +122,13 @@ fn leaky_urls() -> Vec<(&'static str, String)> {
         ("redis", format!("redis://user:{SECRET}@127.0.0.1:{closed}/")),
         ("redis", format!("app:{SECRET}@127.0.0.1:{closed}")),
         ("mysql-table", format!("mysql://distlock:{MARK}?x#y@127.0.0.1:{closed}/distlock")),
+        ("redis", format!("redis://user:x?{MARK}=1@127.0.0.1:{closed}/")),
+        ("pg-table", format!("postgres://distlock:x?{MARK}=1@127.0.0.1:{closed}/distlock")),
+        ("zookeeper", format!("zk+tls://app:x?{MARK}@127.0.0.1:{closed}/locks?cacert=/nonexistent.pem")),
+        ("etcd", format!("etcds://app:x?{MARK}=1@127.0.0.1:{closed}/locks?cacert=/nonexistent.pem")),
+        ("etcd", format!("etcd://app:{MARK}/x@127.0.0.1:{closed}/locks")),
+        ("etcd", format!("etcd://app:x/{MARK}@127.0.0.1:{closed}/locks")),
+        ("zookeeper", format!("zk://app:{MARK}/x@127.0.0.1:{closed}/locks")),
         (
             "redlock",
             format!(

@@ -182,7 +182,8 @@ impl EtcdLockBuilder {
     /// [`Error::InvalidConfig`] for another scheme, no host, a query on an `etcd://` URL (TLS
     /// parameters need `etcds://`) or an unknown parameter on an `etcds://` one, a fragment, a
     /// `cert` without `key`, an `sslmode` that is not libpq's, or parts that are not UTF-8 once
-    /// percent-decoded. The errors never show the password.
+    /// percent-decoded, or an `@` after the hosts (a password with a raw `/`, `?` or `#` would end
+    /// the hosts early: percent-encode them). The errors never show the password.
     pub fn from_url(url: &str) -> Result<Self> {
         let shown = || lock_core::redact_url(url);
         let parts = lock_core::UrlParts::split(url)?;
@@ -200,6 +201,15 @@ impl EtcdLockBuilder {
                 "an etcd:// URL takes no query or fragment{tls_hint}: {}",
                 shown()
             )));
+        }
+        if parts.rest.contains('@') {
+            // As `redact_url` reads it, an `@` after the hosts may end a password with a raw `/`,
+            // `?` or `#`: its parts would read as hosts, a namespace or a parameter, and show in
+            // errors. Nothing of the URL is shown.
+            return Err(Error::invalid_config(
+                "an etcd:// URL has a `@` after its hosts: percent-encode it (%40), and a \
+                 password's `/`, `?` or `#` (%2F, %3F, %23)",
+            ));
         }
         let mut builder = Self::new(parts.hosts);
         if tls {
@@ -326,6 +336,26 @@ mod tests {
         }
         let hint = EtcdLockBuilder::from_url("etcd://:pw@h/?cacert=ca.pem").unwrap_err();
         assert!(hint.to_string().contains("etcds://") && !hint.to_string().contains("pw@"), "{hint}");
+    }
+
+    /// A password with a raw `/` or `?` ends the hosts inside it: its parts would read as
+    /// endpoints, a namespace or a TLS parameter; the URL is refused without showing them.
+    #[test]
+    fn a_password_split_by_a_raw_slash_or_question_mark_is_never_shown() {
+        for url in [
+            "etcd://app:s3cr/et99@127.0.0.1:1/locks",
+            "etcd://app:4711/et99@127.0.0.1:1/locks",
+            "etcds://app:s3cr?et99=1@127.0.0.1:1/?cacert=ca.pem",
+            "etcd://app:s3cr@4711/et99@127.0.0.1:1/",
+        ] {
+            let error = EtcdLockBuilder::from_url(url).map(|_| ()).unwrap_err();
+            assert!(matches!(error, Error::InvalidConfig { .. }), "{url}");
+            for part in ["s3cr", "4711", "et99"] {
+                assert!(!error.to_string().contains(part), "{part} shown in {error}");
+            }
+        }
+        let encoded = EtcdLockBuilder::from_url("etcd://app:s3cr%2Fet99@127.0.0.1:1/a%40b").unwrap();
+        assert_eq!(encoded.namespace, "/a@b");
     }
 
     #[test]

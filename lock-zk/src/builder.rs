@@ -148,7 +148,13 @@ impl ZooKeeperLockBuilder {
         // As `redact_url` reads it: an `@` after the authority may end a password.
         builder.settings.hidden = parts.rest.contains('@');
         if tls {
-            builder = builder.tls(crate::tls::from_query(parts.query())?);
+            let options =
+                crate::tls::from_query(parts.query()).map_err(|error| match builder.settings.hidden {
+                    // Its text may name a parameter that is the rest of a password with a raw `?`.
+                    true => Error::invalid_config("the query of the zk+tls:// URL is not valid"),
+                    false => error,
+                })?;
+            builder = builder.tls(options);
         }
         let path = parts.path()?;
         // `zk://h:2181/` is the default namespace, as `zk://h:2181`.
@@ -287,6 +293,20 @@ mod tests {
                 for part in ["s3cr", "4711", "et99"] {
                     assert!(!text.contains(part), "{part} shown in {text}");
                 }
+            }
+        }
+    }
+
+    /// A password with a raw `?` ends the authority too: the rest of the password then reads as a
+    /// query parameter's name, which the error for an unknown parameter must not show.
+    #[test]
+    fn a_password_split_by_a_raw_question_mark_is_never_shown() {
+        for url in
+            ["zk+tls://app:s3cr?et99@127.0.0.1:1/locks?cacert=/ca.pem", "zk+tls://app:s3cr?et99=1@h:1/"]
+        {
+            let error = ZooKeeperLockBuilder::from_url(url).map(|_| ()).unwrap_err().to_string();
+            for part in ["s3cr", "et99"] {
+                assert!(!error.contains(part), "{part} shown in {error}");
             }
         }
     }
