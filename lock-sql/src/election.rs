@@ -49,14 +49,18 @@ pub(crate) fn campaign<B: Office>(
 ) -> Result<Option<Acquired<B::Lease>>> {
     check_lease(request.ttl)?;
     let key = LockKey::election(request.name);
+    // A fresh token for every retry: the release of a term that could not take office may be
+    // re-sent late (after a stall, `crate::undo`), and must never end a later term of this
+    // campaign.
+    let mut owner = *request.owner;
     loop {
         let writer = backend.writer()?;
         let acquired = match request.deadline {
             Deadline::Now => {
                 let sent_at = Instant::now();
-                backend.try_key(&key, request.owner, request.ttl)?.map(|lease| Acquired::new(lease, sent_at))
+                backend.try_key(&key, &owner, request.ttl)?.map(|lease| Acquired::new(lease, sent_at))
             }
-            deadline => backend.wait_key(&key, request.owner, request.ttl, deadline.instant())?,
+            deadline => backend.wait_key(&key, &owner, request.ttl, deadline.instant())?,
         };
         let Some(mut acquired) = acquired else { return Ok(None) };
         let error = match backend.take_office(&mut acquired.lease, value, writer) {
@@ -75,5 +79,6 @@ pub(crate) fn campaign<B: Office>(
             return Err(error);
         }
         tracing::debug!(%error, "a new leader could not take office; campaigning again");
+        owner = OwnerToken::random();
     }
 }

@@ -83,7 +83,7 @@ impl PostgresBackend {
     /// background until it leaves or the `lease` is over, so the lock is free as soon as the
     /// server answers again, not at its lease end. A release that left and got no answer is not
     /// sent again: the server runs it when it gets to it, and a second one could take a hold
-    /// off a later grant to the same owner (a re-entered lock, an election campaigning again).
+    /// off a later grant to the same owner (a re-entered lock).
     ///
     /// # Errors
     /// The release's own failure (the background retry is not waited for).
