@@ -116,7 +116,11 @@ pub(crate) struct ReadWriteStatements {
 /// The semaphore statements (`semaphore.rs`).
 #[derive(Debug)]
 pub(crate) struct PermitStatements {
+    /// An acquisition's first attempt: waits for the row lock, decides on the latest row.
     pub(crate) acquire: String,
+    /// A waiter's re-check: as `acquire`, but a look that finds no permit free refuses without
+    /// locking or writing the row.
+    pub(crate) recheck: String,
     pub(crate) extend: String,
     /// A renewal batch's permits in one statement.
     pub(crate) extend_many: String,
@@ -359,14 +363,13 @@ fn permit_statements(sem: &str) -> PermitStatements {
     let owner = "split_part(e, ':', 2)";
     let mine_live =
         format!("EXISTS (SELECT 1 FROM unnest(holders) AS e WHERE {owner} = $2 AND {expires} >= {now_ms})");
-    PermitStatements {
-        // $1 name, $2 owner, $3 lease in ms, $4 permits. Always writes the row (expired
-        // permits pruned); returns (fence, granted, the holders' count, how many hold).
-        // Granted: nobody holds a permit (a new count may be set), or the count is the same and
-        // one is free.
-        acquire: format!(
-            "INSERT INTO {sem} AS s (name, permits, fence, holders) \
-             VALUES ($1, $4, 1, ARRAY[({now_ms} + $3)::text || ':' || $2]) \
+    let holder = format!("({now_ms} + $3)::text || ':' || $2");
+    let returned = format!("fence, EXISTS (SELECT 1 FROM unnest(holders) AS e WHERE {owner} = $2), permits, cardinality(holders)");
+    // The acquisition's upsert of `source` (the new row's values); the conflict branch prunes
+    // expired permits and adds the new one when one is free.
+    let upsert = |source: &str| {
+        format!(
+            "INSERT INTO {sem} AS s (name, permits, fence, holders) {source} \
              ON CONFLICT (name) DO UPDATE SET (permits, fence, holders) = (SELECT \
                CASE WHEN d.takes THEN EXCLUDED.permits ELSE s.permits END, \
                CASE WHEN d.takes THEN s.fence + 1 ELSE s.fence END, \
@@ -374,9 +377,30 @@ fn permit_statements(sem: &str) -> PermitStatements {
              FROM (SELECT l.live, cardinality(l.live) = 0 \
                  OR (s.permits = EXCLUDED.permits AND cardinality(l.live) < EXCLUDED.permits) AS takes \
                FROM (SELECT coalesce(array_agg(e), '{{}}') AS live FROM unnest(s.holders) AS e \
-                 WHERE {expires} >= {now_ms}) AS l) AS d) \
-             RETURNING fence, EXISTS (SELECT 1 FROM unnest(holders) AS e WHERE {owner} = $2), \
-               permits, cardinality(holders)"
+                 WHERE {expires} >= {now_ms}) AS l) AS d)",
+        )
+    };
+    PermitStatements {
+        // $1 name, $2 owner, $3 lease in ms, $4 permits. Always writes the row (expired
+        // permits pruned); returns (fence, granted, the holders' count, how many hold).
+        // Granted: nobody holds a permit (a new count may be set), or the count is the same and
+        // one is free.
+        acquire: format!("{upsert} RETURNING {returned}", upsert = upsert(&format!("VALUES ($1, $4, 1, ARRAY[{holder}])"))),
+        // The same, after a look at the row (`p`, the statement's snapshot, no lock): when it
+        // shows no permit free for this count, the upsert is skipped, and the refusal costs no
+        // row lock and no write, so waiters on a full semaphore cost the server reads. A look
+        // that missed a release only delays the waiter to its next poll. (Not for the first
+        // attempt: there, waiting for a releaser's row lock hands its permit over sooner.)
+        recheck: format!(
+            "WITH p AS (SELECT s.permits, (SELECT count(*) FROM unnest(s.holders) AS e \
+                 WHERE {expires} >= {now_ms})::integer AS live FROM {sem} AS s WHERE s.name = $1), \
+             u AS ({upsert} RETURNING {returned}) \
+             SELECT * FROM u \
+             UNION ALL SELECT 0::bigint, false, p.permits, p.live FROM p WHERE NOT EXISTS (SELECT 1 FROM u)",
+            upsert = upsert(&format!(
+                "SELECT $1, $4, 1, ARRAY[{holder}] \
+                 WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.live > 0 AND (p.permits <> $4 OR p.live >= $4))"
+            )),
         ),
         // $1 name, $2 owner, $3 lease in ms.
         extend: format!(
