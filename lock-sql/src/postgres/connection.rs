@@ -265,13 +265,23 @@ impl PgConnection {
     }
 
     /// Makes `sql` ready to send with `params` (prepared once per connection, a round trip the
-    /// first time): a failure here means the statement never left, which [`rows`](Self::rows)
-    /// alone cannot tell from one that left and got no answer.
+    /// first time), for [`run_ready`](Self::run_ready): a failure here means the statement
+    /// never left, which [`rows`](Self::rows) alone cannot tell from one that left and got no
+    /// answer.
     ///
     /// # Errors
     /// As [`run`](Self::run).
-    pub(crate) fn ready(&self, sql: &str, params: &[Param<'_>]) -> Result<()> {
-        self.statement(sql, params).map(drop).map_err(|failure| failure.into_error("prepare"))
+    pub(crate) fn ready<'s>(&self, sql: &'s str, params: &'s [Param<'s>]) -> Result<Ready<'s>> {
+        self.statement(sql, params).map_err(|failure| failure.into_error("prepare"))
+    }
+
+    /// Runs a statement [`ready`](Self::ready) made, like [`rows`](Self::rows).
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
+    pub(crate) fn run_ready(&self, operation: &'static str, ready: &Ready<'_>) -> Result<Vec<Row>> {
+        self.run_for(operation, self.io_timeout, |client| ready.query(client))
+            .map_err(|failure| failure.into_error(operation))
     }
 
     /// Like [`query`](Self::query) without `BEGIN`, bounded by the I/O timeout, errors mapped.
@@ -423,7 +433,7 @@ pub(crate) enum Step<'s> {
 
 /// A statement ready to run: prepared by name, with its values; or its text and typed values,
 /// sent unnamed (parsed and run in one round trip, nothing left on the server session).
-enum Ready<'s> {
+pub(crate) enum Ready<'s> {
     Prepared(Statement, Vec<&'s (dyn ToSql + Sync)>),
     Unnamed(&'s str, &'s [Param<'s>]),
 }

@@ -39,8 +39,8 @@ impl PgConnection {
         lease: Duration,
         undo: impl FnOnce() -> Vec<(String, Vec<String>)>,
     ) -> Result<Vec<Row>> {
-        self.ready(sql, params)?;
-        self.rows(operation, sql, params).inspect_err(|_| {
+        let ready = self.ready(sql, params)?;
+        self.run_ready(operation, &ready).inspect_err(|_| {
             if self.is_stalled() {
                 let until = Instant::now() + lease.min(MAX_WAIT);
                 *self.follow_up.borrow_mut() = Some(FollowUp { statements: undo(), until });
@@ -98,8 +98,8 @@ impl PostgresBackend {
         let once = move |backend: &Self, sql: &str, name: &str, owner: &str| {
             let params: [Param<'_>; 2] = [(&name, Type::TEXT), (&owner, Type::TEXT)];
             let connection = backend.inner.pool.get().map_err(Ok)?;
-            connection.ready(sql, &params).map_err(Ok)?;
-            connection.rows(operation, sql, &params).map_err(Err)
+            let ready = connection.ready(sql, &params).map_err(Ok)?;
+            connection.run_ready(operation, &ready).map_err(Err)
         };
         match once(self, sql, name, owner) {
             Ok(rows) => Ok(rows),
