@@ -199,6 +199,23 @@ pub(crate) enum Direction {
     Write,
 }
 
+/// Whether `conn`, idle in the pool, is still open: its socket has nothing to read (an idle
+/// session gets nothing unasked), or it answers a `PING`. A server that ended the session (a
+/// restart, a `KILL`, `wait_timeout`) has closed the socket, which then reads as end of file: a
+/// `poll`, no round trip, tells.
+#[allow(unsafe_code)]
+pub(crate) fn still_open(conn: &mut Conn) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    // SAFETY: the descriptor is `conn`'s socket, which stays open while `conn` is borrowed
+    // here, and the borrow ends with this block.
+    let quiet = {
+        let fd = unsafe { BorrowedFd::borrow_raw(conn.as_raw_fd()) };
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        matches!(nix::poll::poll(&mut fds, PollTimeout::ZERO), Ok(0))
+    };
+    quiet || conn.ping().is_ok()
+}
+
 /// Sets one of `conn`'s socket timeouts (`SO_RCVTIMEO`/`SO_SNDTIMEO`, which the driver sets from
 /// its options when it connects and has no setter for).
 ///

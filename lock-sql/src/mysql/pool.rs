@@ -64,6 +64,11 @@ impl MyPool {
         self.shared.io_timeout()
     }
 
+    /// How many connections the pool opens at most.
+    pub(crate) fn max_connections(&self) -> u32 {
+        self.shared.settings.max_connections
+    }
+
     /// A connection, waiting up to the connect timeout for one to come back when all are in use.
     ///
     /// # Errors
@@ -98,8 +103,17 @@ impl MyPool {
         };
         let mut state = shared.state.lock();
         loop {
-            if let Some((conn, sessions_age)) = state.idle.pop() {
-                return Ok(MyConnection::new(conn, Arc::clone(shared), sessions_age));
+            if let Some((mut conn, sessions_age)) = state.idle.pop() {
+                drop(state);
+                if super::connection::still_open(&mut conn) {
+                    return Ok(MyConnection::new(conn, Arc::clone(shared), sessions_age));
+                }
+                // The server ended it while it sat idle (a restart, a `KILL`, `wait_timeout`):
+                // nothing is sent on it, and the next idle one (or a new one) is tried.
+                drop(conn);
+                shared.forget_one();
+                state = shared.state.lock();
+                continue;
             }
             if state.open < size {
                 state.open += 1;

@@ -55,12 +55,17 @@ impl MySqlBackend {
         });
     }
 
-    /// Runs `release`, a kind's owner-checked release, and rings the waiter it names. When it
-    /// never left (no connection: a stall), it is sent again in the background until it leaves
-    /// or the `lease` is over, so the lock is free as soon as the server answers again, not at
-    /// its lease end. A release that left and got no answer is not sent again: the server runs
-    /// it when it gets to it, and a second one could take a hold off a later grant to the same
-    /// owner (a re-entered lock, an election campaigning again).
+    /// Runs `release`, a kind's owner-checked release, and rings the waiter it names.
+    ///
+    /// - When the server had ended the connection's session (a restart, a `KILL`,
+    ///   `wait_timeout`: found out by this call), the release is sent again at once on another
+    ///   connection: on an ended session it either ran or never will, so no copy arrives late.
+    /// - When it never left (no connection: a stall), it is sent again in the background until
+    ///   it leaves or the `lease` is over, so the lock is free as soon as the server answers
+    ///   again, not at its lease end.
+    /// - A release that left and got no answer is not sent again: the server runs it when it
+    ///   gets to it, and a second one could take a hold off a later grant to the same owner (a
+    ///   re-entered lock).
     ///
     /// # Errors
     /// The release's own failure (the background retry is not waited for).
@@ -70,30 +75,45 @@ impl MySqlBackend {
         release: String,
         lease: Duration,
     ) -> Result<Results> {
-        let mut connection = match self.inner.pool.get() {
-            Ok(connection) => connection,
-            Err(unsent) => {
-                if unsent.is_retryable() {
-                    let backend = self.clone();
-                    crate::undo::retry_until(Instant::now() + lease, operation, move || {
-                        let Ok(mut connection) = backend.inner.pool.get() else {
-                            return Err(lock_core::Error::backend(
-                                super::error::BACKEND,
-                                "no connection yet",
-                            ));
-                        };
-                        if let Ok(results) = connection.run(operation, &release) {
-                            backend.ring(&results);
-                        }
-                        Ok(())
-                    });
+        // Each pooled connection may have been ended while idle: one more try than the pool
+        // holds reaches a new one.
+        let mut tries = self.inner.pool.max_connections() + 1;
+        loop {
+            tries -= 1;
+            let mut connection = match self.inner.pool.get() {
+                Ok(connection) => connection,
+                Err(unsent) => {
+                    if unsent.is_retryable() {
+                        self.release_in_background(operation, release, lease);
+                    }
+                    return Err(unsent);
                 }
-                return Err(unsent);
+            };
+            match connection.run(operation, &release) {
+                Ok(results) => {
+                    self.ring(&results);
+                    return Ok(results);
+                }
+                Err(_) if tries > 0 && connection.broken() == Some(Broken::SessionEnded) => {}
+                Err(error) => return Err(error),
             }
-        };
-        let results = connection.run(operation, &release)?;
-        self.ring(&results);
-        Ok(results)
+        }
+    }
+
+    /// Sends `release` once a connection can be had, until the `lease` is over.
+    fn release_in_background(&self, operation: &'static str, release: String, lease: Duration) {
+        let backend = self.clone();
+        crate::undo::retry_until(Instant::now() + lease, operation, move || {
+            let Ok(mut connection) = backend.inner.pool.get() else {
+                return Err(lock_core::Error::backend(super::error::BACKEND, "no connection yet"));
+            };
+            match connection.run(operation, &release) {
+                Ok(results) => backend.ring(&results),
+                Err(error) if connection.broken() == Some(Broken::SessionEnded) => return Err(error),
+                Err(_) => {}
+            }
+            Ok(())
+        });
     }
 
     fn undo_once(
@@ -130,5 +150,55 @@ impl MySqlBackend {
         let results = connection.run("undo", release)?;
         self.ring(&results);
         Ok(())
+    }
+}
+
+#[cfg(all(test, feature = "testkit"))]
+mod server_tests {
+    use lock_core::{Deadline, DistributedLock as _, LockName, OwnerToken, Permits as _, Request};
+    use lock_testkit::suite::{unique_name, SuiteTarget as _};
+
+    use super::*;
+    use crate::mysql::{MySqlLease, MySqlLockKind};
+    use crate::testkit::MySqlTarget;
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    /// Ends the session of `locks`'s pooled connection from `admin` (`KILL CONNECTION`), and waits
+    /// until it is gone: what a restart, an administrator or `wait_timeout` does to an idle one.
+    fn end_pooled_session(locks: &MySqlBackend, admin: &MySqlBackend) {
+        let id = locks.inner.pool.get().unwrap().id();
+        let mut connection = admin.inner.pool.get().unwrap();
+        connection.run("test", &format!("KILL CONNECTION {id}")).unwrap();
+        let gone = format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {id}");
+        while connection.run("test", &gone).unwrap().last_value::<u64>() != Some(0) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn permit(locks: &MySqlBackend, name: &LockName) -> Option<MySqlLease> {
+        let owner = OwnerToken::random();
+        let request = Request::new(name, &owner, LEASE, Deadline::Now, (Duration::ZERO, Duration::ZERO));
+        locks.acquire_permit(&request, 1).unwrap().map(|acquired| acquired.lease)
+    }
+
+    /// Calls on pooled connections the server ended while they sat idle (a restart, an
+    /// administrator, an idle limit) work, on other connections: an acquisition succeeds, and a
+    /// release frees the lock at once, not at its lease end (a lock-table hold, then a permit).
+    #[test]
+    fn calls_on_connections_the_server_ended_while_idle_work() {
+        let target = MySqlTarget::new(MySqlLockKind::Table);
+        let (locks, admin) = (target.backend_with(LEASE, 1).unwrap(), target.backend().unwrap());
+        let name = unique_name("release-ended");
+        end_pooled_session(&locks, &admin);
+        let lease = locks.try_acquire(&name, &OwnerToken::random(), LEASE).unwrap().expect("free");
+        end_pooled_session(&locks, &admin);
+        let held_permit = permit(&locks, &name).expect("a free permit");
+        end_pooled_session(&locks, &admin);
+        assert!(locks.release(lease).unwrap(), "the lock was held");
+        assert!(admin.try_acquire(&name, &OwnerToken::random(), LEASE).unwrap().is_some(), "still held");
+        end_pooled_session(&locks, &admin);
+        assert!(locks.release(held_permit).unwrap(), "the permit was held");
+        assert!(permit(&admin, &name).is_some(), "the permit is still taken");
     }
 }

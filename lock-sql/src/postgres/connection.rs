@@ -60,6 +60,9 @@ pub(crate) struct PgConnection {
     ended: Cell<bool>,
     /// Whether the last call got no reply in time (cleared by the next answered call).
     stalled: Cell<bool>,
+    /// Whether the server ended this connection's session (it closed the connection, or sent a
+    /// `FATAL`): nothing sent on it can run any more.
+    gone: Cell<bool>,
     /// Statements prepared on this connection, by text: a statement is parsed and planned once
     /// per connection, then each call is one Bind/Execute round trip.
     statements: RefCell<HashMap<String, Statement>>,
@@ -100,6 +103,7 @@ impl PgConnection {
             broken: Cell::new(false),
             ended: Cell::new(false),
             stalled: Cell::new(false),
+            gone: Cell::new(false),
             statements: RefCell::default(),
             named: RefCell::default(),
             unnamed: settings.unnamed_statements,
@@ -163,16 +167,16 @@ impl PgConnection {
             Ok(Err(error)) => {
                 // A pooler sharing server sessions: this connection's statements may be gone
                 // from (or clash on) whatever session it has next; never reuse it.
-                if error.code().is_none()
-                    || error::session_ended(&error)
-                    || super::pooler::is_shared_session_symptom(&error)
-                {
+                let gone = error::session_ended(&error);
+                self.gone.set(gone);
+                if error.code().is_none() || gone || super::pooler::is_shared_session_symptom(&error) {
                     self.broken.set(true);
                 }
                 Err(CallFailure::Driver(error))
             }
             Err(failure) => {
                 self.broken.set(true);
+                self.gone.set(matches!(failure, Stalled::Closed));
                 Err(match failure {
                     Stalled::Timeout => CallFailure::Timeout(PgFailure::Timeout { operation, timeout }),
                     Stalled::Closed => CallFailure::Closed,
@@ -396,6 +400,16 @@ impl PgConnection {
         self.ended.set(true);
     }
 
+    /// Whether the server closed this connection while it sat idle (see
+    /// [`Wire::closed_while_idle`]); then it serves no more calls.
+    pub(crate) fn closed_while_idle(&self) -> bool {
+        let closed = self.wire().closed_while_idle();
+        if closed {
+            self.broken.set(true);
+        }
+        closed
+    }
+
     pub(crate) fn is_broken(&self) -> bool {
         self.broken.get() || self.wire().client.is_closed()
     }
@@ -404,6 +418,13 @@ impl PgConnection {
     /// likely cost another I/O timeout.
     pub(crate) fn is_stalled(&self) -> bool {
         self.stalled.get()
+    }
+
+    /// Whether the last call found the session ended by the server: a statement it sent either
+    /// ran before the end or never will (no copy of it can arrive late), so it may be sent again
+    /// on another connection.
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.get()
     }
 
     /// What this connection learned about its server's sessions' age.
@@ -530,6 +551,27 @@ impl Wire {
             Ok(outcome) => outcome.unwrap_or(Err(Stalled::Timeout)),
             Err(error) => Err(Stalled::NoThread(error)),
         }
+    }
+}
+
+impl Wire {
+    /// Whether the server closed the connection (or ended its session with a `FATAL`) while no
+    /// call was running. Turns the runtime's I/O driver once without waiting (`yield_now`), so
+    /// that a close that arrived meanwhile is seen before anything is sent: no round trip.
+    fn closed_while_idle(&self) -> bool {
+        let mut socket = self.socket.borrow_mut();
+        let socket = &mut *socket;
+        let mut turned = std::pin::pin!(tokio::task::yield_now());
+        let check = std::future::poll_fn(move |cx| loop {
+            match socket.poll_message(cx) {
+                // An idle session may get notices; they say nothing of its end.
+                Poll::Ready(Some(Ok(_))) => {}
+                Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(true),
+                Poll::Pending => return turned.as_mut().poll(cx).map(|()| false),
+            }
+        });
+        let runtime = self.runtime.as_ref().expect("present until dropped");
+        block_on(runtime, check).unwrap_or(false)
     }
 }
 

@@ -166,6 +166,19 @@ impl PgPool {
     /// [`Error::Tls`] or [`Error::Timeout`] when connecting failed (the last failure is in the
     /// message).
     pub(crate) fn get_for(&self, checkout: Checkout) -> Result<PooledPg> {
+        // A connection the server ended while it sat idle (a restart, an administrator,
+        // `idle_session_timeout`) goes (`has_broken`); the next is tried: one more try than the
+        // pool holds reaches a new one.
+        for _ in 0..self.settings.max_connections {
+            let connection = self.checkout(checkout)?;
+            if !connection.closed_while_idle() {
+                return Ok(connection);
+            }
+        }
+        self.checkout(checkout)
+    }
+
+    fn checkout(&self, checkout: Checkout) -> Result<PooledPg> {
         if let Some(connection) = self.pool.try_get() {
             return Ok(connection);
         }

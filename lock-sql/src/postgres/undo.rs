@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
-use lock_core::Result;
+use lock_core::{Error, Result};
 
 use super::connection::{Param, PgConnection, Wire};
 use super::PostgresBackend;
@@ -78,12 +78,17 @@ fn run(wire: &Wire, follow_up: &FollowUp) {
 }
 
 impl PostgresBackend {
-    /// Runs `sql` ($1 `name`, $2 `owner`), a kind's owner-checked release. When it never left
-    /// (no connection, or preparing it got no answer: a stall), it is sent again in the
-    /// background until it leaves or the `lease` is over, so the lock is free as soon as the
-    /// server answers again, not at its lease end. A release that left and got no answer is not
-    /// sent again: the server runs it when it gets to it, and a second one could take a hold
-    /// off a later grant to the same owner (a re-entered lock).
+    /// Runs `sql` ($1 `name`, $2 `owner`), a kind's owner-checked release.
+    ///
+    /// - When the server had ended the connection's session (a restart, an administrator, an
+    ///   idle limit: found out by this call), the release is sent again at once on another
+    ///   connection: on an ended session it either ran or never will, so no copy arrives late.
+    /// - When it never left (no connection, or preparing it got no answer: a stall), it is sent
+    ///   again in the background until it leaves or the `lease` is over, so the lock is free as
+    ///   soon as the server answers again, not at its lease end.
+    /// - A release that left and got no answer is not sent again: the server runs it when it
+    ///   gets to it, and a second one could take a hold off a later grant to the same owner (a
+    ///   re-entered lock).
     ///
     /// # Errors
     /// The release's own failure (the background retry is not waited for).
@@ -94,29 +99,119 @@ impl PostgresBackend {
         (name, owner): (&str, &str),
         lease: Duration,
     ) -> Result<Vec<Row>> {
-        // `Err(Ok(error))`: never sent; `Err(Err(error))`: sent, maybe run.
-        let once = move |backend: &Self, sql: &str, name: &str, owner: &str| {
-            let params: [Param<'_>; 2] = [(&name, Type::TEXT), (&owner, Type::TEXT)];
-            let connection = backend.inner.pool.get().map_err(Ok)?;
-            let ready = connection.ready(sql, &params).map_err(Ok)?;
-            connection.run_ready(operation, &ready).map_err(Err)
-        };
-        match once(self, sql, name, owner) {
-            Ok(rows) => Ok(rows),
-            Err(Err(sent)) => Err(sent),
-            Err(Ok(unsent)) => {
+        // Each pooled connection may have been ended while idle: one more try than the pool
+        // holds reaches a new one.
+        let tries = self.inner.pool.settings().max_connections + 1;
+        let mut outcome = release_once(self, operation, sql, (name, owner));
+        for _ in 1..tries {
+            match outcome {
+                Release::Ended(_) => outcome = release_once(self, operation, sql, (name, owner)),
+                _ => break,
+            }
+        }
+        match outcome {
+            Release::Done(rows) => Ok(rows),
+            Release::Sent(error) | Release::Ended(error) => Err(error),
+            Release::Unsent(unsent) => {
                 if unsent.is_retryable() {
                     let backend = self.clone();
                     let (sql, name, owner) = (sql.to_owned(), name.to_owned(), owner.to_owned());
                     crate::undo::retry_until(Instant::now() + lease, operation, move || {
-                        match once(&backend, &sql, &name, &owner) {
-                            Err(Ok(unsent)) => Err(unsent),
-                            Ok(_) | Err(Err(_)) => Ok(()),
+                        match release_once(&backend, operation, &sql, (&name, &owner)) {
+                            Release::Unsent(unsent) | Release::Ended(unsent) => Err(unsent),
+                            Release::Done(_) | Release::Sent(_) => Ok(()),
                         }
                     });
                 }
                 Err(unsent)
             }
         }
+    }
+}
+
+/// How one try of [`PostgresBackend::run_release`] went.
+enum Release {
+    Done(Vec<Row>),
+    /// It never left: no connection, or preparing it got no answer.
+    Unsent(Error),
+    /// The server had ended the session: it ran before the end, or never will.
+    Ended(Error),
+    /// It left and got no answer in time: it may still run.
+    Sent(Error),
+}
+
+fn release_once(
+    backend: &PostgresBackend,
+    operation: &'static str,
+    sql: &str,
+    (name, owner): (&str, &str),
+) -> Release {
+    let params: [Param<'_>; 2] = [(&name, Type::TEXT), (&owner, Type::TEXT)];
+    let connection = match backend.inner.pool.get() {
+        Ok(connection) => connection,
+        Err(error) => return Release::Unsent(error),
+    };
+    let failed = |error| if connection.is_gone() { Release::Ended(error) } else { Release::Sent(error) };
+    match connection.ready(sql, &params) {
+        Ok(ready) => connection.run_ready(operation, &ready).map_or_else(failed, Release::Done),
+        Err(error) if connection.is_gone() => Release::Ended(error),
+        Err(error) => Release::Unsent(error),
+    }
+}
+
+#[cfg(all(test, feature = "testkit"))]
+mod server_tests {
+    use lock_core::{Deadline, DistributedLock as _, LockName, OwnerToken, Request};
+    use lock_testkit::suite::{unique_name, SuiteTarget as _};
+
+    use super::*;
+    use crate::postgres::{PostgresLease, PostgresLockKind};
+    use crate::testkit::PostgresTarget;
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    /// Ends the sessions of `locks`'s pooled connections from `admin`, and waits until they are
+    /// gone: what a restart, an administrator or `idle_session_timeout` does to idle connections.
+    fn end_pooled_sessions(locks: &PostgresBackend, admin: &PostgresBackend) {
+        let pid: i32 = {
+            let connection = locks.inner.pool.get().unwrap();
+            connection.rows("test", "SELECT pg_backend_pid()", &[]).unwrap()[0].get(0)
+        };
+        let connection = admin.inner.pool.get().unwrap();
+        connection.rows("test", "SELECT pg_terminate_backend($1)", &[(&pid, Type::INT4)]).unwrap();
+        let gone = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1";
+        while connection.rows("test", gone, &[(&pid, Type::INT4)]).unwrap()[0].get::<_, i64>(0) > 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn taken(locks: &PostgresBackend, name: &LockName) -> PostgresLease {
+        locks.try_acquire(name, &OwnerToken::random(), LEASE).unwrap().expect("free")
+    }
+
+    fn permit(locks: &PostgresBackend, name: &LockName) -> Option<PostgresLease> {
+        let owner = OwnerToken::random();
+        let request = Request::new(name, &owner, LEASE, Deadline::Now, (Duration::ZERO, Duration::ZERO));
+        locks.acquire_permit_polling(&request, 1).unwrap().map(|acquired| acquired.lease)
+    }
+
+    /// Calls on pooled connections the server ended while they sat idle (a restart, an
+    /// administrator, an idle limit) work, on other connections: an acquisition succeeds, and a
+    /// release frees the lock at once, not at its lease end (a lock-table hold, then a permit).
+    #[test]
+    fn calls_on_connections_the_server_ended_while_idle_work() {
+        let target = PostgresTarget::new(PostgresLockKind::Table);
+        let (locks, admin) = (target.backend_with(LEASE, 1).unwrap(), target.backend().unwrap());
+        let name = unique_name("release-ended");
+        end_pooled_sessions(&locks, &admin);
+        let lease = taken(&locks, &name);
+        end_pooled_sessions(&locks, &admin);
+        let held_permit = permit(&locks, &name).expect("a free permit");
+        end_pooled_sessions(&locks, &admin);
+        assert!(locks.release(lease).unwrap(), "the lock was held");
+        assert!(admin.try_acquire(&name, &OwnerToken::random(), LEASE).unwrap().is_some(), "still held");
+        end_pooled_sessions(&locks, &admin);
+        assert!(locks.release(held_permit).unwrap(), "the permit was held");
+        assert!(permit(&admin, &name).is_some(), "the permit is still taken");
     }
 }
