@@ -150,6 +150,24 @@ impl MyConnection {
         set_socket_timeout(self.conn(), Direction::Read, timeout)
     }
 
+    /// Whether this connection, idle in the pool until now, is still open: its socket has
+    /// nothing to read (an idle session gets nothing unasked), or it answers a `PING`. A server
+    /// that ended the session (a restart, a `KILL`, `wait_timeout`) has closed the socket, which
+    /// then reads as end of file: a `poll`, no round trip, tells.
+    #[allow(unsafe_code)]
+    pub(crate) fn still_open(&mut self) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout};
+        let conn = self.conn();
+        // SAFETY: the descriptor is `conn`'s socket, which stays open while `conn` is borrowed
+        // here, and the borrow ends with this block.
+        let quiet = {
+            let fd = unsafe { BorrowedFd::borrow_raw(conn.as_raw_fd()) };
+            let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+            matches!(nix::poll::poll(&mut fds, PollTimeout::ZERO), Ok(0))
+        };
+        quiet || conn.ping().is_ok()
+    }
+
     /// Why the connection serves no more statements, if it does not (see the module docs).
     pub(crate) fn broken(&self) -> Option<Broken> {
         self.broken
@@ -197,23 +215,6 @@ impl Drop for MyConnection {
 pub(crate) enum Direction {
     Read,
     Write,
-}
-
-/// Whether `conn`, idle in the pool, is still open: its socket has nothing to read (an idle
-/// session gets nothing unasked), or it answers a `PING`. A server that ended the session (a
-/// restart, a `KILL`, `wait_timeout`) has closed the socket, which then reads as end of file: a
-/// `poll`, no round trip, tells.
-#[allow(unsafe_code)]
-pub(crate) fn still_open(conn: &mut Conn) -> bool {
-    use nix::poll::{PollFd, PollFlags, PollTimeout};
-    // SAFETY: the descriptor is `conn`'s socket, which stays open while `conn` is borrowed
-    // here, and the borrow ends with this block.
-    let quiet = {
-        let fd = unsafe { BorrowedFd::borrow_raw(conn.as_raw_fd()) };
-        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-        matches!(nix::poll::poll(&mut fds, PollTimeout::ZERO), Ok(0))
-    };
-    quiet || conn.ping().is_ok()
 }
 
 /// Sets one of `conn`'s socket timeouts (`SO_RCVTIMEO`/`SO_SNDTIMEO`, which the driver sets from

@@ -64,11 +64,6 @@ impl MyPool {
         self.shared.io_timeout()
     }
 
-    /// How many connections the pool opens at most.
-    pub(crate) fn max_connections(&self) -> u32 {
-        self.shared.settings.max_connections
-    }
-
     /// A connection, waiting up to the connect timeout for one to come back when all are in use.
     ///
     /// # Errors
@@ -103,15 +98,17 @@ impl MyPool {
         };
         let mut state = shared.state.lock();
         loop {
-            if let Some((mut conn, sessions_age)) = state.idle.pop() {
+            if let Some((conn, sessions_age)) = state.idle.pop() {
                 drop(state);
-                if super::connection::still_open(&mut conn) {
-                    return Ok(MyConnection::new(conn, Arc::clone(shared), sessions_age));
+                let mut connection = MyConnection::new(conn, Arc::clone(shared), sessions_age);
+                if connection.still_open() {
+                    return Ok(connection);
                 }
                 // The server ended it while it sat idle (a restart, a `KILL`, `wait_timeout`):
-                // nothing is sent on it, and the next idle one (or a new one) is tried.
-                drop(conn);
-                shared.forget_one();
+                // nothing is sent on it (dropped as broken: the pool forgets it), and the next
+                // idle one (or a new one) is tried.
+                connection.poison();
+                drop(connection);
                 state = shared.state.lock();
                 continue;
             }

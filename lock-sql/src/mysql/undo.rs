@@ -55,17 +55,12 @@ impl MySqlBackend {
         });
     }
 
-    /// Runs `release`, a kind's owner-checked release, and rings the waiter it names.
-    ///
-    /// - When the server had ended the connection's session (a restart, a `KILL`,
-    ///   `wait_timeout`: found out by this call), the release is sent again at once on another
-    ///   connection: on an ended session it either ran or never will, so no copy arrives late.
-    /// - When it never left (no connection: a stall), it is sent again in the background until
-    ///   it leaves or the `lease` is over, so the lock is free as soon as the server answers
-    ///   again, not at its lease end.
-    /// - A release that left and got no answer is not sent again: the server runs it when it
-    ///   gets to it, and a second one could take a hold off a later grant to the same owner (a
-    ///   re-entered lock).
+    /// Runs `release`, a kind's owner-checked release, and rings the waiter it names. When it
+    /// never left (no connection: a stall), it is sent again in the background until it leaves
+    /// or the `lease` is over, so the lock is free as soon as the server answers again, not at
+    /// its lease end. A release that left and got no answer is not sent again: the server runs
+    /// it when it gets to it, and a second one could take a hold off a later grant to the same
+    /// owner (a re-entered lock).
     ///
     /// # Errors
     /// The release's own failure (the background retry is not waited for).
@@ -75,45 +70,30 @@ impl MySqlBackend {
         release: String,
         lease: Duration,
     ) -> Result<Results> {
-        // Each pooled connection may have been ended while idle: one more try than the pool
-        // holds reaches a new one.
-        let mut tries = self.inner.pool.max_connections() + 1;
-        loop {
-            tries -= 1;
-            let mut connection = match self.inner.pool.get() {
-                Ok(connection) => connection,
-                Err(unsent) => {
-                    if unsent.is_retryable() {
-                        self.release_in_background(operation, release, lease);
-                    }
-                    return Err(unsent);
+        let mut connection = match self.inner.pool.get() {
+            Ok(connection) => connection,
+            Err(unsent) => {
+                if unsent.is_retryable() {
+                    let backend = self.clone();
+                    crate::undo::retry_until(Instant::now() + lease, operation, move || {
+                        let Ok(mut connection) = backend.inner.pool.get() else {
+                            return Err(lock_core::Error::backend(
+                                super::error::BACKEND,
+                                "no connection yet",
+                            ));
+                        };
+                        if let Ok(results) = connection.run(operation, &release) {
+                            backend.ring(&results);
+                        }
+                        Ok(())
+                    });
                 }
-            };
-            match connection.run(operation, &release) {
-                Ok(results) => {
-                    self.ring(&results);
-                    return Ok(results);
-                }
-                Err(_) if tries > 0 && connection.broken() == Some(Broken::SessionEnded) => {}
-                Err(error) => return Err(error),
+                return Err(unsent);
             }
-        }
-    }
-
-    /// Sends `release` once a connection can be had, until the `lease` is over.
-    fn release_in_background(&self, operation: &'static str, release: String, lease: Duration) {
-        let backend = self.clone();
-        crate::undo::retry_until(Instant::now() + lease, operation, move || {
-            let Ok(mut connection) = backend.inner.pool.get() else {
-                return Err(lock_core::Error::backend(super::error::BACKEND, "no connection yet"));
-            };
-            match connection.run(operation, &release) {
-                Ok(results) => backend.ring(&results),
-                Err(error) if connection.broken() == Some(Broken::SessionEnded) => return Err(error),
-                Err(_) => {}
-            }
-            Ok(())
-        });
+        };
+        let results = connection.run(operation, &release)?;
+        self.ring(&results);
+        Ok(results)
     }
 
     fn undo_once(

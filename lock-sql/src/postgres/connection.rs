@@ -60,9 +60,6 @@ pub(crate) struct PgConnection {
     ended: Cell<bool>,
     /// Whether the last call got no reply in time (cleared by the next answered call).
     stalled: Cell<bool>,
-    /// Whether the server ended this connection's session (it closed the connection, or sent a
-    /// `FATAL`): nothing sent on it can run any more.
-    gone: Cell<bool>,
     /// Statements prepared on this connection, by text: a statement is parsed and planned once
     /// per connection, then each call is one Bind/Execute round trip.
     statements: RefCell<HashMap<String, Statement>>,
@@ -103,7 +100,6 @@ impl PgConnection {
             broken: Cell::new(false),
             ended: Cell::new(false),
             stalled: Cell::new(false),
-            gone: Cell::new(false),
             statements: RefCell::default(),
             named: RefCell::default(),
             unnamed: settings.unnamed_statements,
@@ -167,16 +163,16 @@ impl PgConnection {
             Ok(Err(error)) => {
                 // A pooler sharing server sessions: this connection's statements may be gone
                 // from (or clash on) whatever session it has next; never reuse it.
-                let gone = error::session_ended(&error);
-                self.gone.set(gone);
-                if error.code().is_none() || gone || super::pooler::is_shared_session_symptom(&error) {
+                if error.code().is_none()
+                    || error::session_ended(&error)
+                    || super::pooler::is_shared_session_symptom(&error)
+                {
                     self.broken.set(true);
                 }
                 Err(CallFailure::Driver(error))
             }
             Err(failure) => {
                 self.broken.set(true);
-                self.gone.set(matches!(failure, Stalled::Closed));
                 Err(match failure {
                     Stalled::Timeout => CallFailure::Timeout(PgFailure::Timeout { operation, timeout }),
                     Stalled::Closed => CallFailure::Closed,
@@ -418,13 +414,6 @@ impl PgConnection {
     /// likely cost another I/O timeout.
     pub(crate) fn is_stalled(&self) -> bool {
         self.stalled.get()
-    }
-
-    /// Whether the last call found the session ended by the server: a statement it sent either
-    /// ran before the end or never will (no copy of it can arrive late), so it may be sent again
-    /// on another connection.
-    pub(crate) fn is_gone(&self) -> bool {
-        self.gone.get()
     }
 
     /// What this connection learned about its server's sessions' age.

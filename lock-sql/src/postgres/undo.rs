@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Row;
 
-use lock_core::{Error, Result};
+use lock_core::Result;
 
 use super::connection::{Param, PgConnection, Wire};
 use super::PostgresBackend;
@@ -78,17 +78,14 @@ fn run(wire: &Wire, follow_up: &FollowUp) {
 }
 
 impl PostgresBackend {
-    /// Runs `sql` ($1 `name`, $2 `owner`), a kind's owner-checked release.
-    ///
-    /// - When the server had ended the connection's session (a restart, an administrator, an
-    ///   idle limit: found out by this call), the release is sent again at once on another
-    ///   connection: on an ended session it either ran or never will, so no copy arrives late.
-    /// - When it never left (no connection, or preparing it got no answer: a stall), it is sent
-    ///   again in the background until it leaves or the `lease` is over, so the lock is free as
-    ///   soon as the server answers again, not at its lease end.
-    /// - A release that left and got no answer is not sent again: the server runs it when it
-    ///   gets to it, and a second one could take a hold off a later grant to the same owner (a
-    ///   re-entered lock).
+    /// Runs `sql` ($1 `name`, $2 `owner`), a kind's owner-checked release. When it never left
+    /// (no connection, or preparing it got no answer: a stall), it is sent again in the
+    /// background until it leaves or the `lease` is over, so the lock is free as soon as the
+    /// server answers again, not at its lease end. A release that left and got no answer is not
+    /// sent again: the server runs it when it gets to it, and a second one could take a hold
+    /// off a later grant to the same owner (a re-entered lock). Nor is one whose connection
+    /// closed under it: the server may have run it (the pool's checkout already replaced a
+    /// connection the server had ended while it sat idle).
     ///
     /// # Errors
     /// The release's own failure (the background retry is not waited for).
@@ -99,63 +96,30 @@ impl PostgresBackend {
         (name, owner): (&str, &str),
         lease: Duration,
     ) -> Result<Vec<Row>> {
-        // Each pooled connection may have been ended while idle: one more try than the pool
-        // holds reaches a new one.
-        let tries = self.inner.pool.settings().max_connections + 1;
-        let mut outcome = release_once(self, operation, sql, (name, owner));
-        for _ in 1..tries {
-            match outcome {
-                Release::Ended(_) => outcome = release_once(self, operation, sql, (name, owner)),
-                _ => break,
-            }
-        }
-        match outcome {
-            Release::Done(rows) => Ok(rows),
-            Release::Sent(error) | Release::Ended(error) => Err(error),
-            Release::Unsent(unsent) => {
+        // `Err(Ok(error))`: never sent; `Err(Err(error))`: sent, maybe run.
+        let once = move |backend: &Self, sql: &str, name: &str, owner: &str| {
+            let params: [Param<'_>; 2] = [(&name, Type::TEXT), (&owner, Type::TEXT)];
+            let connection = backend.inner.pool.get().map_err(Ok)?;
+            let ready = connection.ready(sql, &params).map_err(Ok)?;
+            connection.run_ready(operation, &ready).map_err(Err)
+        };
+        match once(self, sql, name, owner) {
+            Ok(rows) => Ok(rows),
+            Err(Err(sent)) => Err(sent),
+            Err(Ok(unsent)) => {
                 if unsent.is_retryable() {
                     let backend = self.clone();
                     let (sql, name, owner) = (sql.to_owned(), name.to_owned(), owner.to_owned());
                     crate::undo::retry_until(Instant::now() + lease, operation, move || {
-                        match release_once(&backend, operation, &sql, (&name, &owner)) {
-                            Release::Unsent(unsent) | Release::Ended(unsent) => Err(unsent),
-                            Release::Done(_) | Release::Sent(_) => Ok(()),
+                        match once(&backend, &sql, &name, &owner) {
+                            Err(Ok(unsent)) => Err(unsent),
+                            Ok(_) | Err(Err(_)) => Ok(()),
                         }
                     });
                 }
                 Err(unsent)
             }
         }
-    }
-}
-
-/// How one try of [`PostgresBackend::run_release`] went.
-enum Release {
-    Done(Vec<Row>),
-    /// It never left: no connection, or preparing it got no answer.
-    Unsent(Error),
-    /// The server had ended the session: it ran before the end, or never will.
-    Ended(Error),
-    /// It left and got no answer in time: it may still run.
-    Sent(Error),
-}
-
-fn release_once(
-    backend: &PostgresBackend,
-    operation: &'static str,
-    sql: &str,
-    (name, owner): (&str, &str),
-) -> Release {
-    let params: [Param<'_>; 2] = [(&name, Type::TEXT), (&owner, Type::TEXT)];
-    let connection = match backend.inner.pool.get() {
-        Ok(connection) => connection,
-        Err(error) => return Release::Unsent(error),
-    };
-    let failed = |error| if connection.is_gone() { Release::Ended(error) } else { Release::Sent(error) };
-    match connection.ready(sql, &params) {
-        Ok(ready) => connection.run_ready(operation, &ready).map_or_else(failed, Release::Done),
-        Err(error) if connection.is_gone() => Release::Ended(error),
-        Err(error) => Release::Unsent(error),
     }
 }
 
