@@ -106,7 +106,8 @@ impl ZooKeeperLockBuilder {
     /// A builder from a URL: `zk://[user:password@]host:port[,host:port…][/namespace]` (or
     /// `zookeeper://…`). The credentials (percent-decoded) become [`digest`](Self::digest)
     /// authentication, the path the [`namespace`](Self::namespace). The userinfo ends at the last
-    /// `@` before the first `/`, so `zk://h:2181/a@b` is the namespace `/a@b` without credentials.
+    /// `@` before the first `/`, so `zk://h:2181/a@b` is the namespace `/a@b` without credentials
+    /// (a `zk+tls://` URL refuses an `@` after its hosts: percent-encode it, `%40`).
     ///
     /// `zk+tls://…` (or `zookeeper+tls://…`) connects to every server with TLS (feature `tls`;
     /// the servers' `secureClientPort`), and takes these parameters, the same as lock-redis's
@@ -124,8 +125,8 @@ impl ZooKeeperLockBuilder {
     /// # Errors
     /// [`Error::InvalidConfig`] for another scheme, no host, a query on a `zk://` URL (no setting
     /// is read from one) or an unknown parameter on a `zk+tls://` one, a fragment, a `cert`
-    /// without `key`, an `sslmode` that is not libpq's, or parts that are not UTF-8 once
-    /// percent-decoded.
+    /// without `key`, an `sslmode` that is not libpq's, an `@` after the hosts of a `zk+tls://`
+    /// URL, or parts that are not UTF-8 once percent-decoded.
     pub fn from_url(url: &str) -> Result<Self> {
         let shown = || lock_core::redact_url(url);
         let parts = lock_core::UrlParts::split(url)?;
@@ -148,13 +149,15 @@ impl ZooKeeperLockBuilder {
         // As `redact_url` reads it: an `@` after the authority may end a password.
         builder.settings.hidden = parts.rest.contains('@');
         if tls {
-            let options =
-                crate::tls::from_query(parts.query()).map_err(|error| match builder.settings.hidden {
-                    // Its text may name a parameter that is the rest of a password with a raw `?`.
-                    true => Error::invalid_config("the query of the zk+tls:// URL is not valid"),
-                    false => error,
-                })?;
-            builder = builder.tls(options);
+            if builder.settings.hidden {
+                // A password with a raw `?` would read as the query: its parts would become
+                // parameter names or certificate paths, which errors and `Debug` show.
+                return Err(Error::invalid_config(
+                    "a zk+tls:// URL has a `@` after its hosts: percent-encode it (%40), and a \
+                     password's `/`, `?` or `#` (%2F, %3F, %23)",
+                ));
+            }
+            builder = builder.tls(crate::tls::from_query(parts.query())?);
         }
         let path = parts.path()?;
         // `zk://h:2181/` is the default namespace, as `zk://h:2181`.
@@ -298,12 +301,15 @@ mod tests {
     }
 
     /// A password with a raw `?` ends the authority too: the rest of the password then reads as a
-    /// query parameter's name, which the error for an unknown parameter must not show.
+    /// query parameter's name or a certificate path, which errors must not show: such a
+    /// zk+tls:// URL is refused.
     #[test]
     fn a_password_split_by_a_raw_question_mark_is_never_shown() {
-        for url in
-            ["zk+tls://app:s3cr?et99@127.0.0.1:1/locks?cacert=/ca.pem", "zk+tls://app:s3cr?et99=1@h:1/"]
-        {
+        for url in [
+            "zk+tls://app:s3cr?et99@127.0.0.1:1/locks?cacert=/ca.pem",
+            "zk+tls://app:s3cr?et99=1@h:1/",
+            "zk+tls://app:s3cr?cacert=et99@127.0.0.1:1/",
+        ] {
             let error = ZooKeeperLockBuilder::from_url(url).map(|_| ()).unwrap_err().to_string();
             for part in ["s3cr", "et99"] {
                 assert!(!error.contains(part), "{part} shown in {error}");
