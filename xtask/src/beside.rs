@@ -7,12 +7,14 @@
 //! lints take what the tests leave. At idle priority (`chrt --idle 0`, Linux's `SCHED_IDLE`: a
 //! thread that runs only when no other wants the CPU; `nice -n 19` where there is no `chrt`)
 //! they cannot delay a renewal or a timed call of a test the way a normal-priority compile beside
-//! them would. They build into a target directory of their own ([`lint_target_dir`]), so that
+//! them would. While the test runner runs a binary alone (timing-sensitive ones, [`quiet`]), no
+//! lint step starts: only one already running goes on. They build into a target directory of their own ([`lint_target_dir`]), so that
 //! cargo's lock on the build directory never makes the tests' cargo commands (the doctests) wait
 //! for them.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::{Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -47,6 +49,7 @@ pub fn start(steps: Vec<LintStep>) -> Beside {
     Beside(thread::spawn(move || {
         let mut outcomes = Vec::with_capacity(steps.len());
         for LintStep { name, mut command } in steps {
+            wait_until_not_quiet();
             command.env("CARGO_TARGET_DIR", &target_dir);
             let outcome = run_captured(format!("beside the tests: {name}"), at_idle_priority(&command));
             let failed = outcome.result.is_err();
@@ -69,6 +72,34 @@ impl Beside {
                 result: Err(Failure::new("the thread running the lint steps panicked")),
             }]
         })
+    }
+}
+
+/// How many [`Quiet`] guards live: while any does, no lint step starts.
+static QUIET: Mutex<usize> = Mutex::new(0);
+static QUIET_ENDED: Condvar = Condvar::new();
+
+/// While it lives, no lint step starts (one running goes on); see [`quiet`].
+pub struct Quiet(());
+
+/// Keeps lint steps from starting until the guard is dropped: for the test binaries that run
+/// alone because load beside them stretches their timed checks.
+pub fn quiet() -> Quiet {
+    *QUIET.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) += 1;
+    Quiet(())
+}
+
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        *QUIET.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) -= 1;
+        QUIET_ENDED.notify_all();
+    }
+}
+
+fn wait_until_not_quiet() {
+    let mut quiet = QUIET.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    while *quiet > 0 {
+        quiet = QUIET_ENDED.wait(quiet).unwrap_or_else(|poisoned| poisoned.into_inner());
     }
 }
 
