@@ -11,7 +11,6 @@
 //! Each command lives in its own module; this file only holds the command line.
 
 mod bench;
-mod beside;
 mod cmd;
 mod compare;
 mod install;
@@ -36,16 +35,15 @@ struct Cli {
 enum Task {
     /// Install the servers the tests need, then check formatting, lint and run all tests.
     ///
-    /// The steps: `cargo fmt --all -- --check`; beside the rest, at idle priority: clippy with
-    /// each backend feature on its own and the CLI without `compare`, `cargo doc` with warnings
-    /// denied, `cargo package` of every published crate, clippy of the CLI as `cargo install`
-    /// compiles it; make sure the server programs are installed (with apt-get on Debian/Ubuntu,
-    /// only what is missing); every test of `cargo test --workspace --all-features`, built with
+    /// The steps: make sure redis-server, PostgreSQL, MariaDB and ZooKeeper are installed (with
+    /// apt-get on Debian/Ubuntu, only what is missing); `cargo fmt --all -- --check`; clippy
+    /// with each backend feature on its own and the CLI without `compare`; `cargo doc` with
+    /// warnings denied; `cargo package` of every published crate; clippy of the CLI as `cargo
+    /// install` compiles it; every test of `cargo test --workspace --all-features`, built with
     /// clippy as the compiler's wrapper (so every target is linted with every feature, warnings
     /// denied), the binaries run side by side (a test that cannot get its server fails; none
     /// skips), with the seckill, reentrant and metrics examples of the same build. The first
-    /// failing step stops the run (the lint steps are waited for); a table of the steps' times
-    /// ends it.
+    /// failing step stops the run; a table of the steps' times ends it.
     Test(TestArgs),
     /// Install the servers, build `distlock` in release mode and compare every backend kind:
     /// the docs' scenarios, the broken recipes and the workloads, as a matrix on the terminal and

@@ -1,14 +1,11 @@
 //! The `cargo xtask test` pipeline: install the servers, check formatting, lint, run the tests.
 //!
-//! The steps run in order and the first failure stops the pipeline, except the lint steps
-//! (clippy per feature set, docs, packaging): they run beside the test build and the tests, at
-//! idle priority ([`beside`]), and the pipeline waits for them at its end. Each step prints a
-//! line with its outcome and how long it took, so a CI log shows where the time went.
+//! The steps run in order and the first failure stops the pipeline. Each step prints a line with
+//! its outcome and how long it took, so a CI log shows where the time went.
 
 use std::process::Command;
 use std::time::Instant;
 
-use crate::beside::{self, LintStep};
 use crate::cmd::{self, Failure};
 use crate::install;
 use crate::test_runner;
@@ -53,9 +50,6 @@ enum Action {
     RunTests { lint: bool },
     /// Run a command, which must succeed.
     Run(Command),
-    /// Start the lint steps beside the rest ([`beside::start`]); the pipeline waits for them at
-    /// its end.
-    StartBeside(Vec<LintStep>),
 }
 
 /// Runs the pipeline that `args` asks for.
@@ -69,7 +63,6 @@ pub fn run(args: &TestArgs) -> Result<(), Failure> {
     let started = Instant::now();
     let mut timings = Vec::with_capacity(count);
     let mut outcome = Ok(());
-    let mut lints = None;
     for (index, step) in steps.into_iter().enumerate() {
         let label = format!("step {}/{count} ({})", index + 1, step.name);
         println!("\n==> {label}");
@@ -78,10 +71,6 @@ pub fn run(args: &TestArgs) -> Result<(), Failure> {
             Action::InstallServers => install::ensure_servers(),
             Action::RunTests { lint } => test_runner::run(lint),
             Action::Run(mut command) => cmd::run(&mut command),
-            Action::StartBeside(steps) => {
-                lints = Some(beside::start(steps));
-                Ok(())
-            }
         };
         let elapsed = step_started.elapsed();
         timings.push((label.clone(), elapsed, result.is_ok()));
@@ -92,15 +81,6 @@ pub fn run(args: &TestArgs) -> Result<(), Failure> {
         }
         println!("==> {label} passed in {}", cmd::format_duration(elapsed));
     }
-    if let Some(lints) = lints {
-        println!("\n==> waiting for the lint steps beside the tests");
-        for lint in lints.finish() {
-            timings.push((lint.label.clone(), lint.took, lint.result.is_ok()));
-            if let Err(failure) = lint.result {
-                outcome = outcome.and(Err(failure.context(format!("{} failed", lint.label))));
-            }
-        }
-    }
     // Where the time went, also when a step failed.
     println!("\n==> steps:");
     for (label, elapsed, passed) in &timings {
@@ -109,8 +89,8 @@ pub fn run(args: &TestArgs) -> Result<(), Failure> {
     }
     let total = cmd::format_duration(started.elapsed());
     match &outcome {
-        Ok(()) => println!("==> all {} steps passed in {total}", timings.len()),
-        Err(_) => println!("==> a step failed; {} steps run in {total}", timings.len()),
+        Ok(()) => println!("==> all {count} steps passed in {total}"),
+        Err(_) => println!("==> {} of {count} steps run in {total}", timings.len()),
     }
     outcome
 }
@@ -118,18 +98,58 @@ pub fn run(args: &TestArgs) -> Result<(), Failure> {
 /// The steps `args` asks for, in order; says which steps are skipped.
 fn plan(args: &TestArgs) -> Vec<Step> {
     let mut steps = Vec::new();
+    if args.no_install {
+        println!("Not checking the server programs (--no-install).");
+    } else {
+        steps.push(Step { name: "install servers", action: Action::InstallServers });
+    }
     if args.skip_lint {
         println!("Not checking formatting, lints, docs or packaging (--skip-lint).");
     } else {
         let mut fmt = cmd::cargo();
         fmt.args(["fmt", "--all", "--", "--check"]);
         steps.push(Step { name: "fmt", action: Action::Run(fmt) });
-        steps.push(Step { name: "lint, beside the rest", action: Action::StartBeside(lint_steps(args)) });
-    }
-    if args.no_install {
-        println!("Not checking the server programs (--no-install).");
-    } else {
-        steps.push(Step { name: "install servers", action: Action::InstallServers });
+        // Unfiltered, the test build lints every target with every feature (see
+        // `cmd::cargo_linting`); a filtered run builds only some, so clippy checks them all here.
+        if !args.test_args.is_empty() {
+            let mut clippy = cmd::cargo();
+            clippy.args(["clippy", "--workspace", "--all-targets", "--all-features"]);
+            clippy.args(["--", "-D", "warnings"]);
+            steps.push(Step { name: "clippy", action: Action::Run(clippy) });
+        }
+        // Each feature on its own: code used only under another feature must not warn.
+        for (package, features) in FEATURE_SETS {
+            let mut clippy = cmd::cargo();
+            clippy.args(["clippy", "--package", package, "--no-default-features", "--features", features]);
+            clippy.args(["--", "-D", "warnings"]);
+            steps.push(Step { name: "clippy (one feature)", action: Action::Run(clippy) });
+        }
+        // Broken intra-doc links and malformed docs fail like lints do.
+        let mut doc = cmd::cargo();
+        doc.args(["doc", "--workspace", "--all-features", "--no-deps", "--quiet"])
+            .env("RUSTDOCFLAGS", "-D warnings");
+        steps.push(Step { name: "doc", action: Action::Run(doc) });
+        // Every library crate and the CLI must package for the registry: no path-only dependency,
+        // no missing file. `--no-verify`: verification builds each crate once more from its packaged
+        // sources (minutes on two cores), and what it would catch is built by the steps above.
+        let mut package = cmd::cargo();
+        package.args([
+            "package",
+            "--workspace",
+            "--exclude",
+            "xtask",
+            "--no-verify",
+            "--quiet",
+            "--allow-dirty",
+        ]);
+        steps.push(Step { name: "package", action: Action::Run(package) });
+        // The command as `cargo install distlock-cli` compiles it: its default features, no
+        // dev-dependency features unified in, the lock file as it is. Checked, not built: a
+        // debug build of that feature set shares little with the test build (about two minutes
+        // here), and the test build links the same binary.
+        let mut installed = cmd::cargo();
+        installed.args(["clippy", "--package", "distlock-cli", "--locked", "--", "-D", "warnings"]);
+        steps.push(Step { name: "clippy (as installed)", action: Action::Run(installed) });
     }
     // Not `--all-targets`: that would leave out the doctests. A test that cannot get its server
     // fails (the harness never skips), so a missing install shows here.
@@ -154,77 +174,29 @@ fn plan(args: &TestArgs) -> Vec<Step> {
     steps
 }
 
-/// The lint steps, run beside the tests ([`beside`]): clippy per feature set, the docs, the
-/// packages, and the CLI as `cargo install` compiles it.
-fn lint_steps(args: &TestArgs) -> Vec<LintStep> {
-    let mut steps = Vec::new();
-    // Unfiltered, the test build lints every target with every feature (see
-    // `cmd::cargo_linting`); a filtered run builds only some, so clippy checks them all here.
-    if !args.test_args.is_empty() {
-        let mut command = cmd::cargo();
-        command.args(["clippy", "--workspace", "--all-targets", "--all-features"]);
-        command.args(["--", "-D", "warnings"]);
-        steps.push(LintStep { name: "clippy", command });
-    }
-    // Each feature on its own: code used only under another feature must not warn.
-    for (package, features) in FEATURE_SETS {
-        let mut command = cmd::cargo();
-        command.args(["clippy", "--package", package, "--no-default-features", "--features", features]);
-        command.args(["--", "-D", "warnings"]);
-        steps.push(LintStep { name: "clippy (one feature)", command });
-    }
-    // Broken intra-doc links and malformed docs fail like lints do.
-    let mut command = cmd::cargo();
-    command
-        .args(["doc", "--workspace", "--all-features", "--no-deps", "--quiet"])
-        .env("RUSTDOCFLAGS", "-D warnings");
-    steps.push(LintStep { name: "doc", command });
-    // Every library crate and the CLI must package for the registry: no path-only dependency,
-    // no missing file. `--no-verify`: verification builds each crate once more from its packaged
-    // sources (minutes on two cores), and what it would catch is built by the other steps.
-    let mut command = cmd::cargo();
-    command.args(["package", "--workspace", "--exclude", "xtask", "--no-verify", "--quiet", "--allow-dirty"]);
-    steps.push(LintStep { name: "package", command });
-    // The command as `cargo install distlock-cli` compiles it: its default features, no
-    // dev-dependency features unified in, the lock file as it is. Checked, not built: a debug
-    // build of that feature set shares little with the test build, which links the same binary.
-    let mut command = cmd::cargo();
-    command.args(["clippy", "--package", "distlock-cli", "--locked", "--", "-D", "warnings"]);
-    steps.push(LintStep { name: "clippy (as installed)", command });
-    steps
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The plan for `args`, as step names and command lines without the path to cargo; the
-    /// lint steps started beside the rest follow their start, named `beside: <name>`.
-    fn describe(args: &TestArgs) -> Vec<(String, String)> {
-        let line = |command: &Command| {
-            let args = command.get_args().map(|arg| arg.to_string_lossy().into_owned());
-            let envs = command.get_envs().filter_map(|(name, value)| {
-                Some(format!("{}={}", name.to_string_lossy(), value?.to_string_lossy()))
-            });
-            envs.chain(["cargo".to_owned()]).chain(args).collect::<Vec<_>>().join(" ")
-        };
-        let mut described = Vec::new();
-        for step in plan(args) {
-            let name = step.name.to_owned();
-            match step.action {
-                Action::InstallServers => described.push((name, String::new())),
-                Action::RunTests { lint } => described
-                    .push((name, format!("(test binaries and examples, concurrently; lint: {lint})"))),
-                Action::Run(command) => described.push((name, line(&command))),
-                Action::StartBeside(lints) => {
-                    described.push((name, String::new()));
-                    for lint in lints {
-                        described.push((format!("beside: {}", lint.name), line(&lint.command)));
-                    }
+    /// The plan for `args`, as step names and command lines without the path to cargo.
+    fn describe(args: &TestArgs) -> Vec<(&'static str, String)> {
+        plan(args)
+            .into_iter()
+            .map(|step| match step.action {
+                Action::InstallServers => (step.name, String::new()),
+                Action::RunTests { lint } => {
+                    (step.name, format!("(test binaries and examples, concurrently; lint: {lint})"))
                 }
-            }
-        }
-        described
+                Action::Run(command) => {
+                    let args = command.get_args().map(|arg| arg.to_string_lossy().into_owned());
+                    let envs = command.get_envs().filter_map(|(name, value)| {
+                        Some(format!("{}={}", name.to_string_lossy(), value?.to_string_lossy()))
+                    });
+                    let line = envs.chain(["cargo".to_owned()]).chain(args).collect::<Vec<_>>();
+                    (step.name, line.join(" "))
+                }
+            })
+            .collect()
     }
 
     fn one_feature(package: &str, features: &str) -> String {
@@ -234,33 +206,43 @@ mod tests {
     #[test]
     fn full_pipeline() {
         let args = TestArgs { no_install: false, skip_lint: false, test_args: Vec::new() };
-        let mut expected =
-            vec![("fmt", "cargo fmt --all -- --check".to_owned()), ("lint, beside the rest", String::new())];
-        for (package, features) in FEATURE_SETS {
-            expected.push(("beside: clippy (one feature)", one_feature(package, features)));
-        }
-        expected.extend([
-            (
-                "beside: doc",
-                "RUSTDOCFLAGS=-D warnings cargo doc --workspace --all-features --no-deps --quiet".to_owned(),
-            ),
-            (
-                "beside: package",
-                "cargo package --workspace --exclude xtask --no-verify --quiet --allow-dirty".to_owned(),
-            ),
-            (
-                "beside: clippy (as installed)",
-                "cargo clippy --package distlock-cli --locked -- -D warnings".to_owned(),
-            ),
-            ("install servers", String::new()),
-            ("clippy + test", "(test binaries and examples, concurrently; lint: true)".to_owned()),
-        ]);
-        let expected: Vec<_> = expected.into_iter().map(|(name, line)| (name.to_owned(), line)).collect();
-        assert_eq!(describe(&args), expected);
         assert_eq!(
-            one_feature("distlock", "redis"),
-            describe(&args)[2].1,
-            "the sets start with the facade's"
+            describe(&args),
+            [
+                ("install servers", String::new()),
+                ("fmt", "cargo fmt --all -- --check".to_owned()),
+                ("clippy (one feature)", one_feature("distlock", "redis")),
+                ("clippy (one feature)", one_feature("distlock", "postgres")),
+                ("clippy (one feature)", one_feature("distlock", "mysql")),
+                ("clippy (one feature)", one_feature("distlock", "zookeeper")),
+                ("clippy (one feature)", one_feature("distlock", "etcd")),
+                (
+                    "clippy (one feature)",
+                    one_feature("distlock", "testkit,redis,postgres,mysql,zookeeper,etcd")
+                ),
+                ("clippy (one feature)", one_feature("distlock", "metrics")),
+                ("clippy (one feature)", one_feature("lock-redis", "")),
+                ("clippy (one feature)", one_feature("lock-zk", "tls")),
+                ("clippy (one feature)", one_feature("lock-sql", "testkit,postgres")),
+                ("clippy (one feature)", one_feature("lock-sql", "testkit,mysql")),
+                ("clippy (one feature)", one_feature("distlock-cli", "redis,postgres,mysql,zookeeper")),
+                ("clippy (one feature)", one_feature("distlock-cli", "compare,redis")),
+                ("clippy (one feature)", one_feature("distlock-cli", "compare,zookeeper")),
+                (
+                    "doc",
+                    "RUSTDOCFLAGS=-D warnings cargo doc --workspace --all-features --no-deps --quiet"
+                        .to_owned()
+                ),
+                (
+                    "package",
+                    "cargo package --workspace --exclude xtask --no-verify --quiet --allow-dirty".to_owned()
+                ),
+                (
+                    "clippy (as installed)",
+                    "cargo clippy --package distlock-cli --locked -- -D warnings".to_owned()
+                ),
+                ("clippy + test", "(test binaries and examples, concurrently; lint: true)".to_owned()),
+            ]
         );
     }
 
@@ -274,7 +256,7 @@ mod tests {
         assert_eq!(
             describe(&args)[0],
             (
-                "test".to_owned(),
+                "test",
                 "cargo test --workspace --all-features conformance -- \
                  --nocapture"
                     .to_owned()

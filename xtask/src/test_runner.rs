@@ -21,7 +21,6 @@ use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::beside;
 use crate::cmd::{self, Failure};
 
 /// How many test binaries run at once. Their tests mostly wait, so this is more than the two
@@ -119,13 +118,8 @@ pub fn run(lint: bool) -> Result<(), Failure> {
     }
     let [first, together, last] = phases;
     let started = Instant::now();
-    // The binaries that run alone run without lint steps starting beside them either.
-    let mut ended = {
-        let _quiet = beside::quiet();
-        run_side_by_side(first, 1)
-    };
+    let mut ended = run_side_by_side(first, 1);
     ended.extend(run_side_by_side(together, CONCURRENT_BINARIES));
-    let _quiet = beside::quiet();
     ended.extend(run_side_by_side(last, 1));
     report(&ended, started.elapsed());
     let failed: Vec<_> = ended.iter().filter(|job| !job.passed).map(|job| job.label.as_str()).collect();
