@@ -42,17 +42,6 @@ impl Waiters {
         }
     }
 
-    /// Wakes the longest-waiting thread for `name` that is not woken yet (one more permit free:
-    /// one more thread may take it).
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-    pub(crate) fn wake_one_more(&self, name: &str) {
-        if let Some(slots) = self.by_name.lock().get(name) {
-            if let Some(slot) = slots.iter().filter_map(Weak::upgrade).find(|slot| !*slot.woken.lock()) {
-                slot.wake();
-            }
-        }
-    }
-
     /// Wakes the longest-waiting thread of every name (a wake-up that does not say which name).
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn wake_each_name(&self) {

@@ -81,12 +81,7 @@ impl PostgresLockBuilder {
         }
         Ok(PostgresBackend {
             inner: Arc::new(Inner {
-                listener: Listener::new(
-                    pool.clone(),
-                    &tables.election.channel,
-                    &tables.permits.channel,
-                    pooler.can_listen(),
-                ),
+                listener: Listener::new(pool.clone(), &tables.election.channel, pooler.can_listen()),
                 tables,
                 pool,
                 kind: self.kind,

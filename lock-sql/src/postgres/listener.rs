@@ -3,9 +3,7 @@
 //! release's statement `NOTIFY`s the oldest waiting client's channel with the lock's name; that
 //! client's listener wakes its longest-waiting thread for the name ([`Waiters`]). The same
 //! connection also `LISTEN`s on the elections' channel (`<table>_lead`, shared by every client;
-//! see `election.rs`) and wakes every watcher of the election a notice names, and on the
-//! semaphores' (`<table>_sem`, see `semaphore.rs`), where a release names its semaphore and wakes
-//! one more of the client's waiters for it.
+//! see `election.rs`) and wakes every watcher of the election a notice names.
 //!
 //! The connection lives on a thread of its own ([`LISTENER_THREAD_NAME`]), started by the first
 //! wait and stopped when the backend is dropped: a connection's socket is only read while some
@@ -59,10 +57,6 @@ struct Shared {
     /// election's name), and the watchers of this client, by election.
     elections_channel: String,
     elections: Waiters,
-    /// The channel every client of the semaphores is told on (payload: the semaphore's name),
-    /// and the permit waiters of this client, by semaphore.
-    permits_channel: String,
-    permits: Waiters,
     /// Whether `LISTEN` is in force on a live connection.
     listening: Mutex<bool>,
     /// Whether this client may `LISTEN` (not through transaction pooling).
@@ -73,28 +67,19 @@ struct Shared {
 }
 
 impl Listener {
-    /// A listener on a new channel of its own (`distlock_w_` and 16 random hex digits), on
-    /// `elections_channel`, the channel of the elections' notices, and on `permits_channel`, the
-    /// semaphores' (validated identifiers); one that never listens unless `can_listen`.
-    pub(crate) fn new(
-        pool: PgPool,
-        elections_channel: &str,
-        permits_channel: &str,
-        can_listen: bool,
-    ) -> Self {
+    /// A listener on a new channel of its own (`distlock_w_` and 16 random hex digits), and on
+    /// `elections_channel` (a validated identifier), the channel of the elections' notices;
+    /// one that never listens unless `can_listen`.
+    pub(crate) fn new(pool: PgPool, elections_channel: &str, can_listen: bool) -> Self {
         let channel = format!("distlock_w_{}", &lock_core::OwnerToken::random().to_hex()[..16]);
         Self {
             shared: Arc::new(Shared {
                 pool,
-                listen: format!(
-                    "LISTEN \"{channel}\"; LISTEN \"{elections_channel}\"; LISTEN \"{permits_channel}\""
-                ),
+                listen: format!("LISTEN \"{channel}\"; LISTEN \"{elections_channel}\""),
                 channel,
                 waiters: Waiters::default(),
                 elections_channel: elections_channel.to_owned(),
                 elections: Waiters::default(),
-                permits_channel: permits_channel.to_owned(),
-                permits: Waiters::default(),
                 listening: Mutex::new(false),
                 can_listen,
                 changed: Condvar::new(),
@@ -119,14 +104,6 @@ impl Listener {
     /// Registers a watcher of the election `name`, starting the listening thread on first use.
     pub(crate) fn register_election(&self, name: &str) -> Registration<'_> {
         let registration = self.shared.elections.register(name);
-        self.start();
-        registration
-    }
-
-    /// Registers a waiter for a permit of the semaphore `name`, starting the listening thread
-    /// on first use.
-    pub(crate) fn register_permit(&self, name: &str) -> Registration<'_> {
-        let registration = self.shared.permits.register(name);
         self.start();
         registration
     }
@@ -195,9 +172,6 @@ fn listen(shared: &Arc<Shared>) {
             if let Some(shared) = weak.upgrade() {
                 if notification.channel() == shared.elections_channel {
                     shared.elections.wake_every(notification.payload());
-                } else if notification.channel() == shared.permits_channel {
-                    // One permit freed: one more waiter re-checks (every client is told).
-                    shared.permits.wake_one_more(notification.payload());
                 } else {
                     shared.waiters.wake(notification.payload());
                 }
@@ -220,7 +194,6 @@ fn listen(shared: &Arc<Shared>) {
         // A notification sent while nobody listened is lost: wake everyone to re-check.
         shared.waiters.wake_all();
         shared.elections.wake_all();
-        shared.permits.wake_all();
         while !shared.stop.load(Ordering::Acquire) {
             if connection.wait_for_notifications(TICK).is_err() {
                 break;

@@ -422,7 +422,7 @@ impl ReadWrite for PostgresBackend {
 /// Every kind: the permits table (`semaphore.rs`).
 impl Permits for PostgresBackend {
     fn acquire_permit(&self, request: &Request<'_>, permits: u32) -> Result<Option<Acquired<PostgresLease>>> {
-        self.wait_for_permit(request, permits)
+        self.acquire_permit_polling(request, permits)
     }
 }
 

@@ -124,11 +124,7 @@ pub(crate) struct PermitStatements {
     pub(crate) extend: String,
     /// A renewal batch's permits in one statement.
     pub(crate) extend_many: String,
-    /// The owner-checked release; it `NOTIFY`s [`channel`](Self::channel) with the name.
     pub(crate) release: String,
-    /// The `NOTIFY` channel of every semaphore on these tables (the semaphore table's name):
-    /// waiters re-check when a release names theirs.
-    pub(crate) channel: String,
 }
 
 impl Tables {
@@ -142,8 +138,7 @@ impl Tables {
         let t = table.double_quoted();
         let rows = table.derived("_rows", MAX_IDENTIFIER)?.double_quoted();
         let fence = table.derived("_fence", MAX_IDENTIFIER)?.double_quoted();
-        let sem_name = table.derived("_sem", MAX_IDENTIFIER)?;
-        let sem = sem_name.double_quoted();
+        let sem = table.derived("_sem", MAX_IDENTIFIER)?.double_quoted();
         let rw = table.derived("_rw", MAX_IDENTIFIER)?.double_quoted();
         let lead = table.derived("_lead", MAX_IDENTIFIER)?;
         // $1 name, $2 owner, $3 lease in ms. One clock reading per statement: the new row's
@@ -339,7 +334,7 @@ impl Tables {
                     )
                 }),
             },
-            permits: permit_statements(&sem, sem_name.as_str()),
+            permits: permit_statements(&sem),
             row_read_write: RowReadWriteStatements::new(&rw, &fence),
             election: ElectionStatements::new(&t, &rows, &lead),
         })
@@ -362,23 +357,14 @@ impl Tables {
 /// The semaphore statements on table `sem` (quoted). A permit is an entry
 /// `<expires, ms since the epoch>:<owner>` in the name's row; every statement works on that one
 /// row, so the row lock orders them, and the conflict branch sees the latest committed row.
-/// Every statement that refuses returns, last, how long until the earliest live permit expires
-/// (ms, `NULL` when none is held): a waiter re-checks then at the latest, since an expiry sends no
-/// `NOTIFY`. `channel` is the semaphores' `NOTIFY` channel (a validated identifier).
-fn permit_statements(sem: &str, channel: &str) -> PermitStatements {
+fn permit_statements(sem: &str) -> PermitStatements {
     let now_ms = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
     let expires = "split_part(e, ':', 1)::bigint";
     let owner = "split_part(e, ':', 2)";
     let mine_live =
         format!("EXISTS (SELECT 1 FROM unnest(holders) AS e WHERE {owner} = $2 AND {expires} >= {now_ms})");
     let holder = format!("({now_ms} + $3)::text || ':' || $2");
-    let next_expiry = |holders: &str| {
-        format!("(SELECT min({expires}) FROM unnest({holders}) AS e WHERE {expires} >= {now_ms}) - {now_ms}")
-    };
-    let returned = format!(
-        "fence, EXISTS (SELECT 1 FROM unnest(holders) AS e WHERE {owner} = $2), permits, cardinality(holders), {}",
-        next_expiry("holders")
-    );
+    let returned = format!("fence, EXISTS (SELECT 1 FROM unnest(holders) AS e WHERE {owner} = $2), permits, cardinality(holders)");
     // The acquisition's upsert of `source` (the new row's values); the conflict branch prunes
     // expired permits and adds the new one when one is free.
     let upsert = |source: &str| {
@@ -396,8 +382,7 @@ fn permit_statements(sem: &str, channel: &str) -> PermitStatements {
     };
     PermitStatements {
         // $1 name, $2 owner, $3 lease in ms, $4 permits. Always writes the row (expired
-        // permits pruned); returns (fence, granted, the holders' count, how many hold, the
-        // earliest expiry's distance in ms).
+        // permits pruned); returns (fence, granted, the holders' count, how many hold).
         // Granted: nobody holds a permit (a new count may be set), or the count is the same and
         // one is free.
         acquire: format!("{upsert} RETURNING {returned}", upsert = upsert(&format!("VALUES ($1, $4, 1, ARRAY[{holder}])"))),
@@ -408,11 +393,10 @@ fn permit_statements(sem: &str, channel: &str) -> PermitStatements {
         // attempt: there, waiting for a releaser's row lock hands its permit over sooner.)
         recheck: format!(
             "WITH p AS (SELECT s.permits, (SELECT count(*) FROM unnest(s.holders) AS e \
-                 WHERE {expires} >= {now_ms})::integer AS live, {next} AS next FROM {sem} AS s WHERE s.name = $1), \
+                 WHERE {expires} >= {now_ms})::integer AS live FROM {sem} AS s WHERE s.name = $1), \
              u AS ({upsert} RETURNING {returned}) \
              SELECT * FROM u \
-             UNION ALL SELECT 0::bigint, false, p.permits, p.live, p.next FROM p WHERE NOT EXISTS (SELECT 1 FROM u)",
-            next = next_expiry("s.holders"),
+             UNION ALL SELECT 0::bigint, false, p.permits, p.live FROM p WHERE NOT EXISTS (SELECT 1 FROM u)",
             upsert = upsert(&format!(
                 "SELECT $1, $4, 1, ARRAY[{holder}] \
                  WHERE NOT EXISTS (SELECT 1 FROM p WHERE p.live > 0 AND (p.permits <> $4 OR p.live >= $4))"
@@ -430,13 +414,11 @@ fn permit_statements(sem: &str, channel: &str) -> PermitStatements {
         extend_many: format!(
             "WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) AS v(name, owner, ms)),              locked AS (SELECT name FROM {sem} WHERE name IN (SELECT name FROM v) ORDER BY name FOR UPDATE),              u AS (UPDATE {sem} AS s SET holders = ARRAY(SELECT CASE WHEN v.owner IS NOT NULL AND {expires} >= {now_ms}                  THEN ({now_ms} + v.ms)::text || ':' || v.owner ELSE e END                FROM unnest(s.holders) AS e LEFT JOIN v ON v.name = s.name AND v.owner = {owner})              WHERE s.name IN (SELECT name FROM locked) RETURNING s.name, s.holders)              SELECT u.name, {owner} FROM u, unnest(u.holders) AS e              WHERE EXISTS (SELECT 1 FROM v WHERE v.name = u.name AND v.owner = {owner}) AND {expires} >= {now_ms}"
         ),
-        // $1 name, $2 owner. A row when released; the notice goes out at the commit.
+        // $1 name, $2 owner.
         release: format!(
-            "WITH r AS (UPDATE {sem} SET holders = ARRAY(SELECT e FROM unnest(holders) AS e WHERE {owner} <> $2) \
-               WHERE name = $1 AND {mine_live} RETURNING 1) \
-             SELECT 1 FROM r, LATERAL (SELECT pg_notify('{channel}', $1)) AS n"
+            "UPDATE {sem} SET holders = ARRAY(SELECT e FROM unnest(holders) AS e WHERE {owner} <> $2) \
+             WHERE name = $1 AND {mine_live} RETURNING 1"
         ),
-        channel: channel.to_owned(),
     }
 }
 

@@ -499,12 +499,7 @@ mod server_tests {
         let pool = base.inner.pool.clone();
         let locks = PostgresBackend {
             inner: Arc::new(Inner {
-                listener: Listener::new(
-                    pool.clone(),
-                    &tables.election.channel,
-                    &tables.permits.channel,
-                    true,
-                ),
+                listener: Listener::new(pool.clone(), &tables.election.channel, true),
                 pool,
                 tables,
                 kind: PostgresLockKind::Advisory,

@@ -156,7 +156,7 @@ mod server_tests {
     fn permit(locks: &PostgresBackend, name: &LockName) -> Option<PostgresLease> {
         let owner = OwnerToken::random();
         let request = Request::new(name, &owner, LEASE, Deadline::Now, (Duration::ZERO, Duration::ZERO));
-        locks.wait_for_permit(&request, 1).unwrap().map(|acquired| acquired.lease)
+        locks.acquire_permit_polling(&request, 1).unwrap().map(|acquired| acquired.lease)
     }
 
     /// Calls on pooled connections the server ended while they sat idle (a restart, an
