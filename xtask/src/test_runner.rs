@@ -1,7 +1,7 @@
 //! The test step of `cargo xtask test`: builds every test target once, then runs the test
 //! binaries (and the doctests and the README's examples) in three phases: the conformance suite
 //! alone with more test threads, the rest several at a time (longest first), and last, alone,
-//! the binaries that open a thousand sessions.
+//! the binaries that load the machine or are upset by load ([`ALONE_LAST`]).
 //!
 //! Why not plain `cargo test`: it runs the binaries one after another, and most of distlock's
 //! tests wait — for leases to run out, sessions to time out, servers to start — rather than
@@ -57,10 +57,11 @@ const ALONE_FIRST: [(&str, &str); 1] = [("distlock", "conformance")];
 pub const EXAMPLES: [&str; 3] = ["seckill", "reentrant", "metrics"];
 
 const ALONE_LAST: [(&str, &str); 5] = [
-    // PB01/PB02: the suite through one PgBouncer (a single-threaded proxy), four scenarios at a
-    // time with 1 s leases, about 45 s. Beside other binaries, three of four clean-clone CI runs
-    // failed one timed check there (S11 hand-offs of 182-586 ms, a release timeout in ML01, a 1 s
-    // permit's renewal late in SEM03), none reproduced without them.
+    // PB01/PB02: the suite through one PgBouncer (a single-threaded proxy), two tests at a time
+    // of four scenarios each, some with 1 s leases (S08, RW03, SEM03), about 45 s. Beside other
+    // binaries, three of four clean-clone CI runs failed one timed check there (S11 hand-offs of
+    // 182-586 ms, a release timeout in ML01, a 1 s permit's renewal late in SEM03), none
+    // reproduced without them.
     ("lock-sql", "scenarios"),
     ("lock-sql", "session_limits"),
     ("lock-zk", "connection_cut"),

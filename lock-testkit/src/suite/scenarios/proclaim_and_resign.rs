@@ -52,9 +52,8 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
         let (waiter, won, seen) = wait_in_campaign(&second, &name);
         thread::sleep(200 * MS + rand::random_range(0..300) * MS);
         ensure!(won.try_recv().is_err(), "a second leader won while the first led");
-        leadership.resign()?;
-        // From the resignation's reply: a stalled server delays it as much as the hand-off.
         let resigned_at = Instant::now();
+        leadership.resign()?;
         let (won_at, token) = won
             .recv_timeout(ACQUIRE_BOUND)
             .map_err(|_| Failure(format!("the waiting candidate never led within {ACQUIRE_BOUND:?}")))?;
