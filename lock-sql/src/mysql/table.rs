@@ -34,20 +34,65 @@ impl MySqlBackend {
         owner: &OwnerToken,
         ttl: Duration,
     ) -> Result<Option<MySqlLease>> {
-        Ok(self.attempt(name, owner, ttl, None, false)?.ok())
+        Ok(self.attempt(name, owner, ttl, false)?.ok())
     }
 
-    /// A waiter's attempt (`queued_as`: its doorbell's bell once queued, which a fair lock lets take
-    /// the lock at the head of the queue). Refused: the holder's remaining lease (zero: free,
-    /// but the queue head's turn).
-    pub(crate) fn table_try_as(
+    /// A waiter's attempt that leaves its queue entry, if any, alone. Refused: the holder's
+    /// remaining lease (zero: free, but the queue head's turn).
+    pub(crate) fn table_recheck(
         &self,
         name: &LockKey,
         owner: &OwnerToken,
         ttl: Duration,
-        queued_as: Option<Bell>,
     ) -> Result<std::result::Result<MySqlLease, Duration>> {
-        self.attempt(name, owner, ttl, queued_as, true)
+        self.attempt(name, owner, ttl, true)
+    }
+
+    /// A fair lock's queued waiter's attempt (`waiter`: its doorbell's bell, which lets it take
+    /// the lock at the head of the queue), which leaves the queue when it wins (or moves to its
+    /// tail: `requeue`, the entry's life, when other threads of this client still wait).
+    /// Refused: the holder's remaining lease (zero: free, but the queue head's turn; a moment
+    /// when InnoDB refused the transaction as a deadlock's victim).
+    pub(crate) fn table_try_queued(
+        &self,
+        name: &LockKey,
+        owner: &OwnerToken,
+        ttl: Duration,
+        waiter: Bell,
+        requeue: Option<Duration>,
+    ) -> Result<std::result::Result<MySqlLease, Duration>> {
+        let mut connection = self.inner.pool.get()?;
+        let owner = hex(owner.to_hex().as_bytes());
+        let hex_name = hex(name.as_str().as_bytes());
+        let sql = self.inner.tables.acquire_queued(&hex_name, &owner, ttl, waiter.value(), requeue);
+        let results = match connection.try_run(&sql) {
+            Ok(results) => results,
+            // Rolled back: contention; the waiter tries again after a short pause.
+            Err(failure) if super::error::is_deadlock(&failure) || super::error::is_busy(&failure) => {
+                connection.poison();
+                return Ok(Err(Duration::from_millis(rand::random_range(1..=10))));
+            }
+            Err(failure) => {
+                let release = self.inner.tables.release(&hex_name, &owner);
+                self.undo_unanswered(&mut connection, ttl, release);
+                // The transaction may still be open: never reuse the connection.
+                connection.poison();
+                return Err(super::error::map("acquire", failure));
+            }
+        };
+        let row = results
+            .sets
+            .last()
+            .and_then(|set| set.1.first())
+            .ok_or_else(|| MyFailure::Reply { operation: "acquire", detail: "no row".into() })?;
+        let value = |index: usize| row.get::<Option<i64>, _>(index).flatten();
+        if value(0) != Some(1) {
+            return Ok(Err(Duration::from_millis(value(2).map_or(0, |ms| u64::try_from(ms).unwrap_or(0)))));
+        }
+        let fence = value(1)
+            .and_then(|fence| u64::try_from(fence).ok())
+            .ok_or_else(|| MyFailure::Reply { operation: "acquire", detail: "no fence".into() })?;
+        Ok(Ok(MySqlLease::keyed(name, fence, ttl, Hold::Table { owner })))
     }
 
     fn attempt(
@@ -55,14 +100,12 @@ impl MySqlBackend {
         name: &LockKey,
         owner: &OwnerToken,
         ttl: Duration,
-        queued_as: Option<Bell>,
         with_remaining: bool,
     ) -> Result<std::result::Result<MySqlLease, Duration>> {
         let mut connection = self.inner.pool.get()?;
         let owner = hex(owner.to_hex().as_bytes());
         let hex_name = hex(name.as_str().as_bytes());
-        let sql =
-            self.inner.tables.acquire(&hex_name, &owner, ttl, queued_as.map(Bell::value), with_remaining);
+        let sql = self.inner.tables.acquire(&hex_name, &owner, ttl, with_remaining);
         let results = connection.run("acquire", &sql).inspect_err(|_| {
             let release = self.inner.tables.release(&hex_name, &owner);
             self.undo_unanswered(&mut connection, ttl, release);

@@ -86,24 +86,30 @@ impl MySqlBackend {
         let outcome = self.table_wait_queued(&registration, name, owner, ttl, deadline, &mut entry);
         let last = registration.finish();
         // Out of the queue once done: a fair lock serves nobody behind an entry whose waiter
-        // stopped waiting, until it lapses. After a win with other threads of this client still
-        // waiting, the client moves to the tail instead; after a win it leaves before the lock
-        // is returned (its release would otherwise ring this client, the head, and keep a fair
-        // lock for it). Out of time, it leaves in the background: the call's time is up. After
+        // stopped waiting, until it lapses. A win left the queue in its own transaction (or
+        // moved the client to the tail while other threads of it waited), before the lock is
+        // returned: its release would otherwise ring this client, the head, and keep a fair
+        // lock for it. Out of time, it leaves in the background: the call's time is up. After
         // an error the entry lapses on its own.
-        if let (Some(waiter), Ok(acquired)) = (entry.bell, &outcome) {
-            if acquired.is_some() {
-                let requeue = (!last).then(|| self.waiter_note());
-                if let Err(error) = self.table_dequeue(name, waiter, requeue, None) {
-                    tracing::debug!(%error, "could not leave the lock's queue; the entry lapses on its own");
+        if let Ok(acquired) = &outcome {
+            match (acquired.is_some(), entry.bell, entry.left()) {
+                // Other threads of this client began waiting after the win left the queue (it
+                // may have taken their entry with it): back to the tail for them.
+                (true, None, Some(waiter)) if !last => {
+                    if let Err(error) = self.table_dequeue(name, waiter, Some(self.waiter_note()), None) {
+                        tracing::debug!(%error, "could not queue again; the other waiters queue at their next turn");
+                    }
+                    // They may have finished meanwhile: then nobody renews the entry.
+                    if !self.inner.doorbell.is_waiting(name.as_str()) {
+                        self.leave_in_background(name, waiter);
+                    }
                 }
-                // The client's other waiters may have finished meanwhile (one of them leaving
-                // before the requeue above): then nobody renews the entry just put back.
-                if !last && !self.inner.doorbell.is_waiting(name.as_str()) {
+                // Moved to the tail for other threads of this client, which have finished since.
+                (true, Some(waiter), _) if !self.inner.doorbell.is_waiting(name.as_str()) => {
                     self.leave_in_background(name, waiter);
                 }
-            } else if last {
-                self.leave_in_background(name, waiter);
+                (false, Some(waiter), _) if last => self.leave_in_background(name, waiter),
+                _ => {}
             }
         }
         outcome
@@ -153,7 +159,34 @@ impl MySqlBackend {
                 // Wake-ups so far are answered by this attempt.
                 registration.clear();
                 let sent_at = Instant::now();
-                remaining = match self.table_try_as(name, owner, ttl, entry.bell)? {
+                let attempt = match entry.bell {
+                    // A win leaves the queue, or moves to its tail while other threads of the
+                    // client wait: fair, in the attempt's own transaction (the head is rung to
+                    // win); non-fair, in another after a win (a rung waiter often loses to a
+                    // caller that came first, and a light attempt costs the server less).
+                    Some(bell) => {
+                        let requeue = registration.others_waiting().then(|| self.waiter_note());
+                        let attempt = if self.inner.fair {
+                            self.table_try_queued(name, owner, ttl, bell, requeue)?
+                        } else {
+                            let attempt = self.table_recheck(name, owner, ttl)?;
+                            if attempt.is_ok() {
+                                if let Err(error) = self.table_dequeue(name, bell, requeue, None) {
+                                    tracing::debug!(%error, "could not leave the lock's queue; the entry lapses on its own");
+                                }
+                            }
+                            attempt
+                        };
+                        match (&attempt, requeue) {
+                            (Ok(_), None) => entry.deleted(),
+                            (Ok(_), Some(_)) => entry.written(),
+                            (Err(_), _) => {}
+                        }
+                        attempt
+                    }
+                    None => self.table_recheck(name, owner, ttl)?,
+                };
+                remaining = match attempt {
                     // The caller's first attempt was refused: this one waited.
                     Ok(lease) => return Ok(Some(Acquired::new(lease, sent_at).contended_if(true))),
                     Err(remaining) => remaining,

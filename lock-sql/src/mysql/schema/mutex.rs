@@ -12,17 +12,19 @@ impl Tables {
     /// first, the later tests would see the new expiry and report a false win). A refused
     /// attempt changes nothing: 0 affected rows; a win is 1 (insert) or 2 (update). Fair: an
     /// expired lock is not free while the queue's oldest waiter (the row's `ring`) lives, except
-    /// to that waiter (`waiter`: the caller's doorbell's bell when it is queued). The last row: the
-    /// fence, and (`with_remaining`) the holder's remaining ms.
-    pub(crate) fn acquire(
-        &self,
-        name: &str,
-        owner: &str,
-        ttl: Duration,
-        waiter: Option<u64>,
-        with_remaining: bool,
-    ) -> String {
-        let locks = &self.locks;
+    /// to that waiter ([`acquire_queued`](Self::acquire_queued)). The last row: the fence, and
+    /// (`with_remaining`) the holder's remaining ms.
+    pub(crate) fn acquire(&self, name: &str, owner: &str, ttl: Duration, with_remaining: bool) -> String {
+        let remaining = match with_remaining {
+            false => String::new(),
+            true => format!(", {}", self.remaining_ms(name)),
+        };
+        format!("{}; SELECT LAST_INSERT_ID(){remaining}", self.take_or_reenter(name, owner, ttl, None))
+    }
+
+    /// The `INSERT … ON DUPLICATE KEY UPDATE` of [`acquire`](Self::acquire) (`waiter`: the
+    /// caller's doorbell's bell when it is queued).
+    fn take_or_reenter(&self, name: &str, owner: &str, ttl: Duration, waiter: Option<u64>) -> String {
         let us = micros(ttl);
         let valid_mine = format!("owner = VALUES(owner) AND expires_at >= {NOW}");
         let expired = match (self.fair, waiter) {
@@ -32,15 +34,8 @@ impl Tables {
                 format!("(expires_at < {NOW} AND NOT COALESCE(ring_until >= {NOW} AND ring <> {me}, FALSE))")
             }
         };
-        let remaining = match with_remaining {
-            false => String::new(),
-            true => format!(
-                ", (SELECT GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at) / 1000)) \
-                 FROM {locks} WHERE name = {name})"
-            ),
-        };
         format!(
-            "INSERT INTO {locks} (name, owner, hold_count, fence, expires_at, acquired_at) \
+            "INSERT INTO {} (name, owner, hold_count, fence, expires_at, acquired_at) \
              VALUES ({name}, {owner}, 1, LAST_INSERT_ID(1), {NOW} + INTERVAL {us} MICROSECOND, {NOW}) \
              ON DUPLICATE KEY UPDATE \
                hold_count = IF({valid_mine}, hold_count + 1, IF({expired}, 1, hold_count)), \
@@ -48,8 +43,53 @@ impl Tables {
                acquired_at = IF({expired}, VALUES(acquired_at), acquired_at), \
                owner = IF({expired}, VALUES(owner), owner), \
                expires_at = IF(owner = VALUES(owner), IF({expired}, VALUES(expires_at), \
-                 IF(expires_at >= {NOW}, GREATEST(expires_at, VALUES(expires_at)), expires_at)), expires_at); \
-             SELECT LAST_INSERT_ID(){remaining}"
+                 IF(expires_at >= {NOW}, GREATEST(expires_at, VALUES(expires_at)), expires_at)), expires_at)",
+            self.locks
+        )
+    }
+
+    /// The holder's remaining lease of `name` in ms (0: free), as a subquery.
+    fn remaining_ms(&self, name: &str) -> String {
+        format!(
+            "(SELECT GREATEST(0, CEIL(TIMESTAMPDIFF(MICROSECOND, {NOW}, expires_at) / 1000)) \
+             FROM {} WHERE name = {name})",
+            self.locks
+        )
+    }
+
+    /// A queued waiter's attempt (`waiter`: its bell) that, when it wins, leaves the queue in
+    /// the same transaction — or, with `requeue` (other threads of its client still wait),
+    /// moves to the tail with an entry living that long — and hands the ring to the next
+    /// waiter: the winner of a hand-off pays one round trip, not an attempt and then a
+    /// `dequeue`. A refused attempt changes the lock row in nothing (with `requeue`, it renews
+    /// the entry in place). The queue's changes follow the lock row's lock, as in `queue`. The
+    /// last row: whether it won (1), the fence, the holder's remaining ms.
+    pub(crate) fn acquire_queued(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        waiter: u64,
+        requeue: Option<Duration>,
+    ) -> String {
+        let queue = &self.queue;
+        let requeue = requeue.map_or(String::new(), |note| {
+            format!(
+                "INSERT INTO {queue} (name, waiter, until) \
+                 VALUES ({name}, {waiter}, {NOW} + INTERVAL {} MICROSECOND) \
+                 ON DUPLICATE KEY UPDATE until = VALUES(until); ",
+                micros(note)
+            )
+        });
+        format!(
+            "START TRANSACTION; {}; \
+             SET @distlock_won = ROW_COUNT() > 0, @distlock_fence = LAST_INSERT_ID(); \
+             DELETE FROM {queue} WHERE name = {name} AND waiter = {waiter} AND @distlock_won; \
+             {requeue}{} AND @distlock_won; COMMIT; \
+             SELECT @distlock_won, @distlock_fence, {}",
+            self.take_or_reenter(name, owner, ttl, Some(waiter)),
+            self.refresh_ring(name),
+            self.remaining_ms(name)
         )
     }
 
