@@ -5,6 +5,7 @@
 //! on to the next.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
@@ -22,7 +23,13 @@ impl Waiters {
     /// Registers a thread waiting for `name`, behind those already waiting for it.
     pub(crate) fn register(&self, name: &str) -> Registration<'_> {
         let slot = Arc::new(Slot::default());
-        self.by_name.lock().entry(name.to_owned()).or_default().push(Arc::downgrade(&slot));
+        let mut by_name = self.by_name.lock();
+        let slots = by_name.entry(name.to_owned()).or_default();
+        for earlier in slots.iter().filter_map(Weak::upgrade) {
+            earlier.joined.store(true, Ordering::Release);
+        }
+        slots.push(Arc::downgrade(&slot));
+        drop(by_name);
         self.registered.notify_all();
         Registration { waiters: self, name: name.to_owned(), slot }
     }
@@ -92,6 +99,9 @@ impl Waiters {
 struct Slot {
     woken: Mutex<bool>,
     changed: Condvar,
+    /// Another thread registered for the name since [`Registration::others_waiting`] last
+    /// asked.
+    joined: AtomicBool,
 }
 
 impl Slot {
@@ -116,14 +126,24 @@ impl Registration<'_> {
 
     /// Whether other threads of this client wait for the same name (then the client stays in
     /// the lock's queue when this one takes the lock).
+    /// ([`joined_since`](Self::joined_since) then tells whether another one registered later.)
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn others_waiting(&self) -> bool {
         let by_name = self.waiters.by_name.lock();
+        self.slot.joined.store(false, Ordering::Release);
         by_name.get(&self.name).is_some_and(|slots| {
             slots
                 .iter()
                 .any(|slot| slot.strong_count() > 0 && !std::ptr::eq(slot.as_ptr(), Arc::as_ptr(&self.slot)))
         })
+    }
+
+    /// Whether another thread of this client registered for the name since
+    /// [`others_waiting`](Self::others_waiting) last asked (it may have written the client's
+    /// queue entry that this thread's win then found gone, or written it again after).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+    pub(crate) fn joined_since(&self) -> bool {
+        self.slot.joined.load(Ordering::Acquire)
     }
 
     /// Sleeps until woken or `until`; whether woken, and the wake-up is taken (a later one is
@@ -204,7 +224,11 @@ mod tests {
         let waiters = Waiters::default();
         let (first, second) = (waiters.register("a"), waiters.register("a"));
         let other = waiters.register("b");
+        assert!(first.joined_since() && !second.joined_since());
         assert!(first.others_waiting() && !other.others_waiting());
+        assert!(!first.joined_since(), "asking again starts afresh");
+        drop(waiters.register("a"));
+        assert!(first.joined_since() && second.joined_since() && !other.joined_since());
         waiters.wake("a");
         assert!(woken(&first) && !woken(&second) && !woken(&other));
         assert!(!first.finish(), "another thread still waits for the name");

@@ -1,12 +1,13 @@
 //! The lock-table kinds' waiter queues, on both databases: a release wakes the oldest waiting
 //! client by the server (PostgreSQL `NOTIFY`, MariaDB's doorbell), fair waiters are served in
-//! arrival order, a waiter out of time leaves the queue, and non-fair waiters are woken too.
+//! arrival order (a client with several waiting threads goes to the tail when one wins), a
+//! waiter out of time leaves the queue, and non-fair waiters are woken too.
 
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_core::{DistributedLock, OwnerToken};
+use lock_core::{DistributedLock, LockName, OwnerToken};
 use lock_sql::mysql::{MySqlBackend, MySqlLockKind};
 use lock_sql::postgres::{PostgresBackend, PostgresLockKind};
 use lock_sql::testkit::{MySqlTarget, PostgresTarget};
@@ -45,6 +46,27 @@ fn mysql() -> Build<MySqlBackend> {
     })
 }
 
+/// Waits for `name` on `locks` (at most 20 s), notes `who` as served, holds the lock 100 ms and
+/// releases it; when it released.
+fn serve<B: DistributedLock, W>(
+    locks: &B,
+    name: &LockName,
+    served: &Mutex<Vec<(W, Instant)>>,
+    who: W,
+) -> Instant {
+    let native = locks.native_wait().expect("lock-table waiters are woken");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let acquired = native
+        .acquire_until(name, &OwnerToken::random(), TTL, Some(deadline))
+        .expect("a server")
+        .expect("served before the deadline");
+    served.lock().unwrap().push((who, Instant::now()));
+    thread::sleep(Duration::from_millis(100));
+    let released_at = Instant::now();
+    assert!(locks.release(acquired.lease).expect("a server"));
+    released_at
+}
+
 /// Three clients queue one after another behind a holder; each release wakes the next promptly,
 /// in arrival order when fair.
 fn waiters_are_woken_by_releases<B: DistributedLock + 'static>(build: &Build<B>, fair: bool) {
@@ -55,20 +77,7 @@ fn waiters_are_woken_by_releases<B: DistributedLock + 'static>(build: &Build<B>,
     let waiters: Vec<_> = (0..3)
         .map(|index| {
             let (build, name, served) = (Arc::clone(build), name.clone(), Arc::clone(&served));
-            let waiter = thread::spawn(move || {
-                let locks = build(fair);
-                let native = locks.native_wait().expect("lock-table waiters are woken");
-                let deadline = Instant::now() + Duration::from_secs(20);
-                let acquired = native
-                    .acquire_until(&name, &OwnerToken::random(), TTL, Some(deadline))
-                    .expect("a server")
-                    .expect("served before the deadline");
-                served.lock().unwrap().push((index, Instant::now()));
-                thread::sleep(Duration::from_millis(100));
-                let released_at = Instant::now();
-                assert!(locks.release(acquired.lease).expect("a server"));
-                released_at
-            });
+            let waiter = thread::spawn(move || serve(&build(fair), &name, &served, index));
             // Let this one queue before the next arrives.
             thread::sleep(Duration::from_millis(700));
             waiter
@@ -138,6 +147,47 @@ fn a_waiter_out_of_time_leaves_the_queue<B: DistributedLock + 'static>(build: &B
     patient.join().expect("the patient waiter");
     println!("the patient waiter was served {after:?} after the release");
     assert!(after < WOKEN, "served {after:?} after the release: the leaver's entry held up the queue");
+}
+
+/// A fair client whose two threads wait moves to the queue's tail when one of them wins, behind
+/// a client that queued after it: the order of service is the winner, the other client, then
+/// the client's second thread, each woken by the release before it.
+fn a_client_with_two_waiting_threads_goes_to_the_tail<B: DistributedLock + 'static>(build: &Build<B>) {
+    let locks = build(true);
+    let name = unique_name("two-threads");
+    let lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let waiter = |locks: Arc<B>, who: &'static str| {
+        let (name, served) = (name.clone(), Arc::clone(&served));
+        move || serve(&*locks, &name, &served, who)
+    };
+    let two = Arc::new(build(true));
+    let first = thread::spawn(waiter(Arc::clone(&two), "two"));
+    let second = thread::spawn(waiter(Arc::clone(&two), "two"));
+    // Let the client queue before the other arrives.
+    thread::sleep(Duration::from_millis(700));
+    let other = thread::spawn(waiter(Arc::new(build(true)), "other"));
+    thread::sleep(Duration::from_millis(700));
+    let mut releases = vec![Instant::now()];
+    assert!(locks.release(lease).expect("a server"));
+    releases.extend([first, second, other].map(|waiter| waiter.join().expect("a waiter")));
+    releases.sort();
+    let served = served.lock().unwrap().clone();
+    assert_eq!(served.iter().map(|(who, _)| *who).collect::<Vec<_>>(), ["two", "other", "two"], "the order");
+    for (position, (who, at)) in served.iter().enumerate() {
+        let after = *at - releases[position];
+        assert!(after < WOKEN, "{who} served {after:?} after the release before it: by a re-check");
+    }
+}
+
+#[test]
+fn postgres_a_client_with_two_waiting_threads_goes_to_the_tail() {
+    a_client_with_two_waiting_threads_goes_to_the_tail(&postgres());
+}
+
+#[test]
+fn mysql_a_client_with_two_waiting_threads_goes_to_the_tail() {
+    a_client_with_two_waiting_threads_goes_to_the_tail(&mysql());
 }
 
 #[test]

@@ -51,8 +51,8 @@ impl MySqlBackend {
     /// A fair lock's queued waiter's attempt (`waiter`: its doorbell's bell, which lets it take
     /// the lock at the head of the queue), which leaves the queue when it wins (or moves to its
     /// tail: `requeue`, the entry's life, when other threads of this client still wait).
-    /// Refused: the holder's remaining lease (zero: free, but the queue head's turn; a moment
-    /// when InnoDB refused the transaction as a deadlock's victim).
+    /// Refused: the holder's remaining lease (zero: free, but the queue head's turn; a few ms
+    /// when InnoDB gave the transaction up, a deadlock's victim or out of lock-wait time).
     pub(crate) fn table_try_queued(
         &self,
         name: &LockKey,
@@ -67,7 +67,8 @@ impl MySqlBackend {
         let sql = self.inner.tables.acquire_queued(&hex_name, &owner, ttl, waiter.value(), requeue);
         let results = match connection.try_run(&sql) {
             Ok(results) => results,
-            // Rolled back: contention; the waiter tries again after a short pause.
+            // Contention: the waiter tries again after a short pause, on another connection
+            // (closing this one rolls back whatever the server kept of the transaction).
             Err(failure) if super::error::is_deadlock(&failure) || super::error::is_busy(&failure) => {
                 connection.poison();
                 return Ok(Err(Duration::from_millis(rand::random_range(1..=10))));

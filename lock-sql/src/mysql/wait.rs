@@ -84,6 +84,7 @@ impl MySqlBackend {
         let registration = doorbell.register(name.as_str());
         let mut entry = QueueEntry::default();
         let outcome = self.table_wait_queued(&registration, name, owner, ttl, deadline, &mut entry);
+        let joined = registration.joined_since();
         let last = registration.finish();
         // Out of the queue once done: a fair lock serves nobody behind an entry whose waiter
         // stopped waiting, until it lapses. A win left the queue in its own transaction (or
@@ -104,6 +105,9 @@ impl MySqlBackend {
                         self.leave_in_background(name, waiter);
                     }
                 }
+                // Other threads of this client came and went since the win's attempt: the entry
+                // one of them wrote may have outlived its waiter.
+                (true, None, Some(waiter)) if joined => self.leave_in_background(name, waiter),
                 // Moved to the tail for other threads of this client, which have finished since.
                 (true, Some(waiter), _) if !self.inner.doorbell.is_waiting(name.as_str()) => {
                     self.leave_in_background(name, waiter);

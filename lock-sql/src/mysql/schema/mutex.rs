@@ -61,9 +61,10 @@ impl Tables {
     /// the same transaction — or, with `requeue` (other threads of its client still wait),
     /// moves to the tail with an entry living that long — and hands the ring to the next
     /// waiter: the winner of a hand-off pays one round trip, not an attempt and then a
-    /// `dequeue`. A refused attempt changes the lock row in nothing (with `requeue`, it renews
-    /// the entry in place). The queue's changes follow the lock row's lock, as in `queue`. The
-    /// last row: whether it won (1), the fence, the holder's remaining ms.
+    /// `dequeue`. A refused attempt changes nothing, except that with `requeue` an entry gone
+    /// meanwhile is written again at the tail (and the ring follows the queue). The queue's
+    /// changes follow the lock row's lock, as in `queue`. The last row: whether it won (1), the
+    /// fence, the holder's remaining ms.
     pub(crate) fn acquire_queued(
         &self,
         name: &str,
@@ -73,19 +74,23 @@ impl Tables {
         requeue: Option<Duration>,
     ) -> String {
         let queue = &self.queue;
-        let requeue = requeue.map_or(String::new(), |note| {
-            format!(
-                "INSERT INTO {queue} (name, waiter, until) \
-                 VALUES ({name}, {waiter}, {NOW} + INTERVAL {} MICROSECOND) \
-                 ON DUPLICATE KEY UPDATE until = VALUES(until); ",
-                micros(note)
-            )
-        });
+        let (requeue, refresh_when) = match requeue {
+            None => (String::new(), " AND @distlock_won"),
+            Some(note) => (
+                format!(
+                    "INSERT INTO {queue} (name, waiter, until) \
+                     VALUES ({name}, {waiter}, {NOW} + INTERVAL {} MICROSECOND) \
+                     ON DUPLICATE KEY UPDATE until = IF(@distlock_won, VALUES(until), until); ",
+                    micros(note)
+                ),
+                "",
+            ),
+        };
         format!(
             "START TRANSACTION; {}; \
              SET @distlock_won = ROW_COUNT() > 0, @distlock_fence = LAST_INSERT_ID(); \
              DELETE FROM {queue} WHERE name = {name} AND waiter = {waiter} AND @distlock_won; \
-             {requeue}{} AND @distlock_won; COMMIT; \
+             {requeue}{}{refresh_when}; COMMIT; \
              SELECT @distlock_won, @distlock_fence, {}",
             self.take_or_reenter(name, owner, ttl, Some(waiter)),
             self.refresh_ring(name),
