@@ -95,16 +95,18 @@ impl MySqlBackend {
         let registration = self.inner.doorbell.register(&key);
         let mut entry = QueueEntry::default();
         let outcome = self.permit_wait_queued(&registration, &ask, deadline, expires_in, &mut entry);
+        let joined = registration.joined_since();
         let last = registration.finish();
         // The client's entry as the client now needs it, in the background (the call's time is
         // up; a failure only leaves an entry that lapses on its own): after the last of the
         // client's waiters stopped (out), and after a win that deleted the entry while another
-        // thread started to wait (back in). A win while others waited moved it to the tail in
-        // its own transaction.
+        // thread started to wait (back in; out again if it has stopped since, as the entry it
+        // wrote may have outlived it). A win while others waited moved it to the tail in its
+        // own transaction.
         let won = matches!(outcome, Ok(Some(_)));
         let stale = match (entry.bell, entry.left()) {
             (Some(bell), _) if last => Some(bell),
-            (None, Some(bell)) if won && !last => Some(bell),
+            (None, Some(bell)) if won && (!last || joined) => Some(bell),
             _ => None,
         };
         if let Some(bell) = stale {
