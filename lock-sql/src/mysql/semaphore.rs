@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use lock_core::{check_lease, Acquired, Deadline, Error, LockName, Request, Result};
 
 use super::doorbell::{Bell, QueueEntry, FALLBACK_RECHECK, RENEW_EVERY};
-use super::error::{self, MyFailure};
+use super::error::MyFailure;
 use super::lease::{Hold, MySqlLease};
 use super::schema::hex;
 use super::MySqlBackend;
@@ -232,21 +232,11 @@ impl MySqlBackend {
             &ask.key,
             queued.map(|(bell, to_tail)| (bell.value(), to_tail)),
         );
-        let results = match connection.try_run(&sql) {
-            Ok(results) => results,
-            // Refused by InnoDB (the transaction was rolled back): contention; a waiter tries
-            // again after a short pause, not at its next ring.
-            Err(failure) if error::is_deadlock(&failure) || error::is_busy(&failure) => {
-                connection.poison();
-                return Ok(Err(Some(Duration::from_millis(rand::random_range(1..=10)))));
-            }
-            Err(failure) => {
-                let release = self.inner.tables.release_permit(&hex_name, &ask.owner, &ask.key);
-                self.undo_unanswered(&mut connection, ask.ttl, release);
-                // The transaction may still be open: never reuse the connection.
-                connection.poison();
-                return Err(error::map("acquire a permit", failure));
-            }
+        let release = (self.inner.tables.release_permit(&hex_name, &ask.owner, &ask.key), ask.ttl);
+        let Some(results) = self.run_acquisition(&mut connection, "acquire a permit", &sql, release)? else {
+            // Refused by InnoDB: contention; a waiter tries again after a short pause, not at its
+            // next ring.
+            return Ok(Err(Some(Duration::from_millis(rand::random_range(1..=10)))));
         };
         // The only statement that returns rows (the fence is read inside the transaction).
         let row = results.first_row().ok_or_else(|| {

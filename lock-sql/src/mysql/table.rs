@@ -65,21 +65,10 @@ impl MySqlBackend {
         let owner = hex(owner.to_hex().as_bytes());
         let hex_name = hex(name.as_str().as_bytes());
         let sql = self.inner.tables.acquire_queued(&hex_name, &owner, ttl, waiter.value(), requeue);
-        let results = match connection.try_run(&sql) {
-            Ok(results) => results,
-            // Contention: the waiter tries again after a short pause, on another connection
-            // (closing this one rolls back whatever the server kept of the transaction).
-            Err(failure) if super::error::is_deadlock(&failure) || super::error::is_busy(&failure) => {
-                connection.poison();
-                return Ok(Err(Duration::from_millis(rand::random_range(1..=10))));
-            }
-            Err(failure) => {
-                let release = self.inner.tables.release(&hex_name, &owner);
-                self.undo_unanswered(&mut connection, ttl, release);
-                // The transaction may still be open: never reuse the connection.
-                connection.poison();
-                return Err(super::error::map("acquire", failure));
-            }
+        let release = (self.inner.tables.release(&hex_name, &owner), ttl);
+        let Some(results) = self.run_acquisition(&mut connection, "acquire", &sql, release)? else {
+            // Contention: the waiter tries again after a short pause.
+            return Ok(Err(Duration::from_millis(rand::random_range(1..=10))));
         };
         let row = results
             .sets

@@ -28,6 +28,35 @@ const FIRST_LOOK_PAUSE: Duration = Duration::from_millis(2);
 const MAX_LOOK_PAUSE: Duration = Duration::from_millis(100);
 
 impl MySqlBackend {
+    /// Runs an acquisition's transaction `sql` on `connection`. `Ok(None)`: InnoDB gave it up
+    /// (a deadlock's victim, out of lock-wait time) — contention, which the caller retries after
+    /// a short pause. Any other failure is undone with `release` (the attempt's owner-checked
+    /// release) when unanswered. Either way the connection is closed, never pooled: closing it
+    /// rolls back whatever the server kept of the transaction.
+    ///
+    /// # Errors
+    /// The transaction's failure, other than contention, as `operation`'s.
+    pub(super) fn run_acquisition(
+        &self,
+        connection: &mut MyConnection,
+        operation: &'static str,
+        sql: &str,
+        (release, lease): (String, Duration),
+    ) -> Result<Option<Results>> {
+        match connection.try_run(sql) {
+            Ok(results) => Ok(Some(results)),
+            Err(failure) if super::error::is_deadlock(&failure) || super::error::is_busy(&failure) => {
+                connection.poison();
+                Ok(None)
+            }
+            Err(failure) => {
+                self.undo_unanswered(connection, lease, release);
+                connection.poison();
+                Err(super::error::map(operation, failure))
+            }
+        }
+    }
+
     /// After an acquisition on `connection` failed: when it got no complete reply (the server
     /// may still grant it), undoes it in the background with `release`, the owner-checked
     /// release of the attempt's token.
