@@ -181,13 +181,18 @@ fn cut_off_holder<K: SqlKind>(kind: K, holds: u32) -> String {
 }
 
 /// One hold cut off: how long after the holder is told it lost the lock the server frees it.
+///
+/// The contract is the holder's count: the moment a rival wins, the holder's signal already says
+/// lost (`is_lost` counts the expiry by the clock, with no thread to run). A thread woken by the
+/// signal runs when the scheduler lets it — tens of ms late on a loaded two-core machine (seen in
+/// CI: 45 ms) — so its wake-up dates the report for the bound, not for the order.
 fn server_frees_after_loss<K: SqlKind>(kind: K) -> Duration {
     let label = kind.label();
     let target = SqlTarget::new(kind);
     let (holder, proxies) = cut_client(&target, 1);
     let name = unique_name("free-after-loss");
     let guard = Lock::new(&holder, name.clone()).try_lock().expect("a working server").expect("free");
-    let lost = guard.lost_signal();
+    let (lost, counted) = (guard.lost_signal(), guard.lost_signal());
     thread::sleep(LEASE / 2);
     proxies[0].cut();
     let cut_at = Instant::now();
@@ -199,6 +204,10 @@ fn server_frees_after_loss<K: SqlKind>(kind: K) -> Duration {
             rival.try_acquire(&name, &OwnerToken::random(), LEASE).expect("the rival's server")
         {
             let freed_at = Instant::now();
+            assert!(
+                counted.is_lost(),
+                "{label}: a rival won while the cut holder still counted the lock held"
+            );
             assert!(rival.release(lease).expect("the rival's server"));
             break freed_at;
         }
@@ -206,15 +215,10 @@ fn server_frees_after_loss<K: SqlKind>(kind: K) -> Duration {
         thread::sleep(Duration::from_millis(2));
     };
     let told_at = told.join().expect("the waiting thread").expect("the holder's lost signal");
-    assert!(
-        told_at <= freed_at,
-        "{label}: the server freed the lock {:?} before the holder was told",
-        told_at - freed_at
-    );
     drop(guard);
     drop(holder);
     drop(proxies);
-    freed_at - told_at
+    freed_at.saturating_duration_since(told_at)
 }
 
 macro_rules! session_limits {
