@@ -1,7 +1,8 @@
 //! The lock-table kinds' waiter queues, on both databases: a release wakes the oldest waiting
 //! client by the server (PostgreSQL `NOTIFY`, MariaDB's doorbell), fair waiters are served in
 //! arrival order (a client with several waiting threads goes to the tail when one wins), a
-//! waiter out of time leaves the queue, and non-fair waiters are woken too.
+//! waiter out of time leaves the queue, non-fair waiters are woken too, and MariaDB's doorbell
+//! outlives the end of its anchor's session.
 
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
@@ -44,6 +45,12 @@ fn mysql() -> Build<MySqlBackend> {
             .build()
             .expect("a client")
     })
+}
+
+/// A connection of its own to `target`'s server, outside any client.
+fn raw_mysql(target: &MySqlTarget) -> lock_sql::mysql_driver::Conn {
+    lock_sql::mysql_driver::Conn::new(lock_sql::mysql_driver::Opts::from_url(target.url()).expect("the URL"))
+        .expect("a connection")
 }
 
 /// Waits for `name` on `locks` (at most 20 s), notes `who` as served, holds the lock 100 ms and
@@ -231,10 +238,7 @@ fn mysql_fair_try_lock_respects_the_queue_until_the_entry_lapses() {
     let (fair, unfair) = (build(true), build(false));
     let name = unique_name("mytry");
     let lease = fair.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
-    let mut sql = lock_sql::mysql_driver::Conn::new(
-        lock_sql::mysql_driver::Opts::from_url(target.url()).expect("the URL"),
-    )
-    .expect("a connection");
+    let mut sql = raw_mysql(&target);
     sql.exec_drop(
         "INSERT INTO distlock_locks_queue (name, waiter, until) \
          VALUES (?, 4294967295, UTC_TIMESTAMP(6) + INTERVAL 1500000 MICROSECOND)",
@@ -278,12 +282,7 @@ fn mysql_a_release_never_rings_a_connection_of_another_server() {
     let locks = mysql()(true);
     let name = unique_name("mybell");
     let lease = locks.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
-    let connect = || {
-        lock_sql::mysql_driver::Conn::new(
-            lock_sql::mysql_driver::Opts::from_url(target.url()).expect("the URL"),
-        )
-        .expect("a connection")
-    };
+    let connect = || raw_mysql(&target);
     let mut stranger = connect();
     let stranger_id = stranger.connection_id();
     let sleeping = thread::spawn(move || {
@@ -320,4 +319,70 @@ fn mysql_a_release_never_rings_a_connection_of_another_server() {
     let (slept, took) = sleeping.join().expect("the stranger");
     println!("a stranger's SLEEP(3) after a release rang its id: {slept:?} after {took:?}");
     assert_eq!(slept, Some(0), "the stranger's statement was interrupted after {took:?}");
+}
+
+/// MariaDB's doorbell naps in `GET_LOCK` of a user lock its anchor connection holds (not in
+/// `SLEEP`, whose server-wide mutex held rings up for seconds under load). When the anchor's
+/// session ends, the doorbell's wait takes the lock at once: it must not spin on it but open a
+/// new anchor and doorbell, whose bell the waiter's entry then names, so the next release
+/// still rings the waiter well before its own re-check.
+#[test]
+fn mysql_the_doorbell_naps_on_its_anchor_and_survives_the_anchors_end() {
+    use lock_sql::mysql_driver::prelude::Queryable as _;
+    let target = MySqlTarget::new(MySqlLockKind::Table);
+    let build = mysql();
+    let (holder, waiter) = (build(true), build(true));
+    let name = unique_name("anchor");
+    let lease = holder.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    let mut admin = raw_mysql(&target);
+    // The anchors of the doorbells napping now, by their locks' names.
+    let anchors = |admin: &mut lock_sql::mysql_driver::Conn| -> Vec<u64> {
+        let naps: Vec<String> = admin
+            .query(
+                "SELECT INFO FROM information_schema.PROCESSLIST \
+                 WHERE INFO LIKE 'SELECT GET_LOCK(''distlock-doorbell-%'",
+            )
+            .expect("the process list");
+        naps.iter()
+            .filter_map(|nap| nap.split("distlock-doorbell-").nth(1)?.split('\'').next()?.parse().ok())
+            .collect()
+    };
+    let (served_tx, served) = mpsc::channel();
+    let waiting = {
+        let name = name.clone();
+        thread::spawn(move || {
+            let native = waiter.native_wait().expect("lock-table waiters are woken");
+            let deadline = Some(Instant::now() + Duration::from_secs(20));
+            let won = native.acquire_until(&name, &OwnerToken::random(), TTL, deadline).expect("a server");
+            served_tx.send(Instant::now()).expect("the test waits");
+            let won = won.expect("served before the deadline");
+            assert!(waiter.release(won.lease).expect("a server"));
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        if let [anchor] = anchors(&mut admin)[..] {
+            break anchor;
+        }
+        assert!(Instant::now() < deadline, "no doorbell napped on an anchor's lock");
+        thread::sleep(Duration::from_millis(10));
+    };
+    admin.query_drop(format!("KILL CONNECTION {first}")).expect("the anchor killed");
+    let second = loop {
+        if let [anchor] = anchors(&mut admin)[..] {
+            if anchor != first {
+                break anchor;
+            }
+        }
+        assert!(Instant::now() < deadline, "the doorbell never napped on a new anchor");
+        thread::sleep(Duration::from_millis(10));
+    };
+    // The waiter re-checks once the new doorbell is up (writing its entry under the new bell).
+    thread::sleep(Duration::from_millis(300));
+    let released_at = Instant::now();
+    assert!(holder.release(lease).expect("a server"));
+    let after = served.recv_timeout(Duration::from_secs(10)).expect("served") - released_at;
+    waiting.join().expect("the waiter");
+    println!("anchors {first} then {second}; the waiter was served {after:?} after the release");
+    assert!(after < WOKEN, "served {after:?} after the release: the new doorbell was not rung");
 }

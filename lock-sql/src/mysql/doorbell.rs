@@ -1,16 +1,26 @@
 //! The wake-ups of the lock-table kind's waiters and of every kind's semaphore waiters on
 //! MariaDB, which has no `LISTEN`: a doorbell. Each backend
-//! (shared by its clones) keeps one connection of its own that sleeps in `SELECT SLEEP(1)` while
-//! any of its threads waits; its waiters' queue entries name that connection's id. A release
-//! that frees a lock with a queue rings the oldest waiter's doorbell with `KILL QUERY <id>`,
-//! sent by the releasing client's ringer thread ([`RINGER_THREAD_NAME`]: the release does not
-//! wait for it), which ends the sleep at once (MariaDB: error 1317; MySQL: `SLEEP` returns 1); the doorbell
-//! then wakes its client's longest-waiting thread of each name ([`Waiters`]), which re-checks.
-//! (A ring that lands on another connection's statement instead — the restart case below —
-//! makes that statement fail: a row or advisory hold whose check it was reports itself lost.)
+//! (shared by its clones) keeps one connection of its own that waits a second at a time while
+//! any of its threads waits (a *nap*, below); its waiters' queue entries name that connection's
+//! id. A release that frees a lock with a queue rings the oldest waiter's doorbell with
+//! `KILL QUERY <id>`, sent by the releasing client's ringer thread ([`RINGER_THREAD_NAME`]: the
+//! release does not wait for it), which ends the nap at once; the doorbell then wakes its
+//! client's longest-waiting thread of each name ([`Waiters`]), which re-checks. (A ring that
+//! lands on another connection's statement instead — the restart case below — makes that
+//! statement fail: a row or advisory hold whose check it was reports itself lost.)
+//!
+//! The nap is `GET_LOCK` of a user lock that a second connection of the doorbell holds (its
+//! *anchor*): a wait that times out after a second, and that `KILL QUERY` ends (`NULL`, or error
+//! 1317). Not `SELECT SLEEP(1)`: every `SLEEP` of a MariaDB server takes one server-wide mutex,
+//! and a `KILL QUERY` of a sleeping connection retries that mutex with pauses. With a hundred
+//! doorbells and two busy cores, a `KILL` then took 2 s and every `SLEEP(1)` on the server ran
+//! 1.3–3 s, so rings came late or not at all (conformance `mysql::table` beside two CPU hogs:
+//! 52 naps over 1.1 s and 10 `KILL`s of 2 s in six runs, one LE04 hand-off failure in six;
+//! with `GET_LOCK`, none in eight runs). A user lock's wait has a mutex of its own. Where user
+//! locks are unavailable (the anchor cannot connect or lock), the doorbell sleeps with `SLEEP`.
 //!
 //! `KILL QUERY` needs the same user, or `CONNECTION ADMIN`; a ring the server refuses, or one
-//! that lands between two sleeps, is lost, and the waiters' own re-check (at the holder's
+//! that lands between two naps, is lost, and the waiters' own re-check (at the holder's
 //! expiry, at least every [`FALLBACK_RECHECK`]) serves instead.
 //!
 //! A connection id means something only on its server, and a releaser may reach another server
@@ -61,14 +71,15 @@ pub const DOORBELL_THREAD_NAME: &str = "distlock-mybell";
 /// process, while a backend that rang through it lives.
 pub const RINGER_THREAD_NAME: &str = "distlock-myring";
 
-/// One sleep of the doorbell connection.
-const SLEEP: Duration = Duration::from_secs(1);
+/// One nap of the doorbell connection.
+const NAP: Duration = Duration::from_secs(1);
 
 /// How often an idle doorbell thread looks up to see whether it should stop, and how long it
 /// waits before reconnecting.
 const TICK: Duration = Duration::from_millis(250);
 
-/// `ER_QUERY_INTERRUPTED`: MariaDB's answer to a `SLEEP` that `KILL QUERY` ended.
+/// `ER_QUERY_INTERRUPTED`: MariaDB's answer to a `SLEEP` (or `GET_LOCK`) that `KILL QUERY`
+/// ended.
 const QUERY_INTERRUPTED: u16 = 1317;
 
 /// The tag of the server a connection reached (see the module docs), `1` at least: `0` is an
@@ -215,9 +226,9 @@ struct Shared {
 
 impl Doorbell {
     /// A doorbell connecting as `connector` does (the pool's, for `server`: the URL and the TLS
-    /// settings), its reads allowed a sleep beyond `io_timeout`.
+    /// settings), its reads allowed a nap beyond `io_timeout`.
     pub(crate) fn new(server: String, connector: Connector, io_timeout: Duration) -> Self {
-        let connector = connector.map(|opts| opts.read_timeout(Some(SLEEP + io_timeout)));
+        let connector = connector.map(|opts| opts.read_timeout(Some(NAP + io_timeout)));
         Self {
             shared: Arc::new(Shared {
                 connector,
@@ -308,7 +319,7 @@ impl Drop for Doorbell {
     }
 }
 
-/// The doorbell thread: (re)connects, and sleeps on the connection while anyone waits.
+/// The doorbell thread: (re)connects, and naps on the connection while anyone waits.
 fn ring_loop(shared: &Shared) {
     while !shared.stop.load(Ordering::Acquire) {
         if !shared.waiters.wait_for_any(Instant::now() + TICK) {
@@ -330,29 +341,89 @@ fn ring_loop(shared: &Shared) {
                 continue;
             }
         };
+        let nap = Nap::new(&shared.connector);
         set_id(shared, Some(Bell::new(server, conn.connection_id())));
-        // Rings sent while nobody slept are lost: everyone re-checks.
+        // Rings sent while nobody napped are lost: everyone re-checks.
         shared.waiters.wake_all();
-        let sleep = format!("SELECT SLEEP({})", SLEEP.as_secs_f64());
         while !shared.stop.load(Ordering::Acquire) {
             if !shared.waiters.wait_for_any(Instant::now() + TICK) {
                 continue;
             }
-            match conn.query_first::<i64, _>(sleep.as_str()) {
-                // Slept the whole second: nobody rang.
-                Ok(Some(0)) => {}
-                // MySQL ends a killed SLEEP with 1, MariaDB with error 1317.
-                Ok(_) => shared.waiters.wake_each_name(),
-                Err(MySqlError::MySqlError(error)) if error.code == QUERY_INTERRUPTED => {
-                    shared.waiters.wake_each_name();
-                }
-                Err(error) => {
-                    tracing::debug!(%error, "the mysql doorbell connection broke; reconnecting");
+            match nap.take(&mut conn) {
+                Ok(false) => {}
+                Ok(true) => shared.waiters.wake_each_name(),
+                Err(why) => {
+                    tracing::debug!(why, "the mysql doorbell connection broke; reconnecting");
                     break;
                 }
             }
         }
         set_id(shared, None);
+    }
+}
+
+/// What a doorbell connection naps in: a wait that ends after [`NAP`], or at once when rung.
+enum Nap {
+    /// `GET_LOCK` of the user lock that the anchor connection holds (see the module docs).
+    Lock {
+        /// Holds the lock while the doorbell naps; closed with it.
+        _anchor: Conn,
+        statement: String,
+    },
+    /// `SLEEP`, where the anchor could not be had.
+    Sleep(String),
+}
+
+impl Nap {
+    /// A nap on a fresh anchor, or `SLEEP` when there is none.
+    fn new(connector: &Connector) -> Self {
+        match anchor(connector) {
+            Ok((anchor, name)) => Nap::Lock {
+                _anchor: anchor,
+                statement: format!("SELECT GET_LOCK('{name}', {})", NAP.as_secs_f64()),
+            },
+            Err(error) => {
+                tracing::debug!(%error, "no anchor for the mysql doorbell; it naps in SLEEP");
+                Nap::Sleep(format!("SELECT SLEEP({})", NAP.as_secs_f64()))
+            }
+        }
+    }
+
+    /// One nap on `conn`: whether it was rung; `Err` when the connection (or the anchor) is
+    /// gone, and both are to be opened again.
+    fn take(&self, conn: &mut Conn) -> Result<bool, String> {
+        let statement = match self {
+            Nap::Lock { statement, .. } | Nap::Sleep(statement) => statement,
+        };
+        match conn.query_first::<Option<i64>, _>(statement.as_str()) {
+            // Waited the whole second: nobody rang.
+            Ok(Some(Some(0))) => Ok(false),
+            // The doorbell took the anchor's lock: the anchor's session ended (closing this
+            // connection gives the lock back).
+            Ok(Some(Some(1))) if matches!(self, Nap::Lock { .. }) => Err("the anchor's session ended".into()),
+            // A killed `GET_LOCK` answers `NULL` (MariaDB) or error 1317, a killed `SLEEP` 1
+            // (MySQL) or error 1317 (MariaDB).
+            Ok(_) => Ok(true),
+            Err(MySqlError::MySqlError(error)) if error.code == QUERY_INTERRUPTED => Ok(true),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+}
+
+/// A connection holding a user lock of its own, and the lock's name: `distlock-doorbell-` and
+/// the connection's id, unique on its server while the connection lives, and never an advisory
+/// lock's key (those have a `:`). Its idle limit is the longest there is: it is sent nothing
+/// while the doorbell naps.
+fn anchor(connector: &Connector) -> Result<(Conn, String), String> {
+    let mut anchor = connector.connect().map_err(|error| error.to_string())?;
+    let name = format!("distlock-doorbell-{}", anchor.connection_id());
+    let locked = anchor
+        .query_drop("SET SESSION wait_timeout = 31536000")
+        .and_then(|()| anchor.query_first::<Option<i64>, _>(format!("SELECT GET_LOCK('{name}', 0)")))
+        .map_err(|error| error.to_string())?;
+    match locked {
+        Some(Some(1)) => Ok((anchor, name)),
+        other => Err(format!("GET_LOCK of its own lock answered {other:?}")),
     }
 }
 

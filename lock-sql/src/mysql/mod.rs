@@ -119,7 +119,7 @@ pub enum MySqlLockKind {
     /// A row per name in the lock table, with an owner, a fence and an expiry on the database
     /// clock ([`HoldKind::Lease`]): acquire, expiry and fencing in one `INSERT … ON DUPLICATE
     /// KEY UPDATE`. MySQL has no notifications: waiters queue in a table and a release rings
-    /// the oldest one's doorbell connection (`KILL QUERY` of its `SLEEP`; same user needed).
+    /// the oldest one's doorbell connection (`KILL QUERY` of its wait; same user needed).
     #[default]
     Table,
     /// `SELECT … FOR UPDATE` on the name's row, held by an open transaction on a connection the
@@ -336,9 +336,9 @@ impl DistributedLock for MySqlBackend {
                 "a per-name counter in the lock row, bumped by the acquiring statement \
                  (LAST_INSERT_ID(expr))",
                 if self.inner.fair {
-                    "FIFO queue table; the release rings the oldest waiter's doorbell connection (KILL QUERY of its SLEEP), and only it may take the lock"
+                    "FIFO queue table; the release rings the oldest waiter's doorbell connection (KILL QUERY of its wait), and only it may take the lock"
                 } else {
-                    "queue table; the release rings the oldest waiter's doorbell connection (KILL QUERY of its SLEEP), which races new callers for the lock"
+                    "queue table; the release rings the oldest waiter's doorbell connection (KILL QUERY of its wait), which races new callers for the lock"
                 },
                 "the row is as durable as the database: a failover to a replica keeps it if the \
                  commit replicated",
