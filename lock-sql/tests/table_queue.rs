@@ -335,17 +335,18 @@ fn mysql_the_doorbell_naps_on_its_anchor_and_survives_the_anchors_end() {
     let name = unique_name("anchor");
     let lease = holder.try_acquire(&name, &OwnerToken::random(), TTL).expect("a server").expect("free");
     let mut admin = raw_mysql(&target);
-    // The anchors of the doorbells napping now, by their locks' names.
-    let anchors = |admin: &mut lock_sql::mysql_driver::Conn| -> Vec<u64> {
-        let naps: Vec<String> = admin
-            .query(
-                "SELECT INFO FROM information_schema.PROCESSLIST \
-                 WHERE INFO LIKE 'SELECT GET_LOCK(''distlock-doorbell-%'",
-            )
-            .expect("the process list");
-        naps.iter()
-            .filter_map(|nap| nap.split("distlock-doorbell-").nth(1)?.split('\'').next()?.parse().ok())
-            .collect()
+    // The anchor of the doorbell that the waiter's queue entry names, while it naps (other
+    // tests' doorbells nap on the same server): the id in its lock's name.
+    let hex_name: String = name.as_str().bytes().map(|byte| format!("{byte:02X}")).collect();
+    let anchor = |admin: &mut lock_sql::mysql_driver::Conn| -> Option<u64> {
+        let nap: Option<String> = admin
+            .query_first(format!(
+                "SELECT p.INFO FROM distlock_locks_queue q JOIN information_schema.PROCESSLIST p \
+                 ON p.ID = q.waiter & 0xFFFFFFFF WHERE q.name = X'{hex_name}' \
+                 AND p.INFO LIKE 'SELECT GET_LOCK(''distlock-doorbell-%'"
+            ))
+            .expect("the queue and the process list");
+        nap?.split("distlock-doorbell-").nth(1)?.split('\'').next()?.parse().ok()
     };
     let (served_tx, served) = mpsc::channel();
     let waiting = {
@@ -361,7 +362,7 @@ fn mysql_the_doorbell_naps_on_its_anchor_and_survives_the_anchors_end() {
     };
     let deadline = Instant::now() + Duration::from_secs(10);
     let first = loop {
-        if let [anchor] = anchors(&mut admin)[..] {
+        if let Some(anchor) = anchor(&mut admin) {
             break anchor;
         }
         assert!(Instant::now() < deadline, "no doorbell napped on an anchor's lock");
@@ -369,16 +370,12 @@ fn mysql_the_doorbell_naps_on_its_anchor_and_survives_the_anchors_end() {
     };
     admin.query_drop(format!("KILL CONNECTION {first}")).expect("the anchor killed");
     let second = loop {
-        if let [anchor] = anchors(&mut admin)[..] {
-            if anchor != first {
-                break anchor;
-            }
+        if let Some(anchor) = anchor(&mut admin).filter(|&anchor| anchor != first) {
+            break anchor;
         }
         assert!(Instant::now() < deadline, "the doorbell never napped on a new anchor");
         thread::sleep(Duration::from_millis(10));
     };
-    // The waiter re-checks once the new doorbell is up (writing its entry under the new bell).
-    thread::sleep(Duration::from_millis(300));
     let released_at = Instant::now();
     assert!(holder.release(lease).expect("a server"));
     let after = served.recv_timeout(Duration::from_secs(10)).expect("served") - released_at;
