@@ -323,9 +323,9 @@ fn mysql_a_release_never_rings_a_connection_of_another_server() {
 
 /// MariaDB's doorbell naps in `GET_LOCK` of a user lock its anchor connection holds (not in
 /// `SLEEP`, whose server-wide mutex held rings up for seconds under load). When the anchor's
-/// session ends, the doorbell's wait takes the lock at once: it must not spin on it but open a
-/// new anchor and doorbell, whose bell the waiter's entry then names, so the next release
-/// still rings the waiter well before its own re-check.
+/// session ends, the doorbell's wait takes the lock at once: it must not spin on it but give it
+/// back and nap on a new anchor, so the next release still rings the waiter well before its
+/// own re-check.
 #[test]
 fn mysql_the_doorbell_naps_on_its_anchor_and_survives_the_anchors_end() {
     use lock_sql::mysql_driver::prelude::Queryable as _;

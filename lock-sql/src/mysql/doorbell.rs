@@ -16,8 +16,11 @@
 //! doorbells and two busy cores, a `KILL` then took 2 s and every `SLEEP(1)` on the server ran
 //! 1.3–3 s, so rings came late or not at all (conformance `mysql::table` beside two CPU hogs:
 //! 52 naps over 1.1 s and 10 `KILL`s of 2 s in six runs, one LE04 hand-off failure in six;
-//! with `GET_LOCK`, none in eight runs). A user lock's wait has a mutex of its own. Where user
-//! locks are unavailable (the anchor cannot connect or lock), the doorbell sleeps with `SLEEP`.
+//! with `GET_LOCK`, none in eight runs). A user lock's wait has a mutex of its own. When the
+//! anchor's session ends, the doorbell's wait takes the lock; it gives it back and naps on a new
+//! anchor under the same bell. Where no anchor can be had — it cannot connect or lock (Galera
+//! refuses `GET_LOCK`), or it reached another server than the doorbell (user locks are a
+//! server's own) — the doorbell naps in `SLEEP`.
 //!
 //! `KILL QUERY` needs the same user, or `CONNECTION ADMIN`; a ring the server refuses, or one
 //! that lands between two naps, is lost, and the waiters' own re-check (at the holder's
@@ -341,7 +344,7 @@ fn ring_loop(shared: &Shared) {
                 continue;
             }
         };
-        let nap = Nap::new(&shared.connector);
+        let mut nap = Nap::new(&shared.connector, server);
         set_id(shared, Some(Bell::new(server, conn.connection_id())));
         // Rings sent while nobody napped are lost: everyone re-checks.
         shared.waiters.wake_all();
@@ -350,10 +353,22 @@ fn ring_loop(shared: &Shared) {
                 continue;
             }
             match nap.take(&mut conn) {
-                Ok(false) => {}
-                Ok(true) => shared.waiters.wake_each_name(),
-                Err(why) => {
-                    tracing::debug!(why, "the mysql doorbell connection broke; reconnecting");
+                Ok(Napped::Quiet) => {}
+                Ok(Napped::Rung) => shared.waiters.wake_each_name(),
+                Ok(Napped::AnchorGone(name)) => {
+                    // The doorbell took the lock: it gives it back and naps on a new anchor,
+                    // under the same bell (its waiters' entries stay good). A ring meanwhile is
+                    // lost: everyone re-checks.
+                    tracing::debug!("the mysql doorbell's anchor session ended; opening another");
+                    if let Err(error) = conn.query_drop(format!("DO RELEASE_LOCK('{name}')")) {
+                        tracing::debug!(%error, "the mysql doorbell connection broke; reconnecting");
+                        break;
+                    }
+                    nap = Nap::new(&shared.connector, server);
+                    shared.waiters.wake_all();
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "the mysql doorbell connection broke; reconnecting");
                     break;
                 }
             }
@@ -368,19 +383,33 @@ enum Nap {
     Lock {
         /// Holds the lock while the doorbell naps; closed with it.
         _anchor: Conn,
+        name: String,
         statement: String,
     },
-    /// `SLEEP`, where the anchor could not be had.
+    /// `SLEEP`, where no anchor could be had.
     Sleep(String),
 }
 
+/// How a nap ended.
+enum Napped {
+    /// It lasted [`NAP`]: nobody rang.
+    Quiet,
+    /// Rung.
+    Rung,
+    /// The doorbell took its anchor's lock (named here): the anchor's session ended.
+    AnchorGone(String),
+}
+
 impl Nap {
-    /// A nap on a fresh anchor, or `SLEEP` when there is none.
-    fn new(connector: &Connector) -> Self {
-        match anchor(connector) {
+    /// A nap on a fresh anchor on the doorbell's server (tagged `server`), or `SLEEP` when there
+    /// is none (a user lock is a server's own: an anchor that reached another server — Galera
+    /// nodes behind one address — would leave the doorbell's lock free).
+    fn new(connector: &Connector, server: u32) -> Self {
+        match anchor(connector, server) {
             Ok((anchor, name)) => Nap::Lock {
                 _anchor: anchor,
                 statement: format!("SELECT GET_LOCK('{name}', {})", NAP.as_secs_f64()),
+                name,
             },
             Err(error) => {
                 tracing::debug!(%error, "no anchor for the mysql doorbell; it naps in SLEEP");
@@ -389,41 +418,37 @@ impl Nap {
         }
     }
 
-    /// One nap on `conn`: whether it was rung; `Err` when the connection (or the anchor) is
-    /// gone, and both are to be opened again.
-    fn take(&self, conn: &mut Conn) -> Result<bool, String> {
-        let statement = match self {
-            Nap::Lock { statement, .. } | Nap::Sleep(statement) => statement,
+    /// One nap on `conn`; `Err` when the connection broke.
+    fn take(&self, conn: &mut Conn) -> Result<Napped, MySqlError> {
+        let (statement, anchor) = match self {
+            Nap::Lock { statement, name, .. } => (statement, Some(name)),
+            Nap::Sleep(statement) => (statement, None),
         };
-        match conn.query_first::<Option<i64>, _>(statement.as_str()) {
-            // Waited the whole second: nobody rang.
-            Ok(Some(Some(0))) => Ok(false),
-            // The doorbell took the anchor's lock: the anchor's session ended (closing this
-            // connection gives the lock back).
-            Ok(Some(Some(1))) if matches!(self, Nap::Lock { .. }) => Err("the anchor's session ended".into()),
+        match (conn.query_first::<Option<i64>, _>(statement.as_str()), anchor) {
+            (Ok(Some(Some(0))), _) => Ok(Napped::Quiet),
+            (Ok(Some(Some(1))), Some(name)) => Ok(Napped::AnchorGone(name.clone())),
             // A killed `GET_LOCK` answers `NULL` (MariaDB) or error 1317, a killed `SLEEP` 1
             // (MySQL) or error 1317 (MariaDB).
-            Ok(_) => Ok(true),
-            Err(MySqlError::MySqlError(error)) if error.code == QUERY_INTERRUPTED => Ok(true),
-            Err(error) => Err(error.to_string()),
+            (Ok(_), _) => Ok(Napped::Rung),
+            (Err(MySqlError::MySqlError(error)), _) if error.code == QUERY_INTERRUPTED => Ok(Napped::Rung),
+            (Err(error), _) => Err(error),
         }
     }
 }
 
-/// A connection holding a user lock of its own, and the lock's name: `distlock-doorbell-` and
-/// the connection's id, unique on its server while the connection lives, and never an advisory
-/// lock's key (those have a `:`). Its idle limit is the longest there is: it is sent nothing
-/// while the doorbell naps.
-fn anchor(connector: &Connector) -> Result<(Conn, String), String> {
+/// A connection to the server tagged `server` holding a user lock of its own, and the lock's
+/// name: `distlock-doorbell-` and the connection's id, unique on its server while the connection
+/// lives, and never an advisory lock's key (those have a `:`).
+fn anchor(connector: &Connector, server: u32) -> Result<(Conn, String), String> {
     let mut anchor = connector.connect().map_err(|error| error.to_string())?;
+    if server_tag(&mut anchor).map_err(|error| error.to_string())? != server {
+        return Err("the anchor reached another server".into());
+    }
     let name = format!("distlock-doorbell-{}", anchor.connection_id());
-    let locked = anchor
-        .query_drop("SET SESSION wait_timeout = 31536000")
-        .and_then(|()| anchor.query_first::<Option<i64>, _>(format!("SELECT GET_LOCK('{name}', 0)")))
-        .map_err(|error| error.to_string())?;
-    match locked {
-        Some(Some(1)) => Ok((anchor, name)),
-        other => Err(format!("GET_LOCK of its own lock answered {other:?}")),
+    match anchor.query_first::<Option<i64>, _>(format!("SELECT GET_LOCK('{name}', 0)")) {
+        Ok(Some(Some(1))) => Ok((anchor, name)),
+        Ok(other) => Err(format!("GET_LOCK of its own lock answered {other:?}")),
+        Err(error) => Err(error.to_string()),
     }
 }
 

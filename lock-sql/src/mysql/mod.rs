@@ -146,7 +146,8 @@ impl MySqlLockKind {
 ///
 /// Build it with [`MySqlBackend::builder`], create the tables once with
 /// [`ensure_schema`](Self::ensure_schema), and hand it to a [`LockClient`](lock_core::LockClient).
-/// Clones share the connection pool and the doorbell connection.
+/// Clones share the connection pool and the doorbell (two connections, opened when a thread
+/// first waits for a lock-table lock or a semaphore).
 ///
 /// Abilities: [`Fencing`] (lock table: a per-name counter bumped by the acquiring statement; row
 /// and advisory: a sequence, never rolled back) and [`NativeWait`].

@@ -348,10 +348,9 @@ mod server_tests {
         assert_eq!(queued(&backend, &name), 1, "one entry, the new bell's");
     }
 
-    /// How long after the releases of `waiters` permits (of as many) returned the same number of
+    /// How long after the releases of `waiters` permits (of as many) started the same number of
     /// queued waiters, each on a client of its own, all had theirs, and how long the releases
-    /// took. Each release rings one waiter once it has committed: a release the server was slow
-    /// to answer (a loaded CI machine) delays the ring as much, and is not the ring's fault.
+    /// took. Each release rings one waiter once it has committed.
     fn wake_up_after_release(backend: &MySqlBackend, waiters: usize) -> (Duration, Duration) {
         let name = unique_name("sem-ring");
         let permits = u32::try_from(waiters).unwrap();
@@ -388,23 +387,41 @@ mod server_tests {
             for (won, _) in &wins {
                 assert!(backend.permit_release(&won.lease).unwrap());
             }
-            let after = wins.iter().map(|(_, at)| at.saturating_duration_since(released_at)).max().unwrap();
+            let after = wins.iter().map(|(_, at)| *at - releasing_at).max().unwrap();
             (after, released_at - releasing_at)
         })
     }
 
+    /// The best of two rounds of [`wake_up_after_release`] whose releases the server answered
+    /// promptly (a ring lost on a loaded machine is a slow hand-off, not a fault), out of at most
+    /// six: a release the server was slow to answer delays the ring as much, and may outlast the
+    /// waiter's own re-check, so its round shows nothing either way.
+    fn best_wake_up(backend: &MySqlBackend, waiters: usize) -> Duration {
+        let (mut rounds, mut prompt) = (Vec::new(), Vec::new());
+        while prompt.len() < 2 {
+            assert!(
+                rounds.len() < 6,
+                "the releases were slow in {} rounds: {rounds:?}",
+                rounds.len() - prompt.len()
+            );
+            let (after, took) = wake_up_after_release(backend, waiters);
+            rounds.push((after, took));
+            if took < FALLBACK_RECHECK / 4 {
+                prompt.push(after);
+            }
+        }
+        prompt.into_iter().min().unwrap()
+    }
+
     /// SEM: a waiter does not poll: it queues, and the release of a permit rings it. It wins
     /// well before its own re-check ([`FALLBACK_RECHECK`]; the holder's lease is longer), which
-    /// only the ring explains. Its win takes it out of the queue. (Best of two rounds: a ring
-    /// lost on a loaded machine is a slow hand-off, not a fault.)
+    /// only the ring explains. Its win takes it out of the queue. (The best of two rounds:
+    /// [`best_wake_up`].)
     #[test]
     fn sem_a_released_permit_rings_the_queued_waiter() {
         let backend = backend();
-        let (after, took) = (0..2).map(|_| wake_up_after_release(&backend, 1)).min().unwrap();
-        assert!(
-            after < FALLBACK_RECHECK / 2,
-            "won {after:?} after the release (which took {took:?}): not rung"
-        );
+        let after = best_wake_up(&backend, 1);
+        assert!(after < FALLBACK_RECHECK / 2, "won {after:?} after the release: not rung");
     }
 
     /// SEM: two permits released together ring the head of the queue twice over (one release,
@@ -413,11 +430,8 @@ mod server_tests {
     #[test]
     fn sem_a_win_that_leaves_a_permit_free_rings_the_next_waiter() {
         let backend = backend();
-        let (after, took) = (0..2).map(|_| wake_up_after_release(&backend, 2)).min().unwrap();
-        assert!(
-            after < FALLBACK_RECHECK / 2,
-            "the last waiter won {after:?} after the releases (which took {took:?}): not rung"
-        );
+        let after = best_wake_up(&backend, 2);
+        assert!(after < FALLBACK_RECHECK / 2, "the last waiter won {after:?} after the releases: not rung");
     }
 
     /// SEM: two threads of one client wait: the first to win keeps the client queued (the
