@@ -227,6 +227,70 @@ fn mysql_a_waiter_out_of_time_leaves_the_queue() {
     a_waiter_out_of_time_leaves_the_queue(&mysql());
 }
 
+/// A PostgreSQL client that has waited before (its `LISTEN` is up) attempts in the queueing
+/// statement at once: a free lock is taken without counting as contended, and on a busy fair lock
+/// it queues behind the waiter that came first and is woken by the release after that waiter's.
+#[test]
+fn postgres_a_listening_client_attempts_in_the_queue_at_once() {
+    let build = postgres();
+    let holder = build(true);
+    let client = Arc::new(build(true));
+    let native = client.native_wait().expect("woken");
+    let deadline = || Some(Instant::now() + Duration::from_secs(20));
+    // The client waits once, which brings its LISTEN connection up.
+    let warm_up = unique_name("listening-warm-up");
+    let held = holder.try_acquire(&warm_up, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    let waited = thread::spawn({
+        let (client, warm_up) = (Arc::clone(&client), warm_up.clone());
+        move || {
+            let native = client.native_wait().expect("woken");
+            native
+                .acquire_until(&warm_up, &OwnerToken::random(), TTL, deadline())
+                .expect("a server")
+                .expect("served")
+        }
+    });
+    thread::sleep(Duration::from_millis(300));
+    assert!(holder.release(held).expect("a server"));
+    let warmed = waited.join().expect("the warm-up waiter");
+    assert!(warmed.contended, "the warm-up waited");
+    assert!(client.release(warmed.lease).expect("a server"));
+
+    let free = unique_name("listening-free");
+    let acquired = native.acquire_until(&free, &OwnerToken::random(), TTL, deadline()).expect("a server");
+    let acquired = acquired.expect("a free lock is taken");
+    assert!(!acquired.contended, "a free lock taken at the first attempt is not contended");
+    assert!(client.release(acquired.lease).expect("a server"));
+
+    let busy = unique_name("listening-busy");
+    let lease = holder.try_acquire(&busy, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let first = thread::spawn({
+        let (build, busy, served) = (Arc::clone(&build), busy.clone(), Arc::clone(&served));
+        move || serve(&build(true), &busy, &served, "first")
+    });
+    thread::sleep(Duration::from_millis(700));
+    let second = thread::spawn({
+        let (client, busy, served) = (Arc::clone(&client), busy.clone(), Arc::clone(&served));
+        move || serve(&*client, &busy, &served, "listening")
+    });
+    thread::sleep(Duration::from_millis(700));
+    let mut releases = vec![Instant::now()];
+    assert!(holder.release(lease).expect("a server"));
+    releases.extend([first, second].map(|waiter| waiter.join().expect("a waiter")));
+    releases.sort();
+    let served = served.lock().unwrap().clone();
+    assert_eq!(
+        served.iter().map(|(who, _)| *who).collect::<Vec<_>>(),
+        ["first", "listening"],
+        "arrival order"
+    );
+    for (position, (who, at)) in served.iter().enumerate() {
+        let after = *at - releases[position];
+        assert!(after < WOKEN, "{who} served {after:?} after the release before it: by a re-check");
+    }
+}
+
 /// A fair lock-table try refuses a free lock while a live waiter is queued for it (a waiter that
 /// crashed: its entry, put here by hand, names no live connection), a non-fair one takes it, and
 /// once the entry lapses the fair try takes it too.

@@ -59,21 +59,32 @@ impl PostgresBackend {
     ) -> Result<Option<Acquired<PostgresLease>>> {
         let listener = &self.inner.listener;
         // A first attempt that does not queue (one light statement): an uncontended lock, or
-        // one that a non-fair caller takes at once, needs no LISTEN connection.
-        let sent_at = Instant::now();
-        if let Some(lease) = self.table_try(name, owner, ttl)? {
-            return Ok(Some(Acquired::new(lease, sent_at)));
-        }
-        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-            return Ok(None);
-        }
+        // one that a non-fair caller takes at once, needs no LISTEN connection. A client whose
+        // LISTEN is in force already (it has waited before) attempts in the queueing statement
+        // at once instead: as light when the lock is free, and on a lock that is busy (a fair
+        // one's queue, a caller that releases and asks again) one statement on the lock's row
+        // fewer per hand-off.
+        let refused = if listener.is_listening() && deadline.is_none_or(|deadline| Instant::now() < deadline)
+        {
+            false
+        } else {
+            let sent_at = Instant::now();
+            if let Some(lease) = self.table_try(name, owner, ttl)? {
+                return Ok(Some(Acquired::new(lease, sent_at)));
+            }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Ok(None);
+            }
+            true
+        };
         let registration = listener.register(name.as_str());
         // Queue only with LISTEN in force: a release after the queue entry would otherwise be
         // missed.
         let now = Instant::now();
         listener.wait_listening(deadline.map_or(now + FALLBACK_RECHECK, |d| d.min(now + FALLBACK_RECHECK)));
         let mut requeued = false;
-        let outcome = self.table_wait_queued(&registration, name, owner, ttl, deadline, &mut requeued);
+        let outcome =
+            self.table_wait_queued(&registration, (name, owner, ttl), deadline, refused, &mut requeued);
         // Out of time, or a win that put the client back at the queue's tail for other threads
         // that have finished since (nobody renews that entry): leave.
         let queued = matches!(outcome, Ok(None)) || (requeued && outcome.is_ok());
@@ -104,13 +115,16 @@ impl PostgresBackend {
         }
     }
 
+    /// Attempts in the queueing statement until one wins or `deadline` passes, sleeping between
+    /// them until a notification, the holder's expiry or a re-check. `refused`: the caller's
+    /// own first attempt was refused (every win then waited); `requeued`: a win put the client
+    /// back at the queue's tail for its other waiting threads.
     fn table_wait_queued(
         &self,
         registration: &Registration<'_>,
-        name: &LockKey,
-        owner: &OwnerToken,
-        ttl: Duration,
+        (name, owner, ttl): (&LockKey, &OwnerToken, Duration),
         deadline: Option<Instant>,
+        refused: bool,
         requeued: &mut bool,
     ) -> Result<Option<Acquired<PostgresLease>>> {
         let note = WAITER_NOTE + self.inner.pool.settings().io_timeout;
@@ -122,8 +136,7 @@ impl PostgresBackend {
             let remaining = match self.table_try_or_queue(name, owner, ttl, note, keep)? {
                 Ok(lease) => {
                     *requeued = keep;
-                    // The caller's first attempt was refused: this one waited.
-                    return Ok(Some(Acquired::new(lease, sent_at).contended_if(true)));
+                    return Ok(Some(Acquired::new(lease, sent_at).contended_if(refused || round > 0)));
                 }
                 Err(remaining) => remaining,
             };
