@@ -40,7 +40,8 @@ pub(crate) struct Settings {
     pub(crate) tls: Option<TlsOptions>,
     /// Whether the hosts and the namespace may hold part of a password: a URL with an `@` after
     /// its authority (`zk://u:pa/ss@h:2181/x` reads as host `u`, port `pa`, namespace
-    /// `/ss@h:2181/x`), which `redact_url` hides up to that `@` too. They are then never shown.
+    /// `/ss@h:2181/x`), which `redact_url` hides up to that `@` too. They are then never shown,
+    /// and the client's session logs nothing (zookeeper-client logs its hosts; `session.rs`).
     pub(crate) hidden: bool,
 }
 

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
+use tracing::instrument::WithSubscriber;
+use tracing::Dispatch;
 use zookeeper_client as zk;
 
 use crate::blocking::{self, in_async_context};
@@ -62,13 +64,15 @@ impl Session {
     /// # Errors
     /// As [`connect`](Self::connect); [`Error::Backend`] when the runtime cannot start.
     pub(crate) fn open(settings: Settings) -> Result<Self> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .max_blocking_threads(1)
-            .thread_name(ZK_THREAD_NAME)
-            .enable_time()
-            .build()
-            .map_err(|e| Error::backend(BACKEND, e))?;
+        let mut runtime = tokio::runtime::Builder::new_multi_thread();
+        runtime.worker_threads(1).max_blocking_threads(1).thread_name(ZK_THREAD_NAME).enable_time();
+        if settings.hidden {
+            // zookeeper-client logs its hosts (connects, reconnects), which may hold part of a
+            // password here: the runtime's threads, where its session runs, log nothing. (The
+            // guard stays for the thread's life.)
+            runtime.on_thread_start(|| std::mem::forget(tracing::dispatcher::set_default(&Dispatch::none())));
+        }
+        let runtime = runtime.build().map_err(|e| Error::backend(BACKEND, e))?;
         let session = Self {
             settings,
             runtime: Some(runtime),
@@ -217,13 +221,25 @@ impl Session {
         deadline: Instant,
         future: impl Future<Output = Result<T, zk::Error>>,
     ) -> Result<T, Failure> {
-        blocking::block_until(self.runtime(), deadline, future)?.map_err(Failure::Zk)
+        blocking::block_until(self.runtime(), deadline, self.quiet_if_hidden(future))?.map_err(Failure::Zk)
     }
 
     /// Waits on the runtime for `future` until `deadline`; `None` if it did not finish by then
     /// (or at once inside a tokio async task, which callers have refused before).
     pub(crate) fn wait_until<T>(&self, deadline: Instant, future: impl Future<Output = T>) -> Option<T> {
-        blocking::block_until(self.runtime(), deadline, future).ok()
+        blocking::block_until(self.runtime(), deadline, self.quiet_if_hidden(future)).ok()
+    }
+
+    /// `future`, logging nothing while it is polled on the caller's thread when the hosts may
+    /// hold part of a password (see [`open`](Self::open)).
+    fn quiet_if_hidden<F: Future>(&self, future: F) -> impl Future<Output = F::Output> {
+        let hidden = self.settings.hidden;
+        async move {
+            match hidden {
+                true => future.with_subscriber(Dispatch::none()).await,
+                false => future.await,
+            }
+        }
     }
 
     /// Leaves `future` (whose requests are already sent) to finish in the background.
