@@ -4,52 +4,34 @@
 //! binary: the log subscriber is process-wide, since the client's session runs on threads of
 //! its own.
 
-use std::io::Write;
 use std::net::TcpListener;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use lock_zk::ZooKeeperLockBuilder;
-use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::util::SubscriberInitExt;
 
-/// Everything the subscriber writes, for the test to read.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Captured {
-    type Writer = Captured;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
-/// Every crate's events at every level, as one text.
-fn logs() -> &'static Captured {
-    static CAPTURED: OnceLock<Captured> = OnceLock::new();
-    CAPTURED.get_or_init(|| {
-        let captured = Captured::default();
+/// The file where every crate's events at every level go (tracing-subscriber writes to a locked
+/// file itself).
+fn log_file() -> &'static PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = std::env::temp_dir().join(format!("distlock-hidden-hosts-{}.log", std::process::id()));
+        let file = std::fs::File::create(&path).expect("a log file");
         tracing_subscriber::fmt()
             .with_env_filter("trace")
             .with_ansi(false)
             .without_time()
-            .with_writer(captured.clone())
+            .with_writer(Mutex::new(file))
             .finish()
             .init();
-        captured
+        path
     })
+}
+
+fn logged() -> String {
+    std::fs::read_to_string(log_file()).expect("the log file")
 }
 
 /// A loopback address where nothing listens: a connect there is refused at once.
@@ -60,8 +42,7 @@ fn refusing_address() -> String {
 
 /// Connects to `url`, which must fail (nothing listens), and returns what was logged meanwhile.
 fn connect_and_log(url: &str) -> String {
-    let captured = logs();
-    let before = captured.0.lock().unwrap().len();
+    let before = logged().len();
     let built = ZooKeeperLockBuilder::from_url(url)
         .expect("a valid URL")
         .connect_timeout(Duration::from_secs(2))
@@ -69,8 +50,7 @@ fn connect_and_log(url: &str) -> String {
     let error = built.map(drop).expect_err("nothing listens there");
     // The session's threads may log a moment after the connect failed.
     std::thread::sleep(Duration::from_millis(200));
-    let logged = String::from_utf8_lossy(&captured.0.lock().unwrap()[before..]).into_owned();
-    format!("error: {error}\nDebug: {error:?}\n{logged}")
+    format!("error: {error}\nDebug: {error:?}\n{}", &logged()[before..])
 }
 
 #[test]
@@ -84,4 +64,5 @@ fn hosts_that_may_hold_a_password_are_never_logged() {
     let hidden = refusing_address();
     let logged = connect_and_log(&format!("zk://{hidden}/et99@127.0.0.1:1/locks"));
     assert!(!logged.contains(&hidden), "hosts that may hold a password were shown:\n{logged}");
+    std::fs::remove_file(log_file()).expect("the log file");
 }
