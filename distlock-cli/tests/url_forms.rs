@@ -45,10 +45,17 @@ fn exec_and_inspect(url: &str, kind: Option<&str>) {
     assert!(String::from_utf8_lossy(&run.stdout).contains("holder:"), "{}", text(&run));
 }
 
-/// `bench KIND --url URL --workloads w1` and `compare --quick --only s01` on the kind.
+/// `bench KIND --url URL --workloads w1` (which cleans up after itself) and `compare --quick
+/// --only s01` on the kind.
 fn bench_and_compare(kind: &str, flag: &str, url: &str) {
     let run = distlock(&["bench", kind, "--url", url, "--workloads", "w1"]);
     assert!(run.status.success(), "bench {kind} --url {url}: {}", text(&run));
+    // On a user's server the bench deletes what its runs left (fence keys, lock rows).
+    assert!(
+        text(&run).contains("keys or rows under `distlock-bench:`"),
+        "bench {kind} cleaned up: {}",
+        text(&run)
+    );
     let out = tempfile::tempdir().unwrap();
     let dir = out.path().to_str().unwrap();
     let run = distlock(&[

@@ -22,7 +22,8 @@ pub struct BenchArgs {
     /// for its TLS twin on TLS-only throwaway servers).
     kind: String,
     /// Use these servers instead of starting throwaway ones: a URL (`redis://…`), or a
-    /// comma-separated list for multi-node kinds (Redlock).
+    /// comma-separated list for multi-node kinds (Redlock). Every name then starts with
+    /// `distlock-bench:`, and what the runs left under it is deleted at the end.
     #[arg(long, value_name = "URL")]
     url: Option<String>,
     /// Also write the raw records to `DIR/<kind>/<workload>_r<run>.json`.
@@ -76,7 +77,31 @@ impl RoundTrip {
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     let selected = Selected::find(&args.kind)?;
     let kind = selected.kind;
+    if args.url.is_some() {
+        lock_testkit::suite::set_name_namespace(NAMESPACE);
+    }
     let opened = kind.open(selected.servers(args.url.as_deref())?)?;
+    let measured = run_on(args, &selected, &opened);
+    // On a user's own servers, leave nothing behind (also after a failed workload): every
+    // workload's names start with NAMESPACE. (Rows and fence keys outlive their locks by
+    // design, so that a fence never restarts.)
+    if args.url.is_some() {
+        let deleted =
+            opened.target.clean_up(NAMESPACE).map_err(|error| format!("cleaning up `{NAMESPACE}`: {error}"));
+        match (&measured, deleted) {
+            (_, Ok(deleted)) => eprintln!("deleted {deleted} keys or rows under `{NAMESPACE}`"),
+            (Ok(()), Err(error)) => return Err(error),
+            (Err(_), Err(error)) => eprintln!("{error}"),
+        }
+    }
+    measured
+}
+
+/// The prefix of every name a benchmark on a user's servers (`--url`) uses.
+const NAMESPACE: &str = "distlock-bench:";
+
+/// [`run`] on the opened kind.
+fn run_on(args: &BenchArgs, selected: &Selected, opened: &Opened) -> Result<(), String> {
     let probe = opened.target.round_trip().map_err(|e| format!("round trip: {e}"))?;
     println!("backend: {}", opened.target.label());
     println!(
@@ -113,7 +138,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         for &workload in &args.workloads {
             let (record, round_trip) = measure(
                 workload,
-                &opened,
+                opened,
                 reference.as_deref(),
                 &mut single_node_w1_p50,
                 probe.as_ref(),
@@ -124,7 +149,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                 raw::write(
                     dir,
                     selected.name(),
-                    &opened,
+                    opened,
                     // Measured with W1, in its blocks: on W1's record only.
                     single_node_w1_p50.filter(|_| workload == Workload::W1),
                     limit,
