@@ -291,6 +291,76 @@ fn postgres_a_listening_client_attempts_in_the_queue_at_once() {
     }
 }
 
+/// A fair MariaDB client whose release rang a waiter (and whose doorbell is up) queues in its
+/// next acquisition of the name at once: it is served after the waiter it rang, woken by that
+/// waiter's release; and when the hint is stale (the waiter came and went), it takes the free
+/// lock without counting as contended.
+#[test]
+fn mysql_a_releaser_that_rang_a_waiter_queues_at_once() {
+    let build = mysql();
+    let client = Arc::new(build(true));
+    let native = client.native_wait().expect("woken");
+    let deadline = || Some(Instant::now() + Duration::from_secs(20));
+    // A waiter on another client for `name`, queued behind the client's hold; returns when it
+    // was served and when it released.
+    let wait_for = |name: &LockName, served: &Arc<Mutex<Vec<(&'static str, Instant)>>>| {
+        let (build, name, served) = (Arc::clone(&build), name.clone(), Arc::clone(served));
+        thread::spawn(move || serve(&build(true), &name, &served, "rung"))
+    };
+    // The client waits once, which brings its doorbell up.
+    let warm_up = unique_name("rang-warm-up");
+    let other = build(true);
+    let held = other.try_acquire(&warm_up, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    let warming = thread::spawn({
+        let (client, warm_up) = (Arc::clone(&client), warm_up.clone());
+        move || {
+            let native = client.native_wait().expect("woken");
+            let acquired = native.acquire_until(&warm_up, &OwnerToken::random(), TTL, deadline());
+            let acquired = acquired.expect("a server").expect("served");
+            assert!(client.release(acquired.lease).expect("a server"));
+        }
+    });
+    thread::sleep(Duration::from_millis(300));
+    assert!(other.release(held).expect("a server"));
+    warming.join().expect("the warm-up");
+
+    // The hint holds: the client's release rings the waiter, and its next acquisition queues
+    // behind it.
+    let busy = unique_name("rang-busy");
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let lease = client.try_acquire(&busy, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    let rung = wait_for(&busy, &served);
+    thread::sleep(Duration::from_millis(700));
+    let released_at = Instant::now();
+    assert!(client.release(lease).expect("a server"));
+    let again = native.acquire_until(&busy, &OwnerToken::random(), TTL, deadline()).expect("a server");
+    let again = again.expect("served after the waiter");
+    let served_again = Instant::now();
+    assert!(again.contended, "it waited");
+    let rung_released = rung.join().expect("the rung waiter");
+    assert!(client.release(again.lease).expect("a server"));
+    let served = served.lock().unwrap().clone();
+    assert_eq!(served.len(), 1);
+    let (_, rung_at) = served[0];
+    assert!(rung_at - released_at < WOKEN, "the waiter served {:?} after the release", rung_at - released_at);
+    assert!(served_again > rung_released, "the client was served before the waiter it rang released");
+    let after = served_again - rung_released;
+    assert!(after < WOKEN, "the client served {after:?} after the waiter's release: by a re-check");
+
+    // A stale hint: the waiter it rang came and went; the lock is free.
+    let stale = unique_name("rang-stale");
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let lease = client.try_acquire(&stale, &OwnerToken::random(), TTL).expect("a server").expect("free");
+    let rung = wait_for(&stale, &served);
+    thread::sleep(Duration::from_millis(700));
+    assert!(client.release(lease).expect("a server"));
+    rung.join().expect("the rung waiter");
+    let acquired = native.acquire_until(&stale, &OwnerToken::random(), TTL, deadline()).expect("a server");
+    let acquired = acquired.expect("a free lock is taken");
+    assert!(!acquired.contended, "a free lock taken without a sleep is not contended");
+    assert!(client.release(acquired.lease).expect("a server"));
+}
+
 /// A fair lock-table try refuses a free lock while a live waiter is queued for it (a waiter that
 /// crashed: its entry, put here by hand, names no live connection), a non-fair one takes it, and
 /// once the entry lapses the fair try takes it too.

@@ -78,6 +78,7 @@ impl MySqlLockBuilder {
                 address,
                 writers: Default::default(),
                 fence_flush: Default::default(),
+                rang: Default::default(),
                 flush_pool,
             }),
         })

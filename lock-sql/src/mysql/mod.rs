@@ -178,6 +178,8 @@ pub(crate) struct Inner {
     pub(crate) kind: MySqlLockKind,
     /// Lock-table kind: whether waiters are served in arrival order.
     pub(crate) fair: bool,
+    /// Lock-table kind: the names whose last release by this client rang a waiter.
+    pub(crate) rang: wait::RangNames,
     pub(crate) namespace: String,
     /// The URL without its password, for `Debug`.
     pub(crate) address: String,

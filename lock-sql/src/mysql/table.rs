@@ -219,7 +219,11 @@ impl MySqlBackend {
     pub(crate) fn table_release(&self, lease: &MySqlLease) -> Result<bool> {
         let Hold::Table { owner } = &lease.hold else { unreachable!("a lock-table lease") };
         let sql = self.inner.tables.release(&hex(lease.lock_key().as_str().as_bytes()), owner);
-        Ok(self.run_release("release", sql, lease.ttl)?.affected(0) == 1)
+        let results = self.run_release("release", sql, lease.ttl)?;
+        if self.inner.fair && ring_target(&results).is_some() {
+            self.inner.rang.note(lease.lock_key().as_str());
+        }
+        Ok(results.affected(0) == 1)
     }
 
     /// Puts waiter `waiter` in `name`'s queue (or renews its entry, which then lives `note`;
@@ -352,15 +356,16 @@ impl MySqlBackend {
     /// Rings the doorbell of the waiter that a statement's last result names, if any (from the
     /// ringer thread: the caller does not wait for it).
     pub(super) fn ring(&self, results: &super::connection::Results) {
-        let waiter = results
-            .sets
-            .last()
-            .and_then(|set| set.1.first())
-            .and_then(|row| row.get::<Option<u64>, _>(0).flatten());
-        if let Some(waiter) = waiter {
-            self.inner.doorbell.ring(Bell::from_value(waiter));
+        if let Some(waiter) = ring_target(results) {
+            self.inner.doorbell.ring(waiter);
         }
     }
+}
+
+/// The waiter whose doorbell a statement's last result names, if any.
+fn ring_target(results: &super::connection::Results) -> Option<Bell> {
+    let row = results.sets.last().and_then(|set| set.1.first())?;
+    row.get::<Option<u64>, _>(0).flatten().map(Bell::from_value)
 }
 
 /// The owner (a hex literal) of a lease renewed by [`MySqlBackend::table_extend_many`]'s
