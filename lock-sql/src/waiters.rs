@@ -127,7 +127,6 @@ impl Registration<'_> {
     /// Whether other threads of this client wait for the same name (then the client stays in
     /// the lock's queue when this one takes the lock).
     /// ([`joined_since`](Self::joined_since) then tells whether another one registered later.)
-    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn others_waiting(&self) -> bool {
         let by_name = self.waiters.by_name.lock();
         self.slot.joined.store(false, Ordering::Release);
