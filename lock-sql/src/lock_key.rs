@@ -33,6 +33,13 @@ pub(crate) fn semaphore_queue_key(name: &LockName) -> String {
     }
 }
 
+/// The start of the [`semaphore_queue_key`] of every name that starts with `prefix` (but a
+/// hashed one's).
+#[cfg_attr(not(all(feature = "testkit", feature = "mysql")), allow(dead_code))]
+pub(crate) fn semaphore_queue_prefix(prefix: &str) -> String {
+    format!("\u{3}{prefix}")
+}
+
 /// A lock name with the key its hold has on the server.
 #[derive(Clone)]
 pub(crate) struct LockKey {

@@ -31,6 +31,12 @@ use crate::builder::Settings;
 use crate::error::{Failure, BACKEND};
 use lock_core::{Error, Result};
 
+thread_local! {
+    /// On a runtime thread of a client whose hosts may hold part of a password: the scope in
+    /// which the thread logs nothing, from its start to its end.
+    static QUIET: std::cell::Cell<Option<tracing::dispatcher::DefaultGuard>> = const { std::cell::Cell::new(None) };
+}
+
 /// The name of each backend's runtime worker thread (one per backend and its clones).
 pub const ZK_THREAD_NAME: &str = "distlock-zk";
 
@@ -68,9 +74,11 @@ impl Session {
         runtime.worker_threads(1).max_blocking_threads(1).thread_name(ZK_THREAD_NAME).enable_time();
         if settings.hidden {
             // zookeeper-client logs its hosts (connects, reconnects), which may hold part of a
-            // password here: the runtime's threads, where its session runs, log nothing. (The
-            // guard stays for the thread's life.)
-            runtime.on_thread_start(|| std::mem::forget(tracing::dispatcher::set_default(&Dispatch::none())));
+            // password here: the runtime's threads, where its session runs, log nothing while
+            // they run.
+            runtime
+                .on_thread_start(|| QUIET.set(Some(tracing::dispatcher::set_default(&Dispatch::none()))))
+                .on_thread_stop(|| drop(QUIET.take()));
         }
         let runtime = runtime.build().map_err(|e| Error::backend(BACKEND, e))?;
         let session = Self {

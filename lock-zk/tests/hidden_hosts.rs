@@ -1,24 +1,32 @@
 //! A URL whose host list may hold part of a password (an `@` after its hosts: `zk://u:pa/ss@h/x`
 //! reads as host `u`, port `pa`) never shows those hosts: not in errors or `Debug` (the builder's
-//! tests), and not in what the `zookeeper-client` crate logs about its connects either. Its own
+//! tests), and not in what the `zookeeper-client` crate logs about its connects — on the
+//! caller's thread, and on the client's runtime thread after a lost connection. Its own
 //! binary: the log subscriber is process-wide, since the client's session runs on threads of
 //! its own.
+#![cfg(unix)] // The log is read through a second handle of an unlinked file.
 
-use std::net::TcpListener;
-use std::path::PathBuf;
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::fs::FileExt;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use lock_testkit::harness::shared;
+use lock_testkit::{eventually, FaultProxy};
 use lock_zk::ZooKeeperLockBuilder;
 use tracing_subscriber::util::SubscriberInitExt;
 
-/// The file where every crate's events at every level go (tracing-subscriber writes to a locked
-/// file itself).
-fn log_file() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
+/// Every crate's events at every level, as one text. They go to a file that
+/// tracing-subscriber writes itself, unlinked at once (it lives while the process has it open).
+fn logged() -> String {
+    static LOG: OnceLock<File> = OnceLock::new();
+    let log = LOG.get_or_init(|| {
         let path = std::env::temp_dir().join(format!("distlock-hidden-hosts-{}.log", std::process::id()));
-        let file = std::fs::File::create(&path).expect("a log file");
+        let options = std::fs::OpenOptions::new().read(true).write(true).create_new(true).clone();
+        let file = options.open(&path).expect("a log file");
+        std::fs::remove_file(&path).expect("the log file unlinked");
+        let reader = file.try_clone().expect("a second handle");
         tracing_subscriber::fmt()
             .with_env_filter("trace")
             .with_ansi(false)
@@ -26,12 +34,12 @@ fn log_file() -> &'static PathBuf {
             .with_writer(Mutex::new(file))
             .finish()
             .init();
-        path
-    })
-}
-
-fn logged() -> String {
-    std::fs::read_to_string(log_file()).expect("the log file")
+        reader
+    });
+    let mut bytes =
+        vec![0; usize::try_from(log.metadata().expect("the log's length").len()).expect("a length")];
+    log.read_exact_at(&mut bytes, 0).expect("the log");
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// A loopback address where nothing listens: a connect there is refused at once.
@@ -64,5 +72,49 @@ fn hosts_that_may_hold_a_password_are_never_logged() {
     let hidden = refusing_address();
     let logged = connect_and_log(&format!("zk://{hidden}/et99@127.0.0.1:1/locks"));
     assert!(!logged.contains(&hidden), "hosts that may hold a password were shown:\n{logged}");
-    std::fs::remove_file(log_file()).expect("the log file");
+}
+
+/// A client connected through a proxy to the shared server (so a `zk://` URL of hosts
+/// `proxy`), whose proxy is then cut: zookeeper-client's session, on the client's runtime
+/// thread, loses its connection and tries again, logging the hosts. Returns what was logged
+/// from the cut on (until `until` holds of it, or `wait` passed).
+fn cut_and_log(url: &str, proxy: &FaultProxy, wait: Duration, until: impl Fn(&str) -> bool) -> String {
+    let backend = ZooKeeperLockBuilder::from_url(url)
+        .expect("a valid URL")
+        .session_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .expect("connected through the proxy");
+    let before = logged().len();
+    proxy.cut();
+    eventually(wait, || until(&logged()[before..]));
+    let logged = logged()[before..].to_owned();
+    drop(backend);
+    logged
+}
+
+/// A proxy to the shared ZooKeeper server.
+fn proxy() -> FaultProxy {
+    let server = shared::zookeeper().expect("the shared ZooKeeper server");
+    let address: SocketAddr = server.address().parse().expect("a socket address");
+    FaultProxy::start(address).expect("a proxy")
+}
+
+#[test]
+fn a_lost_connection_of_hidden_hosts_is_never_logged() {
+    // The control: after the cut, zookeeper-client's session (on the runtime's thread) logs the
+    // ordinary URL's hosts as it tries again.
+    let shown = proxy();
+    let address = shown.address().to_string();
+    let started = std::time::Instant::now();
+    let logged = cut_and_log(&format!("zk://{address}/locks"), &shown, Duration::from_secs(20), |logged| {
+        logged.contains(&address)
+    });
+    assert!(logged.contains(&address), "the capture sees the session's logs after the cut:\n{logged}");
+    let took = started.elapsed();
+    // The same with hosts that may hold a password, given twice as long to show.
+    let hidden = proxy();
+    let address = hidden.address().to_string();
+    let logged = cut_and_log(&format!("zk://{address}/et99@127.0.0.1:1/locks"), &hidden, took * 2, |_| false);
+    assert!(!logged.contains(&address), "hosts that may hold a password were shown:\n{logged}");
 }

@@ -56,11 +56,12 @@ pub fn measure<B: DistributedLock>(backend: &B, url: &str, pairs: usize) -> Resu
     let mut plain = super::plain_recipe::PlainRecipe::connect(url)?;
     let owner = OwnerToken::random();
     let token = owner.to_hex();
-    let run = OwnerToken::random().to_hex();
+    // Under the suite's namespace (`distlock-bench:` on a user's server), for the clean-ups.
+    let run = lock_testkit::suite::unique_name("plain-pair");
     let pairs = pairs.max(1);
     let (mut lock_times, mut plain_times) = (Vec::with_capacity(pairs), Vec::with_capacity(pairs));
     for i in 0..2 * pairs {
-        let name = LockName::new(format!("plain-pair-{run}-{i}")).map_err(|e| e.to_string())?;
+        let name = LockName::new(format!("{run}-{i}")).map_err(|e| e.to_string())?;
         let started = Instant::now();
         let lease = backend.try_acquire(&name, &owner, LEASE).map_err(|e| e.to_string())?;
         let lease = lease.ok_or_else(|| format!("{name}: a fresh name was refused"))?;
@@ -85,7 +86,7 @@ pub fn measure<B: DistributedLock>(backend: &B, url: &str, pairs: usize) -> Resu
         }
     }
     // The fencing counters never expire: delete what the measured names left.
-    super::single_node::delete_keys_of_names(url, "distlock", &format!("plain-pair-{run}"))?;
+    super::single_node::delete_keys_of_names(url, "distlock", run.as_str())?;
     Ok(PairLatencies { pairs, lock_p50: median(&mut lock_times), plain_p50: median(&mut plain_times) })
 }
 

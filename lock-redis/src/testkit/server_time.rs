@@ -142,15 +142,16 @@ pub fn measure<B: DistributedLock>(
     let (ops, rounds) = (ops.max(1), rounds.max(1));
     let mut lock = Vec::with_capacity(rounds);
     let mut reference = Vec::with_capacity(rounds);
-    // Every name of this run starts with `server-time-<run>`, for the clean-up.
-    let run = OwnerToken::random();
+    // Every name of this run starts with `run` (under the suite's namespace, `distlock-bench:`
+    // on a user's server), for the clean-ups: this one's, and the caller's if this one fails.
+    let run = lock_testkit::suite::unique_name("server-time");
     for round in 0..rounds {
         lock.push(lock_round(backend, &mut nodes, &run, ops, round)?);
         reference.push(reference_round(&mut nodes[0], ops, round)?);
     }
     // The fencing counters never expire: delete what the measured names left.
     for url in urls {
-        super::single_node::delete_keys_of_names(url, "distlock", &format!("server-time-{}", run.to_hex()))?;
+        super::single_node::delete_keys_of_names(url, "distlock", run.as_str())?;
     }
     let node_count = nodes.len() as f64;
     let per_node = |cost: OpCost| OpCost {
@@ -207,18 +208,16 @@ fn concurrent_pings(url: &str) -> Result<f64, String> {
 fn lock_round<B: DistributedLock>(
     backend: &B,
     nodes: &mut [Connection],
-    run: &OwnerToken,
+    run: &LockName,
     ops: usize,
     round: usize,
 ) -> Result<RecipeCost, String> {
     let owner = OwnerToken::random();
     let names = (0..ops)
-        .map(|i| {
-            LockName::new(format!("server-time-{}-{round}-{i}", run.to_hex())).map_err(|e| e.to_string())
-        })
+        .map(|i| LockName::new(format!("{run}-{round}-{i}")).map_err(|e| e.to_string()))
         .collect::<Result<Vec<_>, _>>()?;
     // Warm-up: the scripts are loaded and the connections made before anything is counted.
-    let warm = LockName::new(format!("server-time-{}-warm", run.to_hex())).map_err(|e| e.to_string())?;
+    let warm = LockName::new(format!("{run}-warm")).map_err(|e| e.to_string())?;
     for _ in 0..2 {
         let mut lease =
             backend.try_acquire(&warm, &owner, LEASE).map_err(|e| e.to_string())?.ok_or("warm-up refused")?;

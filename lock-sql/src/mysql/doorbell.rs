@@ -412,8 +412,9 @@ impl Nap {
                 name,
             },
             Err(error) => {
-                // Once per doorbell connection: expected on Galera (no user locks), otherwise a
-                // sign that rings may come late under load (SLEEP's server-wide mutex).
+                // Once per doorbell connection or lost anchor: expected on Galera (no user
+                // locks), otherwise a sign that rings may come late under load (SLEEP's
+                // server-wide mutex).
                 tracing::info!(%error, "no anchor for the mysql doorbell; it naps in SLEEP, whose rings may lag under load");
                 Nap::Sleep(format!("SELECT SLEEP({})", NAP.as_secs_f64()))
             }

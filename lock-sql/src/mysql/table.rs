@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::{Extension, LockName, OwnerToken, Result};
 
-use crate::lock_key::LockKey;
+use crate::lock_key::{semaphore_queue_prefix, LockKey};
 
 use super::doorbell::Bell;
 use super::error::MyFailure;
@@ -333,7 +333,8 @@ impl MySqlBackend {
         let mut deleted = 0;
         // The elections of such names too: their locks' rows and their records, together (a
         // record kept beside a deleted lock row would outrank the next leader's restarted fence).
-        for prefix in [prefix.to_owned(), LockKey::election_prefix(prefix)] {
+        // Semaphores' waiters queue under keys of their own.
+        for prefix in [prefix.to_owned(), LockKey::election_prefix(prefix), semaphore_queue_prefix(prefix)] {
             let results =
                 connection.run("clean up", &self.inner.tables.delete_prefixed(prefix.as_bytes()))?;
             deleted += results.sets.iter().map(|(affected, _)| affected).sum::<u64>();

@@ -259,10 +259,9 @@ impl RangNames {
     /// Notes that a release of `name` rang a waiter.
     pub(crate) fn note(&self, name: &str) {
         let mut names = self.0.lock();
-        if names.iter().any(|noted| noted == name) {
-            return;
-        }
-        if names.len() == RANG_NAMES {
+        if let Some(index) = names.iter().position(|noted| noted == name) {
+            names.remove(index);
+        } else if names.len() == RANG_NAMES {
             names.pop_front();
         }
         names.push_back(name.to_owned());
@@ -290,10 +289,13 @@ mod tests {
         rang.note("a");
         assert!(rang.take("a"));
         assert!(!rang.take("a"), "taken once");
-        for index in 0..=RANG_NAMES {
+        for index in 0..RANG_NAMES {
             rang.note(&index.to_string());
         }
-        assert!(!rang.take("0"), "the oldest is forgotten");
-        assert!(rang.take("1") && rang.take(&RANG_NAMES.to_string()));
+        // Noted again: now the most recent, so the next note forgets "1".
+        rang.note("0");
+        rang.note("new");
+        assert!(!rang.take("1"), "the oldest is forgotten");
+        assert!(rang.take("0") && rang.take("2") && rang.take("new"));
     }
 }

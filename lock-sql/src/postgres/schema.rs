@@ -74,8 +74,9 @@ pub(crate) struct Tables {
     /// runs, locked until the write's transaction ends.
     pub(crate) lock_if_held: String,
     pub(crate) mark_free: String,
-    /// Deletes the lock-table and row-table rows of names with a prefix (`distlock compare`'s
-    /// clean-up on a user's server); returns how many.
+    /// Deletes the rows of names with a prefix — lock table, row table, semaphore and
+    /// read-write rows (`distlock compare`'s and `bench`'s clean-up on a user's server);
+    /// returns how many.
     #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub(crate) delete_prefixed: String,
     // Row locks. Each locking statement returns (fence, µs waited in the server's queue) and
@@ -275,8 +276,11 @@ impl Tables {
             ),
             delete_prefixed: format!(
                 "WITH a AS (DELETE FROM {t} WHERE starts_with(name, $1) RETURNING 1), \
-                      b AS (DELETE FROM {rows} WHERE starts_with(name, $1) RETURNING 1) \
-                 SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b)"
+                      b AS (DELETE FROM {rows} WHERE starts_with(name, $1) RETURNING 1), \
+                      c AS (DELETE FROM {sem} WHERE starts_with(name, $1) RETURNING 1), \
+                      d AS (DELETE FROM {rw} WHERE starts_with(name, $1) RETURNING 1) \
+                 SELECT (SELECT count(*) FROM a) + (SELECT count(*) FROM b) + (SELECT count(*) FROM c) \
+                   + (SELECT count(*) FROM d)"
             ),
             // Cannot wait on a held row: a conflicting committed row means "exists".
             insert_row: format!("INSERT INTO {rows} (name) VALUES ($1) ON CONFLICT DO NOTHING"),

@@ -225,7 +225,7 @@ impl PostgresBackend {
         Ok(rows.first().map(|row| Duration::from_millis(u64::try_from(row.get::<_, i64>(0)).unwrap_or(1))))
     }
 
-    /// Deletes the rows of names that start with `prefix` (lock table and row table), of the
+    /// Deletes the rows of names that start with `prefix` (lock, row, semaphore and read-write tables), of the
     /// elections of such names too (their locks' rows and their records, together: a record
     /// kept beside a deleted lock row would outrank the restarted fence of the next leader).
     #[cfg_attr(not(feature = "testkit"), allow(dead_code))]

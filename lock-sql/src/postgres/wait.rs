@@ -59,12 +59,16 @@ impl PostgresBackend {
     ) -> Result<Option<Acquired<PostgresLease>>> {
         let listener = &self.inner.listener;
         // A first attempt that does not queue (one light statement): an uncontended lock, or
-        // one that a non-fair caller takes at once, needs no LISTEN connection. A client whose
-        // LISTEN is in force already (it has waited before) attempts in the queueing statement
-        // at once instead: as light when the lock is free, and on a lock that is busy (a fair
-        // one's queue, a caller that releases and asks again) one statement on the lock's row
-        // fewer per hand-off.
-        let refused = if listener.is_listening() && deadline.is_none_or(|deadline| Instant::now() < deadline)
+        // one that a non-fair caller takes at once, needs no LISTEN connection. On a fair lock,
+        // a client whose LISTEN is in force already (it has waited before) attempts in the
+        // queueing statement at once instead: as light when the lock is free, and on a busy
+        // one (its queue, a caller that releases and asks again) one statement on the lock's
+        // row fewer per hand-off. Not for a wait shorter than a re-check: it would likely end
+        // queued, its leave racing the caller's next call's entry (the client's one entry).
+        let now = Instant::now();
+        let refused = if self.inner.fair
+            && listener.is_listening()
+            && deadline.is_none_or(|deadline| deadline >= now + FALLBACK_RECHECK)
         {
             false
         } else {

@@ -246,15 +246,17 @@ impl Tables {
         )
     }
 
-    /// Deletes the lock-table and row-table rows of names that start with the bytes `prefix`
-    /// (`distlock compare`'s clean-up on a user's server).
+    /// Deletes the rows of names that start with the bytes `prefix` — lock table, row table,
+    /// queue, read-write and semaphore rows (`distlock compare`'s and `bench`'s clean-up on a
+    /// user's server).
     #[cfg_attr(not(feature = "testkit"), allow(dead_code))]
     pub(crate) fn delete_prefixed(&self, prefix: &[u8]) -> String {
         let (length, literal) = (prefix.len(), hex(prefix));
         format!(
             "DELETE FROM {} WHERE LEFT(name, {length}) = {literal}; DELETE FROM {} WHERE LEFT(name, {length}) = {literal}; \
+             DELETE FROM {} WHERE LEFT(name, {length}) = {literal}; DELETE FROM {} WHERE LEFT(name, {length}) = {literal}; \
              DELETE FROM {} WHERE LEFT(name, {length}) = {literal}",
-            self.locks, self.rows, self.queue
+            self.locks, self.rows, self.queue, self.rw, self.sem
         )
     }
 
