@@ -12,6 +12,7 @@ use lock_core::{DistributedLock, LockName, OwnerToken};
 use lock_sql::mysql::{MySqlBackend, MySqlLockKind};
 use lock_sql::postgres::{PostgresBackend, PostgresLockKind};
 use lock_sql::testkit::{MySqlTarget, PostgresTarget};
+use lock_testkit::eventually;
 use lock_testkit::suite::unique_name;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -310,19 +311,16 @@ fn mysql_a_releaser_that_rang_a_waiter_queues_at_once() {
         };
         // Queued (so that the release rings it), as its entry in the queue table shows.
         let hex_name: String = name.as_str().bytes().map(|byte| format!("{byte:02X}")).collect();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
+        let queued = eventually(Duration::from_secs(10), || {
             let entries: Option<u64> = lock_sql::mysql_driver::prelude::Queryable::query_first(
                 &mut admin,
                 format!("SELECT COUNT(*) FROM distlock_locks_queue WHERE name = X'{hex_name}'"),
             )
             .expect("the queue");
-            if entries.unwrap_or(0) > 0 {
-                break waiter;
-            }
-            assert!(Instant::now() < deadline, "the waiter never queued");
-            thread::sleep(Duration::from_millis(10));
-        }
+            entries.unwrap_or(0) > 0
+        });
+        assert!(queued, "the waiter never queued");
+        waiter
     };
     // The client waits once, which brings its doorbell up.
     let warm_up = unique_name("rang-warm-up");
