@@ -90,6 +90,34 @@ fn is_package_variable(name: &str) -> bool {
         )
 }
 
+/// `command`, to be run at the lowest CPU priority the system offers: Linux's `SCHED_IDLE`
+/// (`chrt --idle 0`; the scheduler runs it only on a core no other process wants, and preempts
+/// it the moment one wakes), else `nice -n 19`, else as it is. Its children inherit it.
+pub fn at_idle_priority(command: Command) -> Command {
+    let wrapper = if cfg!(target_os = "linux") {
+        find_on_path("chrt").map(|chrt| (chrt, &["--idle", "0"][..]))
+    } else {
+        None
+    };
+    let Some((program, wrapper_args)) =
+        wrapper.or_else(|| find_on_path("nice").map(|nice| (nice, &["-n", "19"][..])))
+    else {
+        return command;
+    };
+    let mut wrapped = Command::new(program);
+    wrapped.args(wrapper_args).arg(command.get_program()).args(command.get_args());
+    for (name, value) in command.get_envs() {
+        match value {
+            Some(value) => wrapped.env(name, value),
+            None => wrapped.env_remove(name),
+        };
+    }
+    if let Some(directory) = command.get_current_dir() {
+        wrapped.current_dir(directory);
+    }
+    wrapped
+}
+
 /// Prints `command`, runs it with the terminal's output and no input, and waits for it.
 ///
 /// # Errors
@@ -197,5 +225,20 @@ mod tests {
     fn durations_read_naturally() {
         assert_eq!(format_duration(Duration::from_millis(4_240)), "4.2s");
         assert_eq!(format_duration(Duration::from_secs(187)), "3m07s");
+    }
+
+    #[test]
+    fn idle_priority_keeps_the_command_whole() {
+        let mut command = Command::new("cargo");
+        command.args(["clippy", "--", "-D", "warnings"]).env("A", "1").env_remove("B").current_dir("/tmp");
+        let wrapped = at_idle_priority(command);
+        let line = display(&wrapped);
+        assert!(line.starts_with("A=1 "), "{line}");
+        assert!(line.ends_with(" cargo clippy -- -D warnings"), "{line}");
+        if cfg!(target_os = "linux") && find_on_path("chrt").is_some() {
+            assert!(line.contains("chrt --idle 0 cargo"), "{line}");
+        }
+        assert!(wrapped.get_envs().any(|(name, value)| name == "B" && value.is_none()));
+        assert_eq!(wrapped.get_current_dir(), Some(Path::new("/tmp")));
     }
 }

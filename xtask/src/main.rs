@@ -14,6 +14,7 @@ mod bench;
 mod cmd;
 mod compare;
 mod install;
+mod lint;
 mod test;
 mod test_runner;
 
@@ -42,8 +43,10 @@ enum Task {
     /// install` compiles it; every test of `cargo test --workspace --all-features`, built with
     /// clippy as the compiler's wrapper (so every target is linted with every feature, warnings
     /// denied), the binaries run side by side (a test that cannot get its server fails; none
-    /// skips), with the seckill, reentrant and metrics examples of the same build. The first
-    /// failing step stops the run; a table of the steps' times ends it.
+    /// skips), with the seckill, reentrant and metrics examples of the same build. The lint
+    /// steps (clippy per feature set, doc, package, the CLI as installed) run beside the rest at
+    /// idle priority in `target/lint`. The first failing step stops the run; a table of the
+    /// steps' times ends it.
     Test(TestArgs),
     /// Install the servers, build `distlock` in release mode and compare every backend kind:
     /// the docs' scenarios, the broken recipes and the workloads, as a matrix on the terminal and

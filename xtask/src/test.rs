@@ -1,39 +1,17 @@
 //! The `cargo xtask test` pipeline: install the servers, check formatting, lint, run the tests.
 //!
-//! The steps run in order and the first failure stops the pipeline. Each step prints a line with
-//! its outcome and how long it took, so a CI log shows where the time went.
+//! The steps run in order and the first failure stops the pipeline; the lint steps (`lint.rs`)
+//! run beside them at idle priority, and the pipeline waits for them at the end. Each step prints
+//! a line with its outcome and how long it took, so a CI log shows where the time went.
 
 use std::process::Command;
 use std::time::Instant;
 
 use crate::cmd::{self, Failure};
 use crate::install;
+use crate::lint::{self, Beside};
 use crate::test_runner;
 use crate::TestArgs;
-
-/// The feature sets clippy checks one by one (besides `--all-features`): each backend of the
-/// facade alone, Redis without TLS, the SQL test support with one database, the CLI without
-/// `compare` (`exec` and `inspect` only) and the CLI's `compare` without the other backends
-/// (Redis alone; ZooKeeper alone). The CLI with etcd is the all-features build's: each of these
-/// sets compiles the CLI anew, and etcd's gRPC stack with it. The test support of every backend
-/// is the all-features build's too: it differs from that build only by `metrics` and
-/// `zookeeper-tls`, whose `cfg`s are in lock-core and lock-zk's non-test code, which the
-/// single-backend sets check without them (about 40 s of CI saved).
-const FEATURE_SETS: [(&str, &str); 13] = [
-    ("distlock", "redis"),
-    ("distlock", "postgres"),
-    ("distlock", "mysql"),
-    ("distlock", "zookeeper"),
-    ("distlock", "etcd"),
-    ("distlock", "metrics"),
-    ("lock-redis", ""),
-    ("lock-zk", "tls"),
-    ("lock-sql", "testkit,postgres"),
-    ("lock-sql", "testkit,mysql"),
-    ("distlock-cli", "redis,postgres,mysql,zookeeper"),
-    ("distlock-cli", "compare,redis"),
-    ("distlock-cli", "compare,zookeeper"),
-];
 
 /// One step of the pipeline.
 struct Step {
@@ -63,9 +41,15 @@ pub fn run(args: &TestArgs) -> Result<(), Failure> {
     let steps = plan(args);
     let count = steps.len();
     let started = Instant::now();
+    // Started once the servers (and protoc, which etcd-client's build script runs) are there.
+    let mut lint_steps = Some(lint::plan(args)).filter(|steps| !steps.is_empty());
+    let mut beside = None;
     let mut timings = Vec::with_capacity(count);
     let mut outcome = Ok(());
     for (index, step) in steps.into_iter().enumerate() {
+        if !matches!(step.action, Action::InstallServers) {
+            beside = beside.or_else(|| lint_steps.take().map(Beside::start));
+        }
         let label = format!("step {}/{count} ({})", index + 1, step.name);
         println!("\n==> {label}");
         let step_started = Instant::now();
@@ -83,18 +67,34 @@ pub fn run(args: &TestArgs) -> Result<(), Failure> {
         }
         println!("==> {label} passed in {}", cmd::format_duration(elapsed));
     }
+    let lint = beside.map(|beside| {
+        let waited = Instant::now();
+        let outcomes = beside.finish();
+        println!("\n==> waited {} for the lint steps", cmd::format_duration(waited.elapsed()));
+        outcomes
+    });
     // Where the time went, also when a step failed.
     println!("\n==> steps:");
     for (label, elapsed, passed) in &timings {
         let verdict = if *passed { "passed" } else { "FAILED" };
         println!("{:>9}  {verdict:<6}  {label}", cmd::format_duration(*elapsed));
     }
+    let lint = lint.unwrap_or_default();
+    for step in &lint {
+        let verdict = if step.passed { "passed" } else { "FAILED" };
+        println!("{:>9}  {verdict:<6}  {} (beside)", cmd::format_duration(step.took), step.label);
+    }
     let total = cmd::format_duration(started.elapsed());
     match &outcome {
         Ok(()) => println!("==> all {count} steps passed in {total}"),
         Err(_) => println!("==> {} of {count} steps run in {total}", timings.len()),
     }
-    outcome
+    let lint_failed = lint.iter().find(|step| !step.passed).map(|step| step.label.clone());
+    match (outcome, lint_failed) {
+        (Err(failure), _) => Err(failure),
+        (Ok(()), Some(label)) => Err(Failure::new(format!("{label} failed (its output is above)"))),
+        (Ok(()), None) => Ok(()),
+    }
 }
 
 /// The steps `args` asks for, in order; says which steps are skipped.
@@ -111,47 +111,6 @@ fn plan(args: &TestArgs) -> Vec<Step> {
         let mut fmt = cmd::cargo();
         fmt.args(["fmt", "--all", "--", "--check"]);
         steps.push(Step { name: "fmt", action: Action::Run(fmt) });
-        // Unfiltered, the test build lints every target with every feature (see
-        // `cmd::cargo_linting`); a filtered run builds only some, so clippy checks them all here.
-        if !args.test_args.is_empty() {
-            let mut clippy = cmd::cargo();
-            clippy.args(["clippy", "--workspace", "--all-targets", "--all-features"]);
-            clippy.args(["--", "-D", "warnings"]);
-            steps.push(Step { name: "clippy", action: Action::Run(clippy) });
-        }
-        // Each feature on its own: code used only under another feature must not warn.
-        for (package, features) in FEATURE_SETS {
-            let mut clippy = cmd::cargo();
-            clippy.args(["clippy", "--package", package, "--no-default-features", "--features", features]);
-            clippy.args(["--", "-D", "warnings"]);
-            steps.push(Step { name: "clippy (one feature)", action: Action::Run(clippy) });
-        }
-        // Broken intra-doc links and malformed docs fail like lints do.
-        let mut doc = cmd::cargo();
-        doc.args(["doc", "--workspace", "--all-features", "--no-deps", "--quiet"])
-            .env("RUSTDOCFLAGS", "-D warnings");
-        steps.push(Step { name: "doc", action: Action::Run(doc) });
-        // Every library crate and the CLI must package for the registry: no path-only dependency,
-        // no missing file. `--no-verify`: verification builds each crate once more from its packaged
-        // sources (minutes on two cores), and what it would catch is built by the steps above.
-        let mut package = cmd::cargo();
-        package.args([
-            "package",
-            "--workspace",
-            "--exclude",
-            "xtask",
-            "--no-verify",
-            "--quiet",
-            "--allow-dirty",
-        ]);
-        steps.push(Step { name: "package", action: Action::Run(package) });
-        // The command as `cargo install distlock-cli` compiles it: its default features, no
-        // dev-dependency features unified in, the lock file as it is. Checked, not built: a
-        // debug build of that feature set shares little with the test build (about two minutes
-        // here), and the test build links the same binary.
-        let mut installed = cmd::cargo();
-        installed.args(["clippy", "--package", "distlock-cli", "--locked", "--", "-D", "warnings"]);
-        steps.push(Step { name: "clippy (as installed)", action: Action::Run(installed) });
     }
     // Not `--all-targets`: that would leave out the doctests. A test that cannot get its server
     // fails (the harness never skips), so a missing install shows here.
@@ -201,44 +160,15 @@ mod tests {
             .collect()
     }
 
-    fn one_feature(package: &str, features: &str) -> String {
-        format!("cargo clippy --package {package} --no-default-features --features {features} -- -D warnings")
-    }
-
     #[test]
     fn full_pipeline() {
+        // The lint steps run beside these (`lint.rs`).
         let args = TestArgs { no_install: false, skip_lint: false, test_args: Vec::new() };
         assert_eq!(
             describe(&args),
             [
                 ("install servers", String::new()),
                 ("fmt", "cargo fmt --all -- --check".to_owned()),
-                ("clippy (one feature)", one_feature("distlock", "redis")),
-                ("clippy (one feature)", one_feature("distlock", "postgres")),
-                ("clippy (one feature)", one_feature("distlock", "mysql")),
-                ("clippy (one feature)", one_feature("distlock", "zookeeper")),
-                ("clippy (one feature)", one_feature("distlock", "etcd")),
-                ("clippy (one feature)", one_feature("distlock", "metrics")),
-                ("clippy (one feature)", one_feature("lock-redis", "")),
-                ("clippy (one feature)", one_feature("lock-zk", "tls")),
-                ("clippy (one feature)", one_feature("lock-sql", "testkit,postgres")),
-                ("clippy (one feature)", one_feature("lock-sql", "testkit,mysql")),
-                ("clippy (one feature)", one_feature("distlock-cli", "redis,postgres,mysql,zookeeper")),
-                ("clippy (one feature)", one_feature("distlock-cli", "compare,redis")),
-                ("clippy (one feature)", one_feature("distlock-cli", "compare,zookeeper")),
-                (
-                    "doc",
-                    "RUSTDOCFLAGS=-D warnings cargo doc --workspace --all-features --no-deps --quiet"
-                        .to_owned()
-                ),
-                (
-                    "package",
-                    "cargo package --workspace --exclude xtask --no-verify --quiet --allow-dirty".to_owned()
-                ),
-                (
-                    "clippy (as installed)",
-                    "cargo clippy --package distlock-cli --locked -- -D warnings".to_owned()
-                ),
                 ("clippy + test", "(test binaries and examples, concurrently; lint: true)".to_owned()),
             ]
         );

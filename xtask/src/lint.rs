@@ -1,0 +1,211 @@
+//! The lint steps of `cargo xtask test` — clippy with each feature set on its own, rustdoc,
+//! packaging, the CLI as installed — run beside the tests rather than before them.
+//!
+//! Why beside: they type-check the workspace about fifteen times over (about seven minutes on
+//! two cores), while the test binaries mostly wait — for leases to run out, sessions to time
+//! out, servers to start — leaving a core or so idle. So the lint runs at the lowest CPU
+//! priority (Linux's `SCHED_IDLE`, see [`cmd::at_idle_priority`]): it gets only the CPU time no
+//! test, server or build wants, and gives a core up the moment one of them wakes, so the tests'
+//! timings see no competitor. It builds in a target directory of its own (`target/lint`), so it
+//! never waits for the test build's or the doctests' lock on `target`, nor they for it. The
+//! foreground steps (install, fmt, the tests) run as before; the pipeline then waits for the
+//! lint and reports both.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crate::cmd;
+use crate::TestArgs;
+
+/// The feature sets clippy checks one by one (besides `--all-features`): each backend of the
+/// facade alone, Redis without TLS, the SQL test support with one database, the CLI without
+/// `compare` (`exec` and `inspect` only) and the CLI's `compare` without the other backends
+/// (Redis alone; ZooKeeper alone). The CLI with etcd is the all-features build's: each of these
+/// sets compiles the CLI anew, and etcd's gRPC stack with it. The test support of every backend
+/// is the all-features build's too: it differs from that build only by `metrics` and
+/// `zookeeper-tls`, whose `cfg`s are in lock-core and lock-zk's non-test code, which the
+/// single-backend sets check without them.
+const FEATURE_SETS: [(&str, &str); 13] = [
+    ("distlock", "redis"),
+    ("distlock", "postgres"),
+    ("distlock", "mysql"),
+    ("distlock", "zookeeper"),
+    ("distlock", "etcd"),
+    ("distlock", "metrics"),
+    ("lock-redis", ""),
+    ("lock-zk", "tls"),
+    ("lock-sql", "testkit,postgres"),
+    ("lock-sql", "testkit,mysql"),
+    ("distlock-cli", "redis,postgres,mysql,zookeeper"),
+    ("distlock-cli", "compare,redis"),
+    ("distlock-cli", "compare,zookeeper"),
+];
+
+/// One lint step: its short name in the log and its command.
+pub struct LintStep {
+    pub name: &'static str,
+    pub command: Command,
+}
+
+/// The lint steps `args` asks for, in order (none with `--skip-lint`).
+pub fn plan(args: &TestArgs) -> Vec<LintStep> {
+    if args.skip_lint {
+        return Vec::new();
+    }
+    let mut steps = Vec::new();
+    let mut step = |name, command| steps.push(LintStep { name, command });
+    // Unfiltered, the test build lints every target with every feature (see
+    // `cmd::cargo_linting`); a filtered run builds only some, so clippy checks them all here.
+    if !args.test_args.is_empty() {
+        let mut clippy = cargo();
+        clippy.args(["clippy", "--workspace", "--all-targets", "--all-features"]);
+        clippy.args(["--", "-D", "warnings"]);
+        step("clippy", clippy);
+    }
+    // Each feature on its own: code used only under another feature must not warn.
+    for (package, features) in FEATURE_SETS {
+        let mut clippy = cargo();
+        clippy.args(["clippy", "--package", package, "--no-default-features", "--features", features]);
+        clippy.args(["--", "-D", "warnings"]);
+        step("clippy (one feature)", clippy);
+    }
+    // Broken intra-doc links and malformed docs fail like lints do.
+    let mut doc = cargo();
+    doc.args(["doc", "--workspace", "--all-features", "--no-deps", "--quiet"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    step("doc", doc);
+    // Every library crate and the CLI must package for the registry: no path-only dependency,
+    // no missing file. `--no-verify`: verification builds each crate once more from its packaged
+    // sources (minutes on two cores), and what it would catch is built by the steps above.
+    let mut package = cargo();
+    package.args(["package", "--workspace", "--exclude", "xtask", "--no-verify", "--quiet", "--allow-dirty"]);
+    step("package", package);
+    // The command as `cargo install distlock-cli` compiles it: its default features, no
+    // dev-dependency features unified in, the lock file as it is. Checked, not built: the test
+    // build links the same binary.
+    let mut installed = cargo();
+    installed.args(["clippy", "--package", "distlock-cli", "--locked", "--", "-D", "warnings"]);
+    step("clippy (as installed)", installed);
+    steps
+}
+
+/// [`cmd::cargo`] building in the lint's own target directory: `target/lint`, or `lint` under
+/// `CARGO_TARGET_DIR` when that is set.
+fn cargo() -> Command {
+    let mut command = cmd::cargo();
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
+    command.env("CARGO_TARGET_DIR", target.join("lint"));
+    command
+}
+
+/// How one lint step ended.
+pub struct LintOutcome {
+    /// `lint N/M (name)`, as the log names it.
+    pub label: String,
+    pub took: Duration,
+    pub passed: bool,
+}
+
+/// The lint steps, running on a thread of their own.
+pub struct Beside {
+    thread: JoinHandle<Vec<LintOutcome>>,
+}
+
+impl Beside {
+    /// Starts `steps`, one after another at idle priority, each step's output printed whole
+    /// when it ends; the first failure ends the run.
+    pub fn start(steps: Vec<LintStep>) -> Self {
+        let count = steps.len();
+        println!("\n==> the {count} lint steps run beside the others, at idle priority, in their own target directory");
+        let thread = thread::spawn(move || {
+            let mut outcomes = Vec::with_capacity(count);
+            for (index, step) in steps.into_iter().enumerate() {
+                let label = format!("lint {}/{count} ({})", index + 1, step.name);
+                let outcome = run_step(label, step.command);
+                let passed = outcome.passed;
+                outcomes.push(outcome);
+                if !passed {
+                    break;
+                }
+            }
+            outcomes
+        });
+        Self { thread }
+    }
+
+    /// Waits for the lint steps to end; how each ended.
+    pub fn finish(self) -> Vec<LintOutcome> {
+        self.thread.join().unwrap_or_else(|_| {
+            vec![LintOutcome {
+                label: "lint (its thread panicked)".to_owned(),
+                took: Duration::ZERO,
+                passed: false,
+            }]
+        })
+    }
+}
+
+/// Runs one step at idle priority, its output captured; prints it whole with the outcome.
+fn run_step(label: String, command: Command) -> LintOutcome {
+    let mut command = cmd::at_idle_priority(command);
+    let line = cmd::display(&command);
+    let started = Instant::now();
+    let output = command.stdin(Stdio::null()).output();
+    let took = started.elapsed();
+    let (passed, text) = match output {
+        Ok(output) => {
+            let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&output.stderr));
+            let verdict = if output.status.success() {
+                String::new()
+            } else {
+                format!("exited with {}\n", output.status)
+            };
+            (output.status.success(), text + &verdict)
+        }
+        Err(error) => (false, format!("could not start it: {error}\n")),
+    };
+    let outcome = if passed { "passed" } else { "FAILED" };
+    // One print per step: the lock of stdout keeps it apart from the test binaries' logs.
+    print!("\n==> {label} {outcome} in {}\n$ {line}\n{text}", cmd::format_duration(took));
+    LintOutcome { label, took, passed }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn describe(args: &TestArgs) -> Vec<(&'static str, String)> {
+        plan(args).into_iter().map(|step| (step.name, cmd::display(&step.command))).collect()
+    }
+
+    #[test]
+    fn every_lint_step_builds_in_the_lint_target_directory() {
+        let args = TestArgs { no_install: false, skip_lint: false, test_args: Vec::new() };
+        let steps = describe(&args);
+        assert_eq!(steps.len(), FEATURE_SETS.len() + 3);
+        let target =
+            std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
+        let setting = format!("CARGO_TARGET_DIR={}", target.join("lint").display());
+        for (_, line) in &steps {
+            assert!(line.contains(&setting), "{line}");
+        }
+        let first = "cargo clippy --package distlock --no-default-features --features redis -- -D warnings";
+        assert!(steps[0].1.ends_with(first), "{}", steps[0].1);
+        let names: Vec<_> = steps[FEATURE_SETS.len()..].iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["doc", "package", "clippy (as installed)"]);
+        assert!(steps[FEATURE_SETS.len()].1.contains("RUSTDOCFLAGS='-D warnings'"));
+    }
+
+    #[test]
+    fn a_filtered_run_lints_every_target_too_and_skip_lint_none() {
+        let filtered = TestArgs { no_install: true, skip_lint: false, test_args: vec!["redis".to_owned()] };
+        let steps = describe(&filtered);
+        assert_eq!(steps[0].0, "clippy");
+        assert!(steps[0].1.ends_with("cargo clippy --workspace --all-targets --all-features -- -D warnings"));
+        let skipped = TestArgs { no_install: true, skip_lint: true, test_args: Vec::new() };
+        assert!(describe(&skipped).is_empty());
+    }
+}
