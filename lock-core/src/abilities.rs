@@ -87,7 +87,21 @@ pub enum Deadline {
     Never,
 }
 
+/// How far ahead a deadline may be and still count as one (see [`Deadline::until`]).
+const FAR: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 impl Deadline {
+    /// Waiting until `at`: [`At`](Self::At), or [`Never`](Self::Never) for an instant more than
+    /// a century ahead — no deadline in practice, and one at the edge of what an [`Instant`]
+    /// holds would overflow a backend that adds its own timeouts to it.
+    pub fn until(at: Instant) -> Self {
+        if at.saturating_duration_since(Instant::now()) > FAR {
+            Self::Never
+        } else {
+            Self::At(at)
+        }
+    }
+
     /// The instant, if there is one (`Now` is the present).
     pub fn instant(self) -> Option<Instant> {
         match self {
@@ -229,5 +243,31 @@ pub fn poll_until<L>(
             return Ok(None);
         }
         waited = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The latest instant `Instant::now()` can reach by adding a duration.
+    fn edge_of_time() -> Instant {
+        let (mut at, mut step) = (Instant::now(), Duration::MAX);
+        while !step.is_zero() {
+            match at.checked_add(step) {
+                Some(later) => at = later,
+                None => step /= 2,
+            }
+        }
+        at
+    }
+
+    #[test]
+    fn a_deadline_past_a_century_is_none_at_all() {
+        let soon = Instant::now() + Duration::from_secs(3600);
+        assert_eq!(Deadline::until(soon), Deadline::At(soon));
+        assert_eq!(Deadline::until(Instant::now() + 2 * FAR), Deadline::Never);
+        // Nothing a backend adds to a deadline can overflow then.
+        assert_eq!(Deadline::until(edge_of_time()), Deadline::Never);
     }
 }

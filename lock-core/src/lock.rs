@@ -79,7 +79,7 @@ impl<B: DistributedLock> Lock<B> {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard<B>>> {
-        self.acquire(Deadline::At(deadline))
+        self.acquire(Deadline::until(deadline))
     }
 
     /// Whether the current thread holds this lock (through this client) and has not lost it.

@@ -156,7 +156,7 @@ impl<B: DistributedLock> MultiLock<B> {
     /// # Errors
     /// As [`Lock::try_lock_until`]; the locks taken before the error are released.
     pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiGuard<B>>> {
-        self.acquire(Deadline::At(deadline))
+        self.acquire(Deadline::until(deadline))
     }
 
     /// Takes the locks in order, each by `deadline`; on the first refusal or error, gives back

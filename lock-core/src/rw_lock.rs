@@ -89,7 +89,7 @@ impl<B: DistributedLock> ReadWriteLock<B> {
     /// # Errors
     /// As [`read`](Self::read).
     pub fn try_read_until(&self, deadline: Instant) -> Result<Option<LockGuard<B>>> {
-        self.acquire(Access::Read, Deadline::At(deadline))
+        self.acquire(Access::Read, Deadline::until(deadline))
     }
 
     /// Takes the write lock, waiting as long as it takes.
@@ -122,7 +122,7 @@ impl<B: DistributedLock> ReadWriteLock<B> {
     /// # Errors
     /// As [`write`](Self::write).
     pub fn try_write_until(&self, deadline: Instant) -> Result<Option<LockGuard<B>>> {
-        self.acquire(Access::Write, Deadline::At(deadline))
+        self.acquire(Access::Write, Deadline::until(deadline))
     }
 
     /// How many times the current thread holds the lock in `access` mode (through this client).
@@ -175,7 +175,7 @@ fn slot(access: Access) -> HoldSlot {
 
 /// The deadline `timeout` from now; a timeout too long to represent is no deadline at all.
 pub(crate) fn deadline_after(timeout: Duration) -> Deadline {
-    Instant::now().checked_add(timeout).map_or(Deadline::Never, Deadline::At)
+    Instant::now().checked_add(timeout).map_or(Deadline::Never, Deadline::until)
 }
 
 impl<B: DistributedLock> Clone for ReadWriteLock<B> {

@@ -113,7 +113,7 @@ impl<B: DistributedLock> Semaphore<B> {
     /// # Errors
     /// As [`acquire`](Self::acquire).
     pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<LockGuard<B>>> {
-        self.acquire_by(Deadline::At(deadline))
+        self.acquire_by(Deadline::until(deadline))
     }
 
     fn acquire_by(&self, deadline: Deadline) -> Result<Option<LockGuard<B>>> {

@@ -97,7 +97,7 @@ impl<B: DistributedLock> Election<B> {
     /// # Errors
     /// As [`campaign`](Self::campaign).
     pub fn campaign_until(&self, deadline: Instant) -> Result<Option<Leadership<B>>> {
-        self.campaign_by(Deadline::At(deadline))
+        self.campaign_by(Deadline::until(deadline))
     }
 
     /// The current leader, as the server has it: its last proclaimed value and its token;

@@ -1,8 +1,9 @@
 //! S03 — timed wait (source 003): `try_lock_for(200ms)` on a held lock gives up after at least
 //! 200 ms and not much later; a waiter gets the lock soon after the release. Any timeout is
-//! valid, however long: with 100 and 1,000 days and `Duration::MAX` (past every server's limit on one wait,
-//! e.g. PostgreSQL's `lock_timeout` of `INT_MAX` ms) the mutex, read-write and permit waits
-//! succeed at once on a free lock, and a waiter gets a held one soon after its release.
+//! valid, however long: with 100 and 1,000 days (past every server's limit on one wait, e.g.
+//! PostgreSQL's `lock_timeout` of `INT_MAX` ms), the longest an `Instant` can add and
+//! `Duration::MAX`, the mutex, read-write and permit waits succeed at once on a free lock, and
+//! a waiter gets a held one soon after its release.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -19,9 +20,26 @@ const WAIT: Duration = Duration::from_millis(200);
 /// Generous: the check is that the wait is bounded, not how fast the machine is.
 const SLACK: Duration = Duration::from_millis(800);
 /// Timeouts past every server's limit on one wait (PostgreSQL's `lock_timeout`: about 24.8
-/// days; MariaDB's `max_statement_time`: a year): a backend waits in slices.
-const LONG_TIMEOUTS: [Duration; 3] =
-    [Duration::from_secs(100 * DAY), Duration::from_secs(1_000 * DAY), Duration::MAX];
+/// days; MariaDB's `max_statement_time`: a year), where a backend waits in slices; one that
+/// ends half a second before the latest instant an `Instant` holds, where a backend that adds
+/// its own timeouts to the deadline would overflow; and `Duration::MAX`, which no `Instant`
+/// can add.
+fn long_timeouts_to_try() -> [Duration; 4] {
+    [Duration::from_secs(100 * DAY), Duration::from_secs(1_000 * DAY), edge_of_time(), Duration::MAX]
+}
+
+/// The longest timeout `Instant::now()` can add, less half a second.
+fn edge_of_time() -> Duration {
+    let now = Instant::now();
+    let (mut longest, mut step) = (Duration::ZERO, Duration::MAX);
+    while !step.is_zero() {
+        match longest.checked_add(step).filter(|longer| now.checked_add(*longer).is_some()) {
+            Some(longer) => longest = longer,
+            None => step /= 2,
+        }
+    }
+    longest.saturating_sub(Duration::from_millis(500))
+}
 const DAY: u64 = 24 * 3600;
 /// How soon after a release a waiter with a long timeout must have the lock (generous: a loaded
 /// machine; a lock-table waiter not woken re-checks within a second).
@@ -62,7 +80,7 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
 /// An acquisition on a client with a timeout (a mutex's, a read or write lock's or a permit's).
 type Take<'a, B> = &'a (dyn Fn(&LockClient<B>, Duration) -> lock_core::Result<Option<LockGuard<B>>> + Sync);
 
-/// [`LONG_TIMEOUTS`] on every primitive the kind has.
+/// [`long_timeouts_to_try`] on every primitive the kind has.
 fn long_timeouts<T: SuiteTarget>(target: &T) -> ScenarioResult {
     let (a, b) = (client(target, options(10 * SECOND, true))?, client(target, options(10 * SECOND, true))?);
     let mutex = unique_name("s03-long");
@@ -87,7 +105,7 @@ fn long_timeouts<T: SuiteTarget>(target: &T) -> ScenarioResult {
     Ok(Verdict::Pass)
 }
 
-/// `wait` (named `form`) with each of [`LONG_TIMEOUTS`] by client `b`: at once on a free lock,
+/// `wait` (named `form`) with each of [`long_timeouts_to_try`] by client `b`: at once on a free lock,
 /// and soon after `a` releases what it holds through `hold`.
 fn long_waits<B: DistributedLock>(
     form: &str,
@@ -96,7 +114,7 @@ fn long_waits<B: DistributedLock>(
     hold: Take<'_, B>,
     wait: Take<'_, B>,
 ) -> Result<(), Failure> {
-    for timeout in LONG_TIMEOUTS {
+    for timeout in long_timeouts_to_try() {
         let started = Instant::now();
         let free = wait(b, timeout);
         let took = started.elapsed();
