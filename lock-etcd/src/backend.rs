@@ -290,12 +290,13 @@ impl DistributedLock for EtcdBackend {
         ttl.saturating_sub(self.session_ttl())
     }
 
-    /// The keep-alive stream is broken or a reply is overdue (etcd may be electing a leader, or
-    /// this client is cut off): the holds are in doubt until a keep-alive is confirmed, or lost
-    /// when the TTL passes.
-    fn session_suspended(&self) -> bool {
-        let view = self.inner.session.current_lease().view();
-        !view.stream_up || view.lost
+    /// Raised while the keep-alive stream of the hold's lease is broken or a reply is overdue
+    /// (etcd may be electing a leader, or this client is cut off): the hold is in doubt until a
+    /// keep-alive is confirmed, or lost when the TTL passes. A lease found lost keeps it raised:
+    /// its holds stay in doubt until their own checks report them lost, whatever lease the
+    /// client has since (not the session's current lease: that is a new one after a loss).
+    fn doubt_signal(&self, lease: &EtcdLease) -> Option<lock_core::DoubtSignal> {
+        Some(lease.lease.doubt.clone())
     }
 
     fn try_acquire(&self, name: &LockName, owner: &OwnerToken, ttl: Duration) -> Result<Option<EtcdLease>> {

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{LeaseClient, LeaseKeepAliveStream, LeaseKeeper};
+use lock_core::DoubtSignal;
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
 use tokio::time::{sleep_until, timeout_at};
@@ -52,6 +53,11 @@ pub(crate) struct ClientLease {
     /// The TTL etcd granted (whole seconds; at least its minimum).
     pub(crate) ttl: Duration,
     view: watch::Sender<LeaseView>,
+    /// Raised while this lease is in doubt or lost (the view's `!stream_up`), for the holds on
+    /// it ([`DistributedLock::doubt_signal`](lock_core::DistributedLock::doubt_signal)): a hold
+    /// on a lease found lost stays in doubt until its own check reports it lost, also once the
+    /// session has granted the client a new lease.
+    pub(crate) doubt: DoubtSignal,
     /// A confirmation is wanted of a keep-alive sent at or after this instant.
     wanted: Mutex<Option<Instant>>,
     poke: Notify,
@@ -62,14 +68,33 @@ impl ClientLease {
     pub(crate) fn new(id: i64, ttl: Duration, sent_at: Instant) -> Self {
         let view =
             LeaseView { confirmed_at: sent_at, vouched_until: sent_at + ttl, stream_up: true, lost: false };
-        Self { id, ttl, view: watch::Sender::new(view), wanted: Mutex::new(None), poke: Notify::new() }
+        let (view, doubt) = (watch::Sender::new(view), DoubtSignal::new());
+        Self { id, ttl, view, doubt, wanted: Mutex::new(None), poke: Notify::new() }
     }
 
     /// A stand-in before the first grant: lost, so nothing uses or revokes it.
     pub(crate) fn placeholder() -> Self {
         let lease = Self::new(0, Duration::ZERO, Instant::now());
-        lease.view.send_modify(|view| view.lost = true);
+        lease.update(|view| {
+            view.lost = true;
+            view.stream_up = false;
+            true
+        });
         lease
+    }
+
+    /// Changes the view with `change` (which says whether it changed anything), and the doubt
+    /// signal with it, under the view's lock: raised while the stream is not up.
+    fn update(&self, change: impl FnOnce(&mut LeaseView) -> bool) {
+        self.view.send_if_modified(|view| {
+            let changed = change(view);
+            if !view.stream_up {
+                self.doubt.raise();
+            } else if self.doubt.is_raised() {
+                self.doubt.clear_since(self.doubt.mark());
+            }
+            changed
+        });
     }
 
     /// What is known now (no I/O).
@@ -107,30 +132,28 @@ impl ClientLease {
 
     /// Records that etcd answered a keep-alive sent at `sent_at` with `ttl`.
     fn confirm(&self, sent_at: Instant, ttl: Duration) {
-        self.view.send_modify(|view| {
+        self.update(|view| {
             if !view.lost {
                 view.confirmed_at = view.confirmed_at.max(sent_at);
                 view.vouched_until = view.vouched_until.max(sent_at + ttl);
                 view.stream_up = true;
             }
+            true
         });
     }
 
-    fn set_stream_up(&self, up: bool) {
-        self.view.send_if_modified(|view| {
-            let up = up && !view.lost;
-            let changed = view.stream_up != up;
-            view.stream_up = up;
-            changed
-        });
+    /// The stream broke or a reply is overdue: in doubt until a reply confirms the lease.
+    fn suspend(&self) {
+        self.update(|view| std::mem::replace(&mut view.stream_up, false));
     }
 
     /// Marks the lease lost for good.
     pub(crate) fn mark_lost(&self, why: &str) {
         let was_lost = self.view.borrow().lost;
-        self.view.send_modify(|view| {
+        self.update(|view| {
             view.lost = true;
             view.stream_up = false;
+            true
         });
         if !was_lost {
             tracing::warn!(lease = %format_args!("{:x}", self.id), why, "etcd lease lost: every lock of this client on it is lost");
@@ -191,7 +214,7 @@ pub(crate) async fn keep_alive(
             }
             Event::Reply(None) | Event::Overdue => {
                 tracing::debug!(lease = %format_args!("{:x}", lease.id), "etcd keep-alive stream broken or silent; reopening");
-                lease.set_stream_up(false);
+                lease.suspend();
                 stream = None;
             }
             Event::Due | Event::Wanted => {
@@ -210,7 +233,7 @@ pub(crate) async fn keep_alive(
                         last_sent = sent;
                     }
                     _ => {
-                        lease.set_stream_up(false);
+                        lease.suspend();
                         stream = None;
                     }
                 }
@@ -238,7 +261,7 @@ async fn reopen(
     client: &mut LeaseClient,
     timing: &KeepAliveTiming,
 ) -> Option<(LeaseKeeper, LeaseKeepAliveStream)> {
-    lease.set_stream_up(false);
+    lease.suspend();
     loop {
         let vouched_until = lease.view().vouched_until;
         let now = Instant::now();

@@ -58,8 +58,9 @@
 //!   1.6–1.8 s; a killed server: in doubt within 20 ms, lost at 1.67 s). A broken or silent
 //!   keep-alive stream puts the holds [in doubt](lock_core::HoldState::InDoubt) until a
 //!   keep-alive is confirmed again; a keep-alive answered with TTL 0 (the lease revoked, e.g. by
-//!   `etcdctl lease revoke`) loses every hold of the client at the next liveness check. A lost
-//!   lease is replaced by a new one for later acquisitions.
+//!   `etcdctl lease revoke`) puts every hold on that lease in doubt and loses it at its
+//!   next liveness check. A lost lease is replaced by a new one for later acquisitions; the holds
+//!   on the old one stay in doubt meanwhile (each hold follows its own lease).
 //! - **Fencing** rests on the create revision: it increases with every write to the cluster, so
 //!   every holder's key has a higher create revision than every earlier holder's. A store fenced
 //!   by distlock *and* by `etcdctl lock` holders must compare create revisions: `etcdctl lock`

@@ -65,6 +65,44 @@ pub(super) fn a_revoked_lease_loses_every_hold_of_the_client() {
     again.unlock().unwrap();
 }
 
+/// A hold on a lease the client found revoked stays in doubt once the client has a new lease
+/// (another acquisition asked for one), until it is lost: with renewal off, by its clock alone,
+/// so no check of its own reports the loss first and only the lease's state stands between
+/// the holder and a `Held` it no longer has (a rival may take the lock at once).
+pub(super) fn a_hold_on_a_revoked_lease_stays_in_doubt_under_the_client_s_new_lease() {
+    const SESSION_TTL: Duration = Duration::from_secs(6);
+    let server = EtcdServer::start().unwrap();
+    let backend = EtcdBackend::builder(server.endpoint())
+        .session_ttl(SESSION_TTL)
+        .io_timeout(Duration::from_millis(800))
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .expect("connect");
+    let options = LockOptions::builder().lease(SESSION_TTL).renewal(false).build().unwrap();
+    let holder = LockClient::with_options(backend, options);
+    let guard = holder.lock_named("e03-new-lease-a").unwrap().lock().unwrap();
+    let lease = holder.backend().lease_id();
+    let revoked = server.etcdctl().args(["lease", "revoke", &format!("{lease:x}")]).output().unwrap();
+    assert!(revoked.status.success(), "{revoked:?}");
+    // The next keep-alive (every third of the TTL) is answered with TTL 0.
+    within(SESSION_TTL / 2, || guard.state() != HoldState::Held)
+        .expect("in doubt once the keep-alive finds it");
+    let other = holder.lock_named("e03-new-lease-b").unwrap().lock().unwrap();
+    assert_ne!(holder.backend().lease_id(), lease, "a new lease for the new hold");
+    assert!(other.is_held());
+    let told = guard.lost_signal();
+    while !told.is_lost() {
+        let state = guard.state();
+        assert!(
+            matches!(state, HoldState::InDoubt | HoldState::Lost),
+            "a hold on the revoked lease reads {state:?} under the client's new lease"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    assert!(guard.unlock().is_err(), "unlocking a lost hold reports it");
+    other.unlock().unwrap();
+}
+
 pub(super) fn a_cut_off_holder_is_told_before_a_rival_gets_the_lock() {
     let server = EtcdServer::start().unwrap();
     let upstream: SocketAddr = server.endpoint().parse().unwrap();

@@ -49,6 +49,7 @@ pub fn scenarios() -> Vec<lock_testkit::BackendScenario> {
             "the client's lease revoked or expired: every hold told lost first",
             || {
                 lease_loss::a_revoked_lease_loses_every_hold_of_the_client();
+                lease_loss::a_hold_on_a_revoked_lease_stays_in_doubt_under_the_client_s_new_lease();
                 lease_loss::a_cut_off_holder_is_told_before_a_rival_gets_the_lock();
                 lease_loss::a_killed_server_puts_holds_in_doubt_then_loses_them_on_time();
             },
