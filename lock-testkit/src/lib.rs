@@ -30,5 +30,5 @@ pub mod workload;
 
 pub use backend_scenario::{run_backend_scenario, BackendScenario};
 pub use fault_proxy::{FaultProxies, FaultProxy};
-pub use poll::eventually;
+pub use poll::{eventually, never_held_until_lost};
 pub use threads::threads_named;

@@ -235,6 +235,13 @@ impl DistributedLock for ZooKeeperBackend {
         self.inner.session.is_suspended()
     }
 
+    /// Raised for good once the hold's session has ended and the client has connected a new
+    /// one ([`session_suspended`](Self::session_suspended) then speaks of the new session): the
+    /// hold stays in doubt until its own check finds it lost.
+    fn doubt_signal(&self, lease: &ZooKeeperLease) -> Option<lock_core::DoubtSignal> {
+        Some(self.inner.session.doubt_of(lease.session))
+    }
+
     fn try_acquire(
         &self,
         name: &LockName,

@@ -49,8 +49,9 @@
 //! A lock is held by an ephemeral node, which the servers delete when the session ends. The
 //! renewal of held locks is a liveness check: one `sync` per batch (answered through the leader)
 //! confirms the session, and a watch on each held node (set by its first check, in the same
-//! round trip) reports a node deleted underneath its holder. A disconnected session, or a check without an answer, puts the
-//! hold in doubt
+//! round trip) reports a node deleted underneath its holder. A disconnected session, or a check
+//! without an answer, puts the hold in doubt (a session that ended keeps its holds in doubt
+//! after the client has connected a new one, until their checks find them lost)
 //! ([`HoldState::InDoubt`](lock_core::HoldState::InDoubt), Curator's SUSPENDED); a hold with no
 //! successful check for the negotiated session timeout — or the lock's lease, if shorter — less
 //! a clock-drift margin (1 % + 2 ms) is lost (Curator's LOST), because the servers expire a

@@ -29,7 +29,7 @@ use zookeeper_client as zk;
 use crate::blocking::{self, in_async_context};
 use crate::builder::Settings;
 use crate::error::{Failure, BACKEND};
-use lock_core::{Error, Result};
+use lock_core::{DoubtSignal, Error, Result};
 
 thread_local! {
     /// On a runtime thread of a client whose hosts may hold part of a password: the scope in
@@ -59,6 +59,10 @@ pub(crate) struct Session {
     connecting: Mutex<()>,
     /// The negotiated session timeout of the current session, in ms.
     negotiated_ms: AtomicU64,
+    /// The current session's id and the doubt signal of its holds, raised for good when a new
+    /// session replaces it: the holds on an ended session stay in doubt until their own checks
+    /// find them lost, whatever state the client's new session is in.
+    doubt: Mutex<(i64, DoubtSignal)>,
     /// Clean-ups left running in the background (deletes whose outcome is unknown), stopped
     /// before the session is closed so that none holds a client when the runtime goes.
     background: Mutex<JoinSet<()>>,
@@ -87,9 +91,11 @@ impl Session {
             current: RwLock::new(None),
             connecting: Mutex::new(()),
             negotiated_ms: AtomicU64::new(0),
+            doubt: Mutex::new((0, DoubtSignal::new())),
             background: Mutex::new(JoinSet::new()),
         };
         let client = session.connect(Instant::now() + session.settings.connect_timeout)?;
+        *session.doubt.lock() = (client.session_id().0, DoubtSignal::new());
         *session.current.write() = Some(client);
         Ok(session)
     }
@@ -127,8 +133,24 @@ impl Session {
             tracing::info!(session = ?ended.session_id(), state = ?ended.state(), "ZooKeeper session ended; connecting a new one");
         }
         let client = self.connect(deadline)?;
+        // Before any call can use the new session: its holds get its signal, not the old one's.
+        let (_, ended) =
+            std::mem::replace(&mut *self.doubt.lock(), (client.session_id().0, DoubtSignal::new()));
+        ended.raise();
         *self.current.write() = Some(client.clone());
         Ok(client)
+    }
+
+    /// The doubt signal of the holds of session `session`: raised for good once that session is
+    /// not the current one any more (see [`Session::client`]).
+    pub(crate) fn doubt_of(&self, session: i64) -> DoubtSignal {
+        let current = self.doubt.lock();
+        if current.0 == session {
+            return current.1.clone();
+        }
+        let ended = DoubtSignal::new();
+        ended.raise();
+        ended
     }
 
     /// The current session's client if that session has not ended.

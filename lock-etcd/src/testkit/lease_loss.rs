@@ -90,15 +90,7 @@ pub(super) fn a_hold_on_a_revoked_lease_stays_in_doubt_under_the_client_s_new_le
     let other = holder.lock_named("e03-new-lease-b").unwrap().lock().unwrap();
     assert_ne!(holder.backend().lease_id(), lease, "a new lease for the new hold");
     assert!(other.is_held());
-    let told = guard.lost_signal();
-    while !told.is_lost() {
-        let state = guard.state();
-        assert!(
-            matches!(state, HoldState::InDoubt | HoldState::Lost),
-            "a hold on the revoked lease reads {state:?} under the client's new lease"
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
+    lock_testkit::never_held_until_lost(&guard, "a hold on the revoked lease, under the client's new lease");
     assert!(guard.unlock().is_err(), "unlocking a lost hold reports it");
     other.unlock().unwrap();
 }

@@ -31,6 +31,7 @@ pub fn scenarios() -> Vec<lock_testkit::BackendScenario> {
         BackendScenario::new("Z01", "one release wakes one waiter, FIFO", scenarios::z01),
         BackendScenario::new("Z02", "session expiry; leader and follower loss", || {
             scenarios::z02_expiry();
+            scenarios::z02_closed_session();
             scenarios::z02_leader_loss();
         }),
         BackendScenario::new("Z03", "interop with Curator's InterProcessMutex", || {

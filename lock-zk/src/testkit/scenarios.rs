@@ -129,6 +129,59 @@ pub(super) fn z02_expiry() {
     assert!(again.is_held());
 }
 
+/// Z02, a session closed under the client (another connection takes the session over and closes
+/// it, as Curator's `KillSession` does): its nodes go at once, so a rival may take the lock. The
+/// hold is in doubt, and stays so when the client's next call connects a new session, until it
+/// is lost — here, with renewal off, by its clock: only the session's state tells the holder.
+pub(super) fn z02_closed_session() {
+    let server = ZooKeeperServer::start().unwrap();
+    let upstream: std::net::SocketAddr = server.connect_string().parse().expect("host:port");
+    // The holder's connection goes through a proxy, cut while the session is taken over (the
+    // holder would otherwise take it back at once).
+    let proxy = lock_testkit::FaultProxy::start(upstream).unwrap();
+    let session_timeout = Duration::from_secs(8);
+    let backend = ZooKeeperBackend::builder(proxy.address().to_string())
+        .session_timeout(session_timeout)
+        .connect_timeout(Duration::from_secs(2))
+        .io_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let options = LockOptions::builder().lease(session_timeout).renewal(false).build().unwrap();
+    let holder = LockClient::with_options(backend.clone(), options);
+    let guard = holder.lock_named(unique_name("z02-closed-a").as_str()).unwrap().lock().unwrap();
+    let session = backend.inner.session.current().expect("a session").session().clone();
+    proxy.cut();
+    let closer = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    closer.block_on(async {
+        let taken_over = zookeeper_client::Client::connector()
+            .with_session(session)
+            .connect(&server.connect_string())
+            .await;
+        // Dropped on a live runtime: the client closes the session.
+        drop(taken_over.expect("the session taken over"));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    });
+    proxy.restore();
+    // The holder learns that its session ended when it reconnects.
+    assert!(
+        eventually(session_timeout / 2, || backend
+            .inner
+            .session
+            .current()
+            .is_some_and(|client| crate::session::is_terminal(client.state()))),
+        "the holder's client did not find its session ended"
+    );
+    assert_ne!(guard.state(), HoldState::Held, "a hold of an ended session reads Held");
+    let other = holder.lock_named(unique_name("z02-closed-b").as_str()).unwrap().lock().unwrap();
+    assert!(other.is_held(), "the next acquisition has a new session");
+    assert!(!guard.lost_signal().is_lost(), "lost by the clock already: the check below would see nothing");
+    lock_testkit::never_held_until_lost(
+        &guard,
+        "a hold of the closed session, under the client's new session",
+    );
+    other.unlock().unwrap();
+}
+
 /// Z02, ensemble: killing the leader while a lock is held is a short blip — the holder may be in
 /// doubt but is never lost, no one else acquires, and it is held again afterwards; then the same
 /// for a follower.
