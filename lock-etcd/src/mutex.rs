@@ -224,7 +224,8 @@ impl EtcdBackend {
                     // wait's last request left of that bounds the delete, and past it the
                     // delete goes on in the background.
                     let io_timeout = self.inner.session.settings().io_timeout;
-                    let cleanup_deadline = deadline.unwrap_or_else(Instant::now) + io_timeout;
+                    let base = deadline.unwrap_or_else(Instant::now);
+                    let cleanup_deadline = base.checked_add(io_timeout).unwrap_or(base);
                     self.delete_or_abandon(key.clone(), queued.revision, lease, slot, cleanup_deadline);
                     return Ok(None);
                 }

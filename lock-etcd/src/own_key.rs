@@ -155,7 +155,7 @@ impl EtcdBackend {
                 }
                 Ok(false) => (
                     contention.wait(self, &key, revision, &lease, deadline),
-                    deadline.map(|deadline| deadline + io_timeout),
+                    deadline.map(|deadline| deadline.checked_add(io_timeout).unwrap_or(deadline)),
                 ),
                 Err(refused) => (Err(refused), Some(try_deadline)),
             };

@@ -96,8 +96,12 @@ impl EtcdBackend {
     ) -> Result<Option<Instant>, Failure> {
         let session = &self.inner.session;
         let io_timeout = session.settings().io_timeout;
-        let bound =
-            |now: Instant| deadline.map_or(now + io_timeout, |d| (now + io_timeout).min(d + io_timeout));
+        // A caller's deadline may sit at the edge of what an `Instant` holds (the backend's own
+        // API takes any): past it, only the I/O timeout bounds a request.
+        let bound = |now: Instant| {
+            let late = deadline.and_then(|d| d.checked_add(io_timeout));
+            late.map_or(now + io_timeout, |late| (now + io_timeout).min(late))
+        };
         loop {
             let older = order.newest_below(revision);
             let found = match session.get(bound(Instant::now()), range, Some(older)) {

@@ -123,3 +123,32 @@ fn calls_from_an_async_task_are_refused_and_work_from_spawn_blocking() {
     });
     worked.unwrap().unwrap();
 }
+
+/// The backend's own wait takes any deadline: one at the edge of what an `Instant` holds (the
+/// backend adds its I/O timeout to bound requests) waits for a held lock like no deadline, and
+/// gets it once the holder lets go.
+#[test]
+fn a_deadline_at_the_edge_of_time_waits_like_none() {
+    use lock_core::{DistributedLock as _, LockName, NativeWait as _, OwnerToken};
+    let server = EtcdServer::start().unwrap();
+    let backend =
+        || EtcdBackend::builder(server.endpoint()).io_timeout(Duration::from_millis(500)).build().unwrap();
+    let (holder, waiter) = (backend(), backend());
+    let name = LockName::new("edge-of-time").unwrap();
+    let ttl = Duration::from_secs(10);
+    let held = holder.try_acquire(&name, &OwnerToken::random(), ttl).unwrap().expect("free");
+    let (mut edge, mut step) = (Instant::now(), Duration::MAX);
+    while !step.is_zero() {
+        match edge.checked_add(step) {
+            Some(later) => edge = later,
+            None => step /= 2,
+        }
+    }
+    thread::scope(|scope| {
+        let waiting = scope.spawn(|| waiter.acquire_until(&name, &OwnerToken::random(), ttl, Some(edge)));
+        thread::sleep(Duration::from_millis(300));
+        assert!(holder.release(held).unwrap());
+        let won = waiting.join().expect("no panic").unwrap().expect("the lock once released");
+        assert!(waiter.release(won.lease).unwrap());
+    });
+}

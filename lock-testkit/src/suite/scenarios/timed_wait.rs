@@ -23,10 +23,9 @@ const SLACK: Duration = Duration::from_millis(800);
 /// days; MariaDB's `max_statement_time`: a year), where a backend waits in slices; one that
 /// ends half a second before the latest instant an `Instant` holds, where a backend that adds
 /// its own timeouts to the deadline would overflow; and `Duration::MAX`, which no `Instant`
-/// can add.
-fn long_timeouts_to_try() -> [Duration; 4] {
-    [Duration::from_secs(100 * DAY), Duration::from_secs(1_000 * DAY), edge_of_time(), Duration::MAX]
-}
+/// can add. Each is asked for right before its wait: the edge of time moves on.
+const LONG_TIMEOUTS: [fn() -> Duration; 4] =
+    [|| Duration::from_secs(100 * DAY), || Duration::from_secs(1_000 * DAY), edge_of_time, || Duration::MAX];
 
 /// The longest timeout `Instant::now()` can add, less half a second.
 fn edge_of_time() -> Duration {
@@ -80,7 +79,7 @@ pub(crate) fn run<T: SuiteTarget>(target: &T) -> ScenarioResult {
 /// An acquisition on a client with a timeout (a mutex's, a read or write lock's or a permit's).
 type Take<'a, B> = &'a (dyn Fn(&LockClient<B>, Duration) -> lock_core::Result<Option<LockGuard<B>>> + Sync);
 
-/// [`long_timeouts_to_try`] on every primitive the kind has.
+/// [`LONG_TIMEOUTS`] on every primitive the kind has.
 fn long_timeouts<T: SuiteTarget>(target: &T) -> ScenarioResult {
     let (a, b) = (client(target, options(10 * SECOND, true))?, client(target, options(10 * SECOND, true))?);
     let mutex = unique_name("s03-long");
@@ -105,7 +104,7 @@ fn long_timeouts<T: SuiteTarget>(target: &T) -> ScenarioResult {
     Ok(Verdict::Pass)
 }
 
-/// `wait` (named `form`) with each of [`long_timeouts_to_try`] by client `b`: at once on a free lock,
+/// `wait` (named `form`) with each of [`LONG_TIMEOUTS`] by client `b`: at once on a free lock,
 /// and soon after `a` releases what it holds through `hold`.
 fn long_waits<B: DistributedLock>(
     form: &str,
@@ -114,7 +113,8 @@ fn long_waits<B: DistributedLock>(
     hold: Take<'_, B>,
     wait: Take<'_, B>,
 ) -> Result<(), Failure> {
-    for timeout in long_timeouts_to_try() {
+    for timeout_now in LONG_TIMEOUTS {
+        let timeout = timeout_now();
         let started = Instant::now();
         let free = wait(b, timeout);
         let took = started.elapsed();
@@ -130,6 +130,7 @@ fn long_waits<B: DistributedLock>(
         })?;
         thread::scope(|s| -> Result<(), Failure> {
             let waiting = s.spawn(|| -> Result<Instant, Failure> {
+                let timeout = timeout_now();
                 let guard = wait(b, timeout)
                     .map_err(|error| Failure(format!("{form}({timeout:?}) on a held lock: {error}")))?;
                 let Some(guard) = guard else {
