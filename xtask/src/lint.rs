@@ -9,10 +9,13 @@
 //! timings see no competitor. It builds in a target directory of its own (`target/lint`), so it
 //! never waits for the test build's or the doctests' lock on `target`, nor they for it. The
 //! foreground steps (install, fmt, the tests) run as before; the pipeline then waits for the
-//! lint and reports both.
+//! lint and reports both — or, when a foreground step failed, stops the lint first.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -110,7 +113,32 @@ pub struct LintOutcome {
 
 /// The lint steps, running on a thread of their own.
 pub struct Beside {
-    thread: JoinHandle<Vec<LintOutcome>>,
+    /// `None` once finished.
+    thread: Option<JoinHandle<Vec<LintOutcome>>>,
+    stop: Arc<Stop>,
+}
+
+/// How the pipeline stops the lint when a foreground step failed (or panicked).
+#[derive(Default)]
+struct Stop {
+    stopped: AtomicBool,
+    /// The process id of the step running now.
+    running: Mutex<Option<u32>>,
+}
+
+impl Stop {
+    /// Ends the step's process (`cargo`, which `chrt` and `nice` exec) and its compilers first
+    /// (they hold the output pipes the step's wait reads to their end).
+    fn kill(pid: u32) {
+        let pid = pid.to_string();
+        let quiet = |program: &str, args: &[&str]| {
+            let mut command = Command::new(program);
+            command.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            let _ = command.status();
+        };
+        quiet("pkill", &["-TERM", "-P", &pid]);
+        quiet("kill", &[&pid]);
+    }
 }
 
 impl Beside {
@@ -119,11 +147,16 @@ impl Beside {
     pub fn start(steps: Vec<LintStep>) -> Self {
         let count = steps.len();
         println!("\n==> the {count} lint steps run beside the others, at idle priority, in their own target directory");
+        let stop = Arc::new(Stop::default());
+        let stopping = stop.clone();
         let thread = thread::spawn(move || {
             let mut outcomes = Vec::with_capacity(count);
             for (index, step) in steps.into_iter().enumerate() {
+                if stopping.stopped.load(Ordering::SeqCst) {
+                    break;
+                }
                 let label = format!("lint {}/{count} ({})", index + 1, step.name);
-                let outcome = run_step(label, step.command);
+                let outcome = run_step(label, step.command, &stopping);
                 let passed = outcome.passed;
                 outcomes.push(outcome);
                 if !passed {
@@ -132,12 +165,22 @@ impl Beside {
             }
             outcomes
         });
-        Self { thread }
+        Self { thread: Some(thread), stop }
+    }
+
+    /// Stops the lint: the running step is ended and no other starts (a foreground step
+    /// failed, so the run fails anyway and should say so now, not in seven minutes).
+    pub fn stop(&self) {
+        self.stop.stopped.store(true, Ordering::SeqCst);
+        if let Some(pid) = self.stop.running.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            Stop::kill(pid);
+        }
     }
 
     /// Waits for the lint steps to end; how each ended.
-    pub fn finish(self) -> Vec<LintOutcome> {
-        self.thread.join().unwrap_or_else(|_| {
+    pub fn finish(mut self) -> Vec<LintOutcome> {
+        let thread = self.thread.take().expect("finished once");
+        thread.join().unwrap_or_else(|_| {
             vec![LintOutcome {
                 label: "lint (its thread panicked)".to_owned(),
                 took: Duration::ZERO,
@@ -147,29 +190,52 @@ impl Beside {
     }
 }
 
+impl Drop for Beside {
+    /// Not finished: the pipeline is unwinding from a panic; no lint outlives it.
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stop();
+        }
+    }
+}
+
 /// Runs one step at idle priority, its output captured; prints it whole with the outcome.
-fn run_step(label: String, command: Command) -> LintOutcome {
+fn run_step(label: String, command: Command, stop: &Stop) -> LintOutcome {
     let mut command = cmd::at_idle_priority(command);
     let line = cmd::display(&command);
     let started = Instant::now();
-    let output = command.stdin(Stdio::null()).output();
+    let child = command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
+    let output = child.and_then(|child| {
+        *stop.running.lock().unwrap_or_else(PoisonError::into_inner) = Some(child.id());
+        // Stopped between the spawn and the line above: `stop` found no process to end.
+        if stop.stopped.load(Ordering::SeqCst) {
+            Stop::kill(child.id());
+        }
+        let output = child.wait_with_output();
+        stop.running.lock().unwrap_or_else(PoisonError::into_inner).take();
+        output
+    });
     let took = started.elapsed();
     let (passed, text) = match output {
         Ok(output) => {
             let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
             text.push_str(&String::from_utf8_lossy(&output.stderr));
-            let verdict = if output.status.success() {
-                String::new()
-            } else {
-                format!("exited with {}\n", output.status)
-            };
-            (output.status.success(), text + &verdict)
+            if !output.status.success() {
+                text.push_str(&format!("exited with {}\n", output.status));
+            }
+            (output.status.success(), text)
         }
         Err(error) => (false, format!("could not start it: {error}\n")),
     };
-    let outcome = if passed { "passed" } else { "FAILED" };
-    // One print per step: the lock of stdout keeps it apart from the test binaries' logs.
-    print!("\n==> {label} {outcome} in {}\n$ {line}\n{text}", cmd::format_duration(took));
+    let outcome = match (passed, stop.stopped.load(Ordering::SeqCst)) {
+        (true, _) => "passed",
+        (false, true) => "STOPPED (a foreground step failed)",
+        (false, false) => "FAILED",
+    };
+    // One write: the lock of stdout keeps the block apart from the test binaries' logs.
+    let block = format!("\n==> {label} {outcome} in {}\n$ {line}\n{text}", cmd::format_duration(took));
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(block.as_bytes()).and_then(|()| stdout.flush());
     LintOutcome { label, took, passed }
 }
 

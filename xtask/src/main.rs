@@ -45,8 +45,8 @@ enum Task {
     /// denied), the binaries run side by side (a test that cannot get its server fails; none
     /// skips), with the seckill, reentrant and metrics examples of the same build. The lint
     /// steps (clippy per feature set, doc, package, the CLI as installed) run beside the rest at
-    /// idle priority in `target/lint`. The first failing step stops the run; a table of the
-    /// steps' times ends it.
+    /// idle priority in `target/lint`. The first failing step stops the run (the lint with it;
+    /// a failing lint step fails the run at its end); a table of the steps' times ends it.
     Test(TestArgs),
     /// Install the servers, build `distlock` in release mode and compare every backend kind:
     /// the docs' scenarios, the broken recipes and the workloads, as a matrix on the terminal and

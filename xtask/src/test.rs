@@ -68,6 +68,9 @@ pub fn run(args: &TestArgs) -> Result<(), Failure> {
         println!("==> {label} passed in {}", cmd::format_duration(elapsed));
     }
     let lint = beside.map(|beside| {
+        if outcome.is_err() {
+            beside.stop();
+        }
         let waited = Instant::now();
         let outcomes = beside.finish();
         println!("\n==> waited {} for the lint steps", cmd::format_duration(waited.elapsed()));
@@ -85,11 +88,12 @@ pub fn run(args: &TestArgs) -> Result<(), Failure> {
         println!("{:>9}  {verdict:<6}  {} (beside)", cmd::format_duration(step.took), step.label);
     }
     let total = cmd::format_duration(started.elapsed());
-    match &outcome {
-        Ok(()) => println!("==> all {count} steps passed in {total}"),
-        Err(_) => println!("==> {} of {count} steps run in {total}", timings.len()),
-    }
     let lint_failed = lint.iter().find(|step| !step.passed).map(|step| step.label.clone());
+    match (&outcome, &lint_failed) {
+        (Ok(()), None) => println!("==> all {count} steps passed in {total}"),
+        (Ok(()), Some(label)) => println!("==> all {count} steps passed, but {label} failed, in {total}"),
+        (Err(_), _) => println!("==> {} of {count} steps run in {total}", timings.len()),
+    }
     match (outcome, lint_failed) {
         (Err(failure), _) => Err(failure),
         (Ok(()), Some(label)) => Err(Failure::new(format!("{label} failed (its output is above)"))),
