@@ -142,6 +142,13 @@ pub fn run(command: &mut Command) -> Result<(), Failure> {
     }
 }
 
+/// What a captured program printed: its standard output, then its standard error.
+pub fn output_text(output: &std::process::Output) -> String {
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    text
+}
+
 /// The first non-empty line a program prints (on stdout or stderr) when run with `args`, e.g. its
 /// version; `None` if it cannot be run. Used for information only, so the exit status is ignored.
 pub fn first_line_of_output(program: &Path, args: &[&str]) -> Option<String> {

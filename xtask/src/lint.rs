@@ -109,6 +109,8 @@ pub struct LintOutcome {
     pub label: String,
     pub took: Duration,
     pub passed: bool,
+    /// `passed`, `FAILED`, or `STOPPED` when a foreground step's failure ended it.
+    pub verdict: &'static str,
 }
 
 /// The lint steps, running on a thread of their own.
@@ -185,6 +187,7 @@ impl Beside {
                 label: "lint (its thread panicked)".to_owned(),
                 took: Duration::ZERO,
                 passed: false,
+                verdict: "FAILED",
             }]
         })
     }
@@ -218,8 +221,7 @@ fn run_step(label: String, command: Command, stop: &Stop) -> LintOutcome {
     let took = started.elapsed();
     let (passed, text) = match output {
         Ok(output) => {
-            let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-            text.push_str(&String::from_utf8_lossy(&output.stderr));
+            let mut text = cmd::output_text(&output);
             if !output.status.success() {
                 text.push_str(&format!("exited with {}\n", output.status));
             }
@@ -227,16 +229,16 @@ fn run_step(label: String, command: Command, stop: &Stop) -> LintOutcome {
         }
         Err(error) => (false, format!("could not start it: {error}\n")),
     };
-    let outcome = match (passed, stop.stopped.load(Ordering::SeqCst)) {
+    let verdict = match (passed, stop.stopped.load(Ordering::SeqCst)) {
         (true, _) => "passed",
-        (false, true) => "STOPPED (a foreground step failed)",
+        (false, true) => "STOPPED",
         (false, false) => "FAILED",
     };
     // One write: the lock of stdout keeps the block apart from the test binaries' logs.
-    let block = format!("\n==> {label} {outcome} in {}\n$ {line}\n{text}", cmd::format_duration(took));
+    let block = format!("\n==> {label} {verdict} in {}\n$ {line}\n{text}", cmd::format_duration(took));
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(block.as_bytes()).and_then(|()| stdout.flush());
-    LintOutcome { label, took, passed }
+    LintOutcome { label, took, passed, verdict }
 }
 
 #[cfg(test)]

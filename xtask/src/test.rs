@@ -84,8 +84,7 @@ pub fn run(args: &TestArgs) -> Result<(), Failure> {
     }
     let lint = lint.unwrap_or_default();
     for step in &lint {
-        let verdict = if step.passed { "passed" } else { "FAILED" };
-        println!("{:>9}  {verdict:<6}  {} (beside)", cmd::format_duration(step.took), step.label);
+        println!("{:>9}  {:<6}  {} (beside)", cmd::format_duration(step.took), step.verdict, step.label);
     }
     let total = cmd::format_duration(started.elapsed());
     let lint_failed = lint.iter().find(|step| !step.passed).map(|step| step.label.clone());

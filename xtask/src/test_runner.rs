@@ -260,8 +260,7 @@ fn run_job(mut job: Job) -> Ended {
     let took = started.elapsed();
     let (passed, text) = match output {
         Ok(output) => {
-            let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
-            text.push_str(&String::from_utf8_lossy(&output.stderr));
+            let text = cmd::output_text(&output);
             (output.status.success(), text)
         }
         Err(error) => (false, format!("could not start `{}`: {error}\n", cmd::display(&job.command))),
